@@ -1,0 +1,22 @@
+"""simreport: audit LLM-driven simulations and publish the evidence.
+
+The Python API has the command line's verbs: `validate`, `run`, `conditions`, `audit`, `analyse`,
+`report`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__version__ = "0.1.0"
+
+__all__ = ["__version__", "analyse", "audit", "conditions", "report", "run", "validate"]
+
+
+def __getattr__(name: str) -> Any:
+    # The verbs load lazily so `import simreport` stays cheap for the command line and workers.
+    if name in {"analyse", "audit", "conditions", "report", "run", "validate"}:
+        from . import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,1 @@
+"""Analysis: pure statistics and the evidence grade over run results and a plan."""

@@ -1,0 +1,135 @@
+"""The Python API: the same verbs as the command line.
+
+    import simreport
+    simreport.validate("examples/prisoners_dilemma/audit.yaml")
+    simreport.audit("examples/prisoners_dilemma/audit.yaml", out="results/pd", replications=3)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .core.errors import InputError
+from .core.files import load_document
+from .core.schema import RunResult, Scenario
+
+
+@dataclass
+class Validated:
+    kind: str  # "scenario" | "plan"
+    summary: str
+    details: dict[str, Any]
+
+
+def is_plan_document(data: Any) -> bool:
+    return isinstance(data, dict) and ("baseScenario" in data or "base" in data)
+
+
+def validate(path: str | Path) -> Validated:
+    """Validate a scenario or a plan file (told apart by `baseScenario`/`base`); raise on error."""
+    from .harness import build_conditions, load_plan
+    from .kernel import validate_scenario
+
+    document = load_document(path)
+    if is_plan_document(document.data):
+        loaded = load_plan(path)
+        conditions = build_conditions(loaded)
+        runs = len(conditions) * loaded.plan.replications
+        return Validated(
+            "plan",
+            f"plan {loaded.plan_id}: {len(conditions)} conditions × "
+            f"{loaded.plan.replications} replications = {runs} runs",
+            {"planId": loaded.plan_id, "conditions": len(conditions), "runs": runs,
+             "hash": loaded.hash},
+        )
+    scenario = validate_scenario(document.data, document=document)
+    engine = scenario.world or "external simulator"
+    return Validated(
+        "scenario",
+        f"scenario: {engine}, {scenario.population.n} agents, {scenario.steps} steps",
+        {"world": scenario.world, "agents": scenario.population.n},
+    )
+
+
+def run(
+    scenario_path: str | Path,
+    out: str | Path,
+    *,
+    seed: int | None = None,
+    provider: str | None = None,
+) -> RunResult:
+    """Run one scenario file into `out`. Input errors raise; run failures come back as data."""
+    from .kernel import load_scenario, run_scenario
+
+    loaded = load_scenario(scenario_path)
+    scenario: Scenario = loaded.scenario
+    if seed is not None:
+        if seed < 0:
+            raise InputError("seed must not be negative", expected="an integer ≥ 0")
+        scenario = scenario.model_copy(update={"seed": seed})
+    return run_scenario(scenario, out, asset_root=loaded.asset_root, provider=provider)
+
+
+def conditions(plan_path: str | Path, *, replications: int | None = None) -> Any:
+    """The plan's conditions, in order, without running anything."""
+    from .harness import build_conditions, load_plan
+
+    loaded = load_plan(plan_path, replications=replications)
+    return loaded, build_conditions(loaded)
+
+
+def audit(
+    plan_path: str | Path,
+    out: str | Path | None = None,
+    *,
+    replications: int | None = None,
+    concurrency: int | None = None,
+    provider: str | None = None,
+    include_incomplete: bool | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    analyse: bool = True,
+) -> Any:
+    """Run every replication of every condition of a plan, then analyse and report when the
+    analysis layer is available. Returns the harness's AuditRun."""
+    from .harness import load_plan, run_audit
+
+    loaded = load_plan(plan_path, replications=replications, concurrency=concurrency)
+    target = Path(out) if out is not None else Path("results") / loaded.plan_id
+    result = run_audit(
+        loaded, target, provider=provider, concurrency=concurrency, progress=progress
+    )
+    if analyse:
+        _analyse_if_available(target, include_incomplete)
+    return result
+
+
+def analyse(audit_dir: str | Path, *, include_incomplete: bool | None = None) -> dict[str, Any]:
+    """Compute audit.json and runs.parquet from an audit directory's runs."""
+    from .analysis.audit import analyse_dir
+
+    return analyse_dir(Path(audit_dir), include_incomplete=include_incomplete)
+
+
+def report(audit_dir: str | Path) -> Path:
+    """Render report.html (and the figures) from audit.json alone."""
+    from .report import write_report
+
+    root = Path(audit_dir)
+    if not (root / "audit.json").is_file():
+        raise InputError(
+            "no audit.json here", file=root / "audit.json", expected="run `simreport analyse` first"
+        )
+    write_report(root)
+    return root / "report.html"
+
+
+def _analyse_if_available(audit_dir: Path, include_incomplete: bool | None) -> None:
+    analyse(audit_dir, include_incomplete=include_incomplete)
+    try:
+        import simreport.report  # noqa: F401
+    except ImportError:
+        return
+    report(audit_dir)

@@ -1,0 +1,217 @@
+"""The `simreport` command line. Thin: parses arguments, calls the API, prints, sets exit codes.
+
+Exit codes: 0 success (failed runs inside an audit are data, not errors); 1 internal error;
+2 invalid input or usage (nothing was run); 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from . import __version__
+from .core.errors import (
+    EXIT_INPUT,
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_RUN_FAILED,
+    SimreportError,
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:
+        self.print_usage(sys.stderr)
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        raise SystemExit(EXIT_INPUT)
+
+
+def _progress_bar() -> Callable[[int, int], None] | None:
+    if not sys.stderr.isatty():
+        return None
+
+    def show(done: int, total: int) -> None:
+        width = 30
+        filled = int(width * done / total) if total else width
+        sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} runs")
+        if done >= total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+    return show
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from .api import validate
+
+    for path in args.files:
+        result = validate(path)
+        print(f"ok  {path}: {result.summary}")
+    return EXIT_OK
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from .core.schema import AuditPlan, Model, RunResult, Scenario
+
+    models: dict[str, type[Model]] = {"scenario": Scenario, "plan": AuditPlan, "result": RunResult}
+    model = models[args.which]
+    print(json.dumps(model.model_json_schema(by_alias=True), indent=2, sort_keys=True))
+    return EXIT_OK
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .api import run
+
+    result = run(args.scenario, args.out, seed=args.seed, provider=args.provider)
+    if result.failure is not None:
+        print(
+            f"run failed in {result.failure.stage}: {result.failure.type}: {result.failure.message}",
+            file=sys.stderr,
+        )
+        print(f"result: {args.out}/result.json")
+        return EXIT_OK if args.allow_failure else EXIT_RUN_FAILED
+    metrics = ", ".join(f"{k}={v:.4g}" for k, v in sorted(result.metrics.items()))
+    print(f"completed: {metrics}")
+    print(f"result: {args.out}/result.json")
+    return EXIT_OK
+
+
+def cmd_conditions(args: argparse.Namespace) -> int:
+    from .api import conditions
+
+    loaded, conds = conditions(args.plan, replications=args.replications)
+    reps = loaded.plan.replications
+    if args.json:
+        rows = [
+            {"id": c.id, "dir": c.dir, "model": c.model, "identicalToBase": c.identical_to_base,
+             "replications": reps}
+            for c in conds
+        ]
+        print(json.dumps(rows, indent=2))
+        return EXIT_OK
+    width = max(len(c.id) for c in conds)
+    for c in conds:
+        flag = "  identicalToBase" if c.identical_to_base else ""
+        print(f"{c.id:<{width}}  {c.dir}{flag}")
+    print(f"{len(conds)} conditions × {reps} replications = {len(conds) * reps} runs")
+    return EXIT_OK
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    from .api import audit
+
+    include = True if args.include_incomplete else None
+    run = audit(
+        args.plan,
+        args.out,
+        replications=args.replications,
+        concurrency=args.concurrency,
+        provider=args.provider,
+        include_incomplete=include,
+        progress=_progress_bar(),
+    )
+    results = [r for _, _, r in run.results]
+    failed = sum(1 for r in results if r.failure is not None)
+    incomplete = sum(1 for r in results if r.failure is None and not r.integrity.complete)
+    print(
+        f"{len(results)} runs in {run.out_dir}: {len(results) - failed} completed, "
+        f"{failed} failed, {incomplete} incomplete"
+    )
+    return EXIT_OK
+
+
+def cmd_analyse(args: argparse.Namespace) -> int:
+    from .api import analyse
+
+    audit = analyse(args.audit_dir, include_incomplete=True if args.include_incomplete else None)
+    summary = audit["summary"]
+    print(
+        f"audit.json: grade {audit['grade']['grade']}, {summary['runs']} runs "
+        f"({summary['used']} used, {summary['excluded']} excluded)"
+    )
+    return EXIT_OK
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from .api import report
+
+    path = report(args.audit_dir)
+    print(f"report: {path}")
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="simreport", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--version", action="version", version=f"simreport {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks of internal errors")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    p = sub.add_parser("validate", help="validate scenario or plan files")
+    p.add_argument("files", nargs="+")
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("schema", help="print the JSON Schema of a document kind")
+    p.add_argument("which", choices=["scenario", "plan", "result"])
+    p.set_defaults(func=cmd_schema)
+
+    p = sub.add_parser("run", help="run one scenario into a directory")
+    p.add_argument("scenario")
+    p.add_argument("--out", required=True)
+    p.add_argument("--seed", type=int)
+    p.add_argument("--provider")
+    p.add_argument(
+        "--allow-failure", action="store_true", help="exit 0 even when the run failed"
+    )
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("conditions", help="list a plan's conditions without running")
+    p.add_argument("plan")
+    p.add_argument("--replications", type=int)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_conditions)
+
+    p = sub.add_parser("audit", help="run an audit plan, then analyse and report")
+    p.add_argument("plan")
+    p.add_argument("--out", help="audit directory (default results/<plan-id>)")
+    p.add_argument("--replications", type=int)
+    p.add_argument("--concurrency", type=int)
+    p.add_argument("--provider")
+    p.add_argument("--include-incomplete", action="store_true")
+    p.set_defaults(func=cmd_audit)
+
+    p = sub.add_parser("analyse", help="compute audit.json and runs.parquet from an audit's runs")
+    p.add_argument("audit_dir")
+    p.add_argument("--include-incomplete", action="store_true")
+    p.set_defaults(func=cmd_analyse)
+
+    p = sub.add_parser("report", help="re-render report.html from audit.json")
+    p.add_argument("audit_dir")
+    p.set_defaults(func=cmd_report)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.func(args)
+        return code
+    except SimreportError as exc:
+        print(f"simreport: {exc.one_line()}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("simreport: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as exc:  # noqa: BLE001 - the last line of defence prints one line
+        if args.debug:
+            raise
+        print(f"simreport: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+if __name__ == "__main__":
+    sys.exit(main())

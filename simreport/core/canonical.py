@@ -1,0 +1,74 @@
+"""Canonical JSON (sorted keys, strict RFC 8259) and the sha256 hashes built on it.
+
+Non-finite floats are written as the strings "inf", "-inf" and "nan" so every file we write parses
+with any JSON reader; hashes and output files go through the same encoder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, bool) or value is None or isinstance(value, (str, int)):
+        return value
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    # numpy scalars and the like
+    if hasattr(value, "item"):
+        return _plain(value.item())
+    raise TypeError(f"cannot encode {type(value).__name__} as JSON")
+
+
+def to_plain(value: Any) -> Any:
+    """The JSON-safe form of `value`: non-finite floats become strings, tuples become lists."""
+    return _plain(value)
+
+
+def canonical_json(value: Any) -> str:
+    """Compact, sorted-key JSON used for hashing."""
+    return json.dumps(
+        _plain(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
+
+
+def pretty_json(value: Any) -> str:
+    """Sorted-key, indented JSON with a trailing newline, used for files people read."""
+    return (
+        json.dumps(_plain(value), sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False)
+        + "\n"
+    )
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def content_hash(value: Any) -> str:
+    """sha256 of the canonical JSON of `value`."""
+    return sha256_text(canonical_json(value))
+
+
+def parse_number(value: Any) -> Any:
+    """Read back a number written by this module ("inf", "-inf", "nan" → floats)."""
+    if isinstance(value, str) and value in NON_FINITE:
+        return NON_FINITE[value]
+    return value

@@ -1,0 +1,466 @@
+"""Pydantic models for the scenario, the audit plan, perturbation axes and the run result.
+
+Keys are camelCase in documents (`seedPath`, `personaFormat`) and snake_case in Python; dotted axis
+targets address the document form. Unknown keys are rejected everywhere.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveInt,
+    field_validator,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+from .canonical import parse_number
+
+SCHEMA_VERSION = 1
+
+JsonValue = Any
+
+
+class Model(BaseModel):
+    """Base for every document model: camelCase keys, no unknown keys, aliases on output."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        alias_generator=to_camel,
+        validate_by_alias=True,
+        # Python code builds models with field names (Cost(llm_calls=...)); documents must use
+        # the camelCase keys, which `model_validate` below enforces.
+        validate_by_name=True,
+        serialize_by_alias=True,
+        validate_assignment=False,
+    )
+
+    @classmethod
+    def model_validate(
+        cls,
+        obj: Any,
+        *,
+        strict: bool | None = None,
+        from_attributes: bool | None = None,
+        context: Any | None = None,
+        by_alias: bool | None = None,
+        by_name: bool | None = None,
+        **kwargs: Any,
+    ) -> Self:
+        """Validate a document: keys must be the camelCase aliases unless `by_name` says so."""
+        return super().model_validate(
+            obj,
+            strict=strict,
+            from_attributes=from_attributes,
+            context=context,
+            by_alias=True if by_alias is None else by_alias,
+            by_name=False if by_name is None else by_name,
+            **kwargs,
+        )
+
+    def to_doc(self) -> dict[str, Any]:
+        """The document (JSON) form, with every default filled in."""
+        return self.model_dump(mode="json", by_alias=True)
+
+
+# --------------------------------------------------------------------------- population
+
+
+class CategoricalField(Model):
+    """A persona field drawn from a list of values, optionally weighted."""
+
+    kind: Literal["categorical"] = Field("categorical", description="Sampling rule.")
+    values: list[str | int | float | bool] = Field(
+        ..., min_length=1, description="The values the field can take."
+    )
+    weights: list[float] | None = Field(
+        None, description="Relative weights, one per value; equal weights when omitted."
+    )
+
+    @model_validator(mode="after")
+    def _weights_match(self) -> CategoricalField:
+        if self.weights is not None:
+            if len(self.weights) != len(self.values):
+                raise ValueError(
+                    f"weights has {len(self.weights)} entries but values has {len(self.values)}"
+                )
+            if any(w < 0 or not math.isfinite(w) for w in self.weights) or sum(self.weights) <= 0:
+                raise ValueError("weights must be finite, non-negative and not all zero")
+        return self
+
+
+class UniformField(Model):
+    """A numeric persona field drawn uniformly from [low, high]."""
+
+    kind: Literal["uniform"] = Field(description="Sampling rule.")
+    low: float = Field(description="Lower bound.")
+    high: float = Field(description="Upper bound.")
+    integer: bool = Field(False, description="Draw whole numbers (both bounds included).")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> UniformField:
+        if self.high < self.low:
+            raise ValueError("high must not be below low")
+        return self
+
+
+class NormalField(Model):
+    """A numeric persona field drawn from a normal distribution, clipped to optional bounds."""
+
+    kind: Literal["normal"] = Field(description="Sampling rule.")
+    mean: float = Field(description="Mean.")
+    sd: float = Field(ge=0, description="Standard deviation.")
+    low: float | None = Field(None, description="Clip draws below this value.")
+    high: float | None = Field(None, description="Clip draws above this value.")
+
+
+class ConstantField(Model):
+    """A persona field with the same value for every agent."""
+
+    kind: Literal["constant"] = Field(description="Sampling rule.")
+    value: str | int | float | bool = Field(description="The value.")
+
+
+FieldSpec = Annotated[
+    CategoricalField | UniformField | NormalField | ConstantField, Field(discriminator="kind")
+]
+
+
+class Population(Model):
+    """Who takes part: how many agents and how their persona fields are sampled."""
+
+    n: int = Field(2, ge=1, le=1_000_000, description="Number of agents.")
+    fields: dict[str, FieldSpec] = Field(
+        default_factory=dict,
+        description=(
+            "Persona fields by name. A plain list is shorthand for a categorical field, a scalar "
+            "for a constant."
+        ),
+    )
+
+    @field_validator("fields", mode="before")
+    @classmethod
+    def _shorthand(cls, value: Any) -> Any:
+        if not isinstance(value, dict):
+            return value
+        out: dict[str, Any] = {}
+        for name, spec in value.items():
+            if isinstance(spec, list):
+                out[name] = {"kind": "categorical", "values": spec}
+            elif isinstance(spec, (str, int, float, bool)):
+                out[name] = {"kind": "constant", "value": spec}
+            elif isinstance(spec, dict) and "kind" not in spec and "values" in spec:
+                out[name] = {"kind": "categorical", **spec}
+            else:
+                out[name] = spec
+        return out
+
+
+# --------------------------------------------------------------------------- model access
+
+
+class LLMConfig(Model):
+    """Which provider and model make the agents' decisions."""
+
+    provider: str = Field(
+        "offline", min_length=1, description="Provider name: offline (embedded) or openai."
+    )
+    model: str = Field(
+        "offline-base", min_length=1, description="Model name; offline accepts any name."
+    )
+    temperature: float = Field(
+        0.7, ge=0, le=2, description="Sampling temperature; forced to 0 inside an audit."
+    )
+    max_tokens: int = Field(64, ge=1, description="Completion token limit per decision.")
+    max_prompt_tokens: int = Field(
+        8192, ge=16, description="Prompt token limit; longer prompts fail the decision."
+    )
+    base_url: str | None = Field(None, description="Endpoint for HTTP providers.")
+    api_key_env: str | None = Field(
+        None, description="Name of the environment variable that holds the API key."
+    )
+    timeout_seconds: float = Field(60.0, gt=0, description="Per-request timeout.")
+
+
+class PromptConfig(Model):
+    """How the same content is written for the model (the representation axes)."""
+
+    persona_format: Literal["prose", "bullets", "table"] = Field(
+        "prose", description="How the persona is written."
+    )
+    instruction_order: Literal["persona_first", "instructions_first"] = Field(
+        "persona_first", description="Whether the persona or the task instructions come first."
+    )
+    memory_representation: Literal["transcript", "json", "bullets"] = Field(
+        "transcript", description="How remembered events are written."
+    )
+    role_placement: Literal["system", "user"] = Field(
+        "system", description="Whether the role lives in the system turn or the user turn."
+    )
+
+
+class PolicyConfig(Model):
+    """The activation policy: who acts in each step."""
+
+    name: str = Field("all", min_length=1, description="all, bernoulli or round_robin.")
+    options: dict[str, JsonValue] = Field(
+        default_factory=dict, description="Policy options, e.g. p for bernoulli."
+    )
+
+
+Component = Literal["instructions", "memory", "goals"]
+ALL_COMPONENTS: tuple[Component, ...] = ("instructions", "memory", "goals")
+
+
+class ExecutorOptions(Model):
+    """What an executor gives the agents it drives."""
+
+    components: list[Component] = Field(
+        default_factory=lambda: list(ALL_COMPONENTS),
+        description="Internal components included in the agent's prompt.",
+    )
+    params: dict[str, JsonValue] = Field(
+        default_factory=dict, description="Options of a rule executor."
+    )
+
+
+class ExecutorConfig(Model):
+    """Which agents are driven by what: a language model or a fixed rule."""
+
+    kind: Literal["llm", "rule"] = Field("llm", description="llm or rule.")
+    agents: Literal["all", "rest"] | list[int] = Field(
+        "all",
+        description="Agent indices, 'all', or 'rest' for every agent no other executor names.",
+    )
+    rule: str | None = Field(None, description="Rule name for kind: rule (e.g. tit_for_tat).")
+    options: ExecutorOptions = Field(
+        default_factory=ExecutorOptions, description="Components and rule options."
+    )
+
+    @model_validator(mode="after")
+    def _rule_named(self) -> ExecutorConfig:
+        if self.kind == "rule" and not self.rule:
+            raise ValueError("a rule executor needs `rule`")
+        if self.kind == "llm" and self.rule:
+            raise ValueError("`rule` is only for kind: rule")
+        return self
+
+
+class Hypothesis(Model):
+    """What the study expects: a direction per metric and optional target distributions."""
+
+    outcomes: dict[str, Literal["increase", "decrease"]] = Field(
+        default_factory=dict, description="Metric name → expected direction."
+    )
+    target_distribution: dict[str, dict[str, float]] | None = Field(
+        None, description="Distribution name → category → probability."
+    )
+
+    @field_validator("target_distribution")
+    @classmethod
+    def _probabilities(
+        cls, value: dict[str, dict[str, float]] | None
+    ) -> dict[str, dict[str, float]] | None:
+        if value is None:
+            return value
+        for name, dist in value.items():
+            if not dist:
+                raise ValueError(f"target distribution {name!r} has no categories")
+            if any(p < 0 or not math.isfinite(p) for p in dist.values()):
+                raise ValueError(f"target distribution {name!r} has a negative or non-finite value")
+            if sum(dist.values()) <= 0:
+                raise ValueError(f"target distribution {name!r} sums to zero")
+        return value
+
+
+class SimulatorConfig(Model):
+    """An external simulator run as a command instead of a built-in world."""
+
+    command: list[str] = Field(
+        ...,
+        min_length=1,
+        description=(
+            "Program and arguments; simreport appends --config, --seed and --out. Arguments that "
+            "name files next to the scenario are resolved there and hashed into the manifest."
+        ),
+    )
+    timeout_seconds: float = Field(300.0, gt=0, description="Kill the command after this long.")
+    metrics: list[str] = Field(default_factory=list, description="Metric names it reports.")
+    distributions: list[str] = Field(
+        default_factory=list, description="Distribution names it reports."
+    )
+
+
+class Scenario(Model):
+    """One simulated world, ready for the kernel."""
+
+    name: str | None = Field(None, description="A short name for reports.")
+    description: str | None = Field(None, description="Free text.")
+    world: str | None = Field(
+        None, description="Built-in world: prisoners_dilemma, echo_chamber, refund_desk."
+    )
+    simulator: SimulatorConfig | None = Field(
+        None, description="External simulator, instead of `world`."
+    )
+    steps: int = Field(10, ge=1, le=100_000, description="Number of steps (rounds, ticks).")
+    seed: int = Field(0, ge=0, description="Root seed of the run.")
+    seed_path: list[int] = Field(
+        default_factory=list, description="Seed lineage: indices appended by the harness."
+    )
+    replication_id: int | None = Field(None, ge=0, description="Replication index, set by audits.")
+    population: Population = Field(default_factory=Population, description="The agents.")
+    llm: LLMConfig = Field(default_factory=LLMConfig, description="Provider and model.")
+    prompt: PromptConfig = Field(default_factory=PromptConfig, description="Prompt representation.")
+    policy: PolicyConfig = Field(default_factory=PolicyConfig, description="Activation policy.")
+    executors: list[ExecutorConfig] = Field(
+        default_factory=lambda: [ExecutorConfig()],
+        min_length=1,
+        description="What drives each agent.",
+    )
+    params: dict[str, JsonValue] = Field(
+        default_factory=dict, description="World parameters (validated by the world)."
+    )
+    hypothesis: Hypothesis | None = Field(None, description="Expected directions and targets.")
+
+    @model_validator(mode="after")
+    def _one_engine(self) -> Scenario:
+        if (self.world is None) == (self.simulator is None):
+            raise ValueError("give exactly one of `world` and `simulator`")
+        return self
+
+
+# --------------------------------------------------------------------------- plan
+
+
+class PerturbationAxis(Model):
+    """One design choice or wording the audit varies."""
+
+    id: str = Field(
+        ..., min_length=1, pattern=r"^[^|=@]+$", description="Axis id (no '|', '=' or '@')."
+    )
+    level: Literal["micro", "meso", "macro"] = Field(description="TRAILS level.")
+    kind: Literal["design", "representation"] = Field(description="Design or representation.")
+    dimension: str = Field(..., min_length=1, description="TRAILS dimension, free text.")
+    target: str = Field(..., min_length=1, description="Dotted path into the scenario.")
+    levels: list[JsonValue] = Field(..., min_length=1, description="One condition per level.")
+    code: str | None = Field(None, description="TRAILS code (D1–D8, R1–R5) when from the catalogue.")
+
+
+class AuditPlan(Model):
+    """What to perturb, how often, with which models, and what to compare."""
+
+    id: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+        description="Plan id; defaults to the plan file's folder name.",
+    )
+    title: str | None = Field(None, description="Human title for reports.")
+    base_scenario: str | None = Field(
+        None, description="Base scenario file, relative to the plan file."
+    )
+    base: dict[str, JsonValue] | None = Field(None, description="Inline base scenario.")
+    hypothesis: Hypothesis | None = Field(None, description="Overrides the scenario's hypothesis.")
+    axes: list[PerturbationAxis] = Field(default_factory=list, description="Perturbation axes.")
+    design: Literal["one_at_a_time", "full_factorial"] = Field(
+        "one_at_a_time", description="How axes combine into conditions."
+    )
+    replications: PositiveInt = Field(1, description="Runs per condition.")
+    models: list[Annotated[str, Field(min_length=1)]] = Field(
+        default_factory=list, description="Models; each becomes a variant of every condition."
+    )
+    metrics: list[str] = Field(default_factory=list, description="Metrics to compare.")
+    claim_type: Literal["exploratory", "mechanism", "policy"] = Field(
+        "exploratory", description="Policy claims need micro, meso and macro axes to be strong."
+    )
+    concurrency: PositiveInt = Field(1, description="Runs in flight; not part of the hash.")
+    include_incomplete: bool = Field(
+        False, description="Let failed or incomplete runs into the statistics."
+    )
+
+    @model_validator(mode="after")
+    def _one_base(self) -> AuditPlan:
+        if (self.base_scenario is None) == (self.base is None):
+            raise ValueError("give exactly one of `baseScenario` and `base`")
+        ids = [a.id for a in self.axes]
+        dupes = sorted({i for i in ids if ids.count(i) > 1})
+        if dupes:
+            raise ValueError(f"axis ids must be unique; repeated: {', '.join(dupes)}")
+        if len(set(self.models)) != len(self.models):
+            raise ValueError("models must not repeat")
+        return self
+
+
+# --------------------------------------------------------------------------- run result
+
+
+Execution = Literal["completed", "crashed", "cancelled"]
+Validity = Literal["valid", "violated", "unchecked"]
+Evidence = Literal["complete", "partial", "unchecked"]
+
+
+class RunStatus(Model):
+    """Three independent statuses: did it finish, did it keep its rules, is its evidence whole."""
+
+    execution: Execution = Field(description="completed, crashed or cancelled.")
+    validity: Validity = Field(description="valid, violated or unchecked.")
+    evidence: Evidence = Field(description="complete, partial or unchecked.")
+
+
+class Integrity(Model):
+    """Whether the run produced everything it should, with the counters that say so."""
+
+    complete: bool = Field(description="True when nothing was lost or substituted.")
+    counters: dict[str, int] = Field(default_factory=dict, description="Counted facts.")
+
+
+class Cost(Model):
+    """What the run spent on language models."""
+
+    llm_calls: int = Field(0, ge=0, description="Provider calls made (cache hits excluded).")
+    prompt_tokens: int = Field(0, ge=0, description="Prompt tokens.")
+    completion_tokens: int = Field(0, ge=0, description="Completion tokens.")
+
+
+class FailureInfo(Model):
+    """Why a run failed."""
+
+    stage: str = Field(description="Where it failed (loading, running, collecting, …).")
+    type: str = Field(description="Error type.")
+    message: str = Field(description="What happened.")
+
+
+def _number(value: Any) -> Any:
+    return parse_number(value)
+
+
+class RunResult(Model):
+    """The contract of result.json (SPEC §4)."""
+
+    schema_version: Literal[1] = Field(1, description="Result schema version.")
+    condition: str = Field(description="Condition id.")
+    replication: int = Field(ge=0, description="Replication index.")
+    seed_path: list[int] = Field(description="Seed lineage of this run.")
+    status: RunStatus = Field(description="Execution, validity, evidence.")
+    metrics: dict[str, float] = Field(default_factory=dict, description="Metric values.")
+    distributions: dict[str, dict[str, int]] = Field(
+        default_factory=dict, description="Distribution → category → count."
+    )
+    integrity: Integrity = Field(description="Completeness and counters.")
+    cost: Cost = Field(default_factory=Cost, description="LLM calls and tokens.")
+    failure: FailureInfo | None = Field(None, description="Set when the run failed.")
+
+    @field_validator("metrics", mode="before")
+    @classmethod
+    def _non_finite(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: _number(v) for k, v in value.items()}
+        return value
+
+    @property
+    def succeeded(self) -> bool:
+        return self.status.execution == "completed" and self.failure is None

@@ -1,0 +1,282 @@
+"""Running an audit: every replication of every condition through the kernel, in a pool of worker
+processes, each into its own run directory. A failed or crashed run is recorded as data and never
+stops the audit.
+
+Layout of the audit directory written here:
+    plan.json          the normalised plan, its `hash`, `planFile` and `providerOverride`
+    conditions.json    one entry per condition in plan order (see `Condition.to_doc`)
+    runs/<dir>/<r>/    scenario.json, manifest.json, events.jsonl, result.json (SPEC §4)
+Run directories of conditions no longer in the plan are left where they are: the analysis reads
+only the conditions listed in conditions.json, and deleting data is the user's decision.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..core.canonical import pretty_json
+from ..core.files import read_json, write_atomic, write_json
+from ..core.schema import RunResult, Scenario
+from ..kernel import kernel_fingerprint, run_scenario
+from .conditions import Condition, build_conditions, replication_scenarios
+from .plan import LoadedPlan
+
+Progress = Callable[[int, int], None]
+
+# A job that was still unfinished when a worker pool broke this many times is run alone, so a
+# run that kills its worker process is recorded as crashed without taking others down with it.
+_POOL_ATTEMPTS = 2
+
+
+@dataclass(frozen=True)
+class AuditRun:
+    """What `run_audit` did: the conditions and one result per (condition, replication), in plan
+    order."""
+
+    out_dir: Path
+    conditions: list[Condition]
+    results: list[tuple[Condition, int, RunResult]]
+
+    @property
+    def failed(self) -> int:
+        """Runs that did not complete."""
+        return sum(1 for _, _, result in self.results if not result.succeeded)
+
+
+@dataclass(frozen=True)
+class _Job:
+    """One run, in a form that crosses process boundaries cheaply."""
+
+    index: int
+    condition: str
+    replication: int
+    scenario: dict[str, Any]
+    out_dir: str
+    asset_root: str
+    provider: str | None
+
+
+def run_dir(out_dir: Path, condition: Condition, replication: int) -> Path:
+    """Where one replication of a condition runs: `out_dir/runs/<condition dir>/<replication>`."""
+    return out_dir / "runs" / condition.dir / str(replication)
+
+
+def plan_document(loaded: LoadedPlan, provider: str | None = None) -> dict[str, Any]:
+    """The content of plan.json: the normalised plan plus `hash`, `planFile` (as given to
+    load_plan) and `providerOverride` (the provider every run was forced to, or null). Only the
+    normalised part is hashed."""
+    doc = loaded.normalised()
+    doc["hash"] = loaded.hash
+    doc["planFile"] = str(loaded.plan_file)
+    doc["providerOverride"] = provider
+    return doc
+
+
+def conditions_document(
+    loaded: LoadedPlan, conditions: Iterable[Condition]
+) -> list[dict[str, Any]]:
+    """The content of conditions.json: one entry per condition, in plan order."""
+    return [c.to_doc(loaded.plan.replications) for c in conditions]
+
+
+def run_audit(
+    loaded: LoadedPlan,
+    out_dir: str | Path,
+    *,
+    provider: str | None = None,
+    concurrency: int | None = None,
+    progress: Progress | None = None,
+    reuse: bool = False,
+) -> AuditRun:
+    """Write plan.json and conditions.json, then run every replication of every condition.
+
+    `provider` forces every run onto that provider; `concurrency` (default: the plan's) is the
+    number of worker processes, 1 runs in this process. `progress(done, total)` is called once
+    with 0 before the first run and after each run finishes (in completion order). With `reuse`,
+    a replication whose completed result.json exists, whose scenario.json is byte-identical to the
+    one it would run and whose manifest names the current kernel fingerprint is not run again.
+    """
+    out = Path(out_dir)
+    conditions = build_conditions(loaded)
+    _write_if_changed(out / "plan.json", pretty_json(plan_document(loaded, provider)))
+    _write_if_changed(out / "conditions.json", pretty_json(conditions_document(loaded, conditions)))
+
+    slots: list[tuple[Condition, int]] = []
+    jobs: list[_Job] = []
+    results: dict[int, RunResult] = {}
+    for condition in conditions:
+        for r, scenario in enumerate(replication_scenarios(condition, loaded.plan.replications)):
+            index = len(slots)
+            slots.append((condition, r))
+            target = run_dir(out, condition, r)
+            reused = _reusable(target, scenario, provider, condition.id, r) if reuse else None
+            if reused is not None:
+                results[index] = reused
+                continue
+            jobs.append(
+                _Job(
+                    index=index,
+                    condition=condition.id,
+                    replication=r,
+                    scenario=scenario.to_doc(),
+                    out_dir=str(target),
+                    asset_root=str(loaded.asset_root),
+                    provider=provider,
+                )
+            )
+
+    total = len(slots)
+    done = len(results)
+
+    def record(index: int, result: RunResult) -> None:
+        nonlocal done
+        results[index] = result
+        done += 1
+        if progress is not None:
+            progress(done, total)
+
+    if progress is not None:
+        progress(done, total)
+    workers = concurrency if concurrency is not None else loaded.plan.concurrency
+    if workers < 1:
+        raise ValueError("concurrency must be at least 1")
+    if workers == 1 or len(jobs) <= 1:
+        for job in jobs:
+            record(job.index, _run_guarded(job))
+    else:
+        _run_pooled(jobs, workers, record)
+
+    ordered = [(condition, r, results[i]) for i, (condition, r) in enumerate(slots)]
+    return AuditRun(out_dir=out, conditions=conditions, results=ordered)
+
+
+# --------------------------------------------------------------------------- running jobs
+
+
+def _execute(job: _Job) -> dict[str, Any]:
+    """Worker entry point (also used in-process): run one job, return result.json's content."""
+    result = run_scenario(
+        Scenario.model_validate(job.scenario),
+        Path(job.out_dir),
+        condition=job.condition,
+        replication=job.replication,
+        asset_root=Path(job.asset_root),
+        provider=job.provider,
+    )
+    return result.to_doc()
+
+
+def _run_guarded(job: _Job) -> RunResult:
+    try:
+        return RunResult.model_validate(_execute(job))
+    except Exception as exc:  # the kernel should not raise; if it does, record it
+        return _harness_failure(job, type(exc).__name__, str(exc) or type(exc).__name__)
+
+
+def _run_pooled(jobs: list[_Job], workers: int, record: Callable[[int, RunResult], None]) -> None:
+    breaks: dict[int, int] = {}
+    queue = list(jobs)
+    alone: list[_Job] = []
+    while queue:
+        unfinished = _pool_round(queue, workers, record)
+        queue = []
+        for job in unfinished:
+            breaks[job.index] = breaks.get(job.index, 0) + 1
+            (alone if breaks[job.index] >= _POOL_ATTEMPTS else queue).append(job)
+    for job in alone:
+        # Alone in a fresh one-worker pool: if this pool breaks, this job broke it.
+        if _pool_round([job], 1, record):
+            record(
+                job.index,
+                _harness_failure(
+                    job, "WorkerCrashed", "the worker process running this replication died"
+                ),
+            )
+
+
+def _pool_round(
+    jobs: list[_Job], workers: int, record: Callable[[int, RunResult], None]
+) -> list[_Job]:
+    """Run `jobs` in a fresh pool; return the jobs left unfinished if the pool broke."""
+    unfinished: list[_Job] = []
+    context = multiprocessing.get_context("spawn")
+    pool = ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=context)
+    try:
+        futures: dict[Future[dict[str, Any]], _Job] = {pool.submit(_execute, j): j for j in jobs}
+        for future in as_completed(futures):
+            job = futures[future]
+            try:
+                record(job.index, RunResult.model_validate(future.result()))
+            except BrokenProcessPool:
+                unfinished.append(job)
+            except Exception as exc:  # a raising worker is one failed run
+                record(
+                    job.index,
+                    _harness_failure(job, type(exc).__name__, str(exc) or type(exc).__name__),
+                )
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+    unfinished.sort(key=lambda j: j.index)
+    return unfinished
+
+
+def _harness_failure(job: _Job, kind: str, message: str) -> RunResult:
+    """A crashed result for a run the kernel could not report on; also written as result.json
+    so the run directory says what happened."""
+    result = RunResult.model_validate(
+        {
+            "condition": job.condition,
+            "replication": job.replication,
+            "seedPath": list(job.scenario.get("seedPath", [])),
+            "status": {"execution": "crashed", "validity": "unchecked", "evidence": "unchecked"},
+            "integrity": {"complete": False, "counters": {}},
+            "failure": {"stage": "harness", "type": kind, "message": message},
+        }
+    )
+    with contextlib.suppress(OSError):
+        write_json(Path(job.out_dir) / "result.json", result.to_doc())
+    return result
+
+
+# --------------------------------------------------------------------------- files
+
+
+def _write_if_changed(path: Path, text: str) -> None:
+    """Leave an identical file untouched, so its modification time (which make-like workflows
+    read) only moves when its content does."""
+    try:
+        if path.read_text(encoding="utf-8") == text:
+            return
+    except (FileNotFoundError, UnicodeDecodeError):
+        pass
+    write_atomic(path, text)
+
+
+def _reusable(
+    target: Path, scenario: Scenario, provider: str | None, condition_id: str, replication: int
+) -> RunResult | None:
+    """The earlier result of this exact run, if it can stand in for running it again."""
+    if provider is not None:
+        scenario = scenario.model_copy(
+            update={"llm": scenario.llm.model_copy(update={"provider": provider})}
+        )
+    try:
+        if (target / "scenario.json").read_text(encoding="utf-8") != pretty_json(scenario.to_doc()):
+            return None
+        manifest = read_json(target / "manifest.json")
+        if manifest.get("kernelFingerprint") != kernel_fingerprint(scenario.world):
+            return None
+        result = RunResult.model_validate(read_json(target / "result.json"))
+    except (OSError, ValueError, AttributeError):
+        return None
+    same_run = result.condition == condition_id and result.replication == replication
+    return result if same_run and result.succeeded else None

@@ -1,0 +1,367 @@
+"""The engine: validate a scenario fully, and run one scenario into a run directory.
+
+A run never raises to its caller: whatever goes wrong becomes `failure` in result.json, with the
+stage it happened in. Every file is written atomically, and result.json last, so a directory with a
+result.json is a finished run and one without is not.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+import traceback
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+from ..core.canonical import canonical_json, pretty_json, sha256_bytes
+from ..core.errors import InputError, RunError, SchemaError, ValidationIssue, join_path
+from ..core.files import Document, load_document, write_atomic, write_json
+from ..core.schema import (
+    SCHEMA_VERSION,
+    Cost,
+    FailureInfo,
+    Integrity,
+    RunResult,
+    RunStatus,
+    Scenario,
+)
+from ..core.validation import issues_from, validate_model
+from .context import RunContext, assign_executors
+from .events import EventLog
+from .policies import POLICIES
+from .providers import PROVIDERS, make_provider
+from .rules import RULES
+from .world import World
+from .worlds import WORLDS
+
+KERNEL_VERSION = "1"
+
+
+@dataclass
+class LoadedScenario:
+    scenario: Scenario
+    asset_root: Path
+    document: Document
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def validate_scenario(
+    data: Any,
+    *,
+    file: str | Path | None = None,
+    document: Document | None = None,
+    prefix: str = "",
+    check_provider: bool = True,
+) -> Scenario:
+    """Validate a scenario document completely: the schema, then the world's parameters, the
+    policy's options and the executors' rules, each normalised with its defaults.
+
+    Raises SchemaError (or InputError) located in `file` at the dotted path of the first problem.
+    """
+    where = file or (document.path if document is not None else None)
+
+    def fail(path: str, message: str, expected: str | None = None) -> SchemaError:
+        full = join_path(prefix, path) if prefix else path
+        line = document.line_of(full) if document is not None else None
+        return SchemaError(
+            [ValidationIssue(path, message, expected)], file=where, line=line, prefix=prefix
+        )
+
+    if not isinstance(data, Mapping):
+        raise fail("", "a scenario must be a mapping", "a mapping of scenario keys")
+    scenario = validate_model(Scenario, dict(data), file=where, document=document, prefix=prefix)
+
+    if scenario.world is not None:
+        if scenario.world not in WORLDS:
+            raise fail("world", f"unknown world {scenario.world!r}", "one of " + ", ".join(WORLDS))
+        world_cls = WORLDS.get(scenario.world)
+        params = _validate_part(world_cls.Params, scenario.params, "params", fail)
+        scenario.params = params.model_dump(mode="json", by_alias=True)
+        for path, message in world_cls.check(scenario, params):
+            raise fail(path, message)
+    elif scenario.params:
+        # External simulators receive params as given.
+        pass
+
+    if scenario.policy.name not in POLICIES:
+        raise fail(
+            "policy.name",
+            f"unknown activation policy {scenario.policy.name!r}",
+            "one of " + ", ".join(POLICIES),
+        )
+    policy_cls = POLICIES.get(scenario.policy.name)
+    options = _validate_part(policy_cls.Options, scenario.policy.options, "policy.options", fail)
+    scenario.policy.options = options.model_dump(mode="json", by_alias=True)
+
+    for e, executor in enumerate(scenario.executors):
+        if executor.kind == "rule" and executor.rule not in RULES:
+            raise fail(
+                f"executors.{e}.rule",
+                f"unknown rule {executor.rule!r}",
+                "one of " + ", ".join(RULES),
+            )
+    try:
+        assign_executors(scenario)
+    except RunError as exc:
+        raise fail("executors", exc.message) from None
+
+    uses_llm = any(e.kind == "llm" for e in scenario.executors)
+    if check_provider and uses_llm and scenario.llm.provider not in PROVIDERS:
+        raise fail(
+            "llm.provider",
+            f"unknown provider {scenario.llm.provider!r}",
+            "one of " + ", ".join(PROVIDERS),
+        )
+    return scenario
+
+
+def _validate_part(model: Any, data: Any, path: str, fail: Any) -> Any:
+    from pydantic import ValidationError
+
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        issue = issues_from(exc)[0]
+        raise fail(join_path(path, issue.path), issue.message, issue.expected) from None
+
+
+def load_scenario(path: str | Path) -> LoadedScenario:
+    """Read and validate a scenario file; its folder is where its relative asset paths resolve."""
+    document = load_document(path)
+    scenario = validate_scenario(document.data, document=document)
+    return LoadedScenario(scenario, Path(path).resolve().parent, document)
+
+
+def scenario_outputs(scenario: Scenario) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The metric and distribution names a scenario's world (or simulator) reports."""
+    if scenario.simulator is not None:
+        return tuple(scenario.simulator.metrics), tuple(scenario.simulator.distributions)
+    world = WORLDS.get(scenario.world or "", path="world")
+    return tuple(world.metrics), tuple(world.distributions)
+
+
+# --------------------------------------------------------------------------- fingerprints
+
+
+def _source_hash(paths: list[Path]) -> str:
+    digest = hashlib.sha256()
+    for p in sorted(paths):
+        digest.update(p.name.encode())
+        digest.update(b"\0")
+        digest.update(p.read_bytes())
+    return digest.hexdigest()
+
+
+def kernel_fingerprint(world: str | None) -> str:
+    """sha256 over the kernel's own sources and the world's module: a code change to either makes
+    earlier runs out of date (the workflow passes this as a parameter of the run jobs)."""
+    here = Path(__file__).resolve().parent
+    files = [p for p in here.glob("*.py")] + [p for p in (here / "providers").glob("*.py")]
+    if world is not None and world in WORLDS:
+        module = sys.modules[WORLDS.get(world).__module__]
+        if module.__file__:
+            files.append(Path(module.__file__))
+    return _source_hash(files)
+
+
+def asset_files(scenario: Scenario, asset_root: Path | None) -> dict[str, Path]:
+    """Files next to the scenario that it references (external simulator scripts)."""
+    found: dict[str, Path] = {}
+    if scenario.simulator is None or asset_root is None:
+        return found
+    for arg in scenario.simulator.command:
+        candidate = (asset_root / arg) if not Path(arg).is_absolute() else Path(arg)
+        if "/" in arg or "." in arg:
+            if candidate.is_file():
+                found[arg] = candidate.resolve()
+    return found
+
+
+# --------------------------------------------------------------------------- running
+
+
+def run_scenario(
+    scenario: Scenario,
+    out_dir: str | Path,
+    *,
+    condition: str = "scenario",
+    replication: int | None = None,
+    asset_root: str | Path | None = None,
+    provider: str | None = None,
+    keep_events: bool = True,
+) -> RunResult:
+    """Run one scenario into `out_dir` and return its result; never raises for run failures."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    # A stale result.json from an earlier run must not survive a rerun that is killed midway.
+    (out / "result.json").unlink(missing_ok=True)
+    root = Path(asset_root).resolve() if asset_root is not None else None
+    rep = replication if replication is not None else (scenario.replication_id or 0)
+    if provider is not None:
+        scenario = scenario.model_copy(
+            update={"llm": scenario.llm.model_copy(update={"provider": provider})}
+        )
+    events = EventLog(keep=keep_events)
+    stage = "loading"
+    ctx: RunContext | None = None
+    result: RunResult
+    try:
+        doc = scenario.to_doc()
+        write_atomic(out / "scenario.json", pretty_json(doc))
+        assets = asset_files(scenario, root)
+        manifest = {
+            "schemaVersion": SCHEMA_VERSION,
+            "kernelVersion": KERNEL_VERSION,
+            "simreportVersion": __version__,
+            "kernelFingerprint": kernel_fingerprint(scenario.world),
+            "scenarioSha256": sha256_bytes(canonical_json(doc).encode()),
+            "assets": {name: sha256_bytes(path.read_bytes()) for name, path in assets.items()},
+            "assetRoot": str(root) if root is not None else None,
+            "world": scenario.world,
+            "provider": scenario.llm.provider,
+            "model": scenario.llm.model,
+            "temperature": scenario.llm.temperature,
+            "seed": scenario.seed,
+            "seedPath": list(scenario.seed_path),
+            "condition": condition,
+            "replication": rep,
+        }
+        write_json(out / "manifest.json", manifest)
+        events.emit("run_started", None, 0, {"condition": condition, "replication": rep})
+        if scenario.simulator is not None:
+            from .external import run_external
+
+            stage = "running"
+            result = run_external(scenario, out, condition=condition, replication=rep, root=root)
+        else:
+            stage = "initializing"
+            world_cls = WORLDS.get(scenario.world or "", path="world")
+            params = world_cls.Params.model_validate(scenario.params)
+            policy_cls = POLICIES.get(scenario.policy.name, path="policy.name")
+            policy = policy_cls(
+                policy_cls.Options.model_validate(scenario.policy.options), scenario.population.n
+            )
+            uses_llm = any(e.kind == "llm" for e in scenario.executors)
+            llm = make_provider(scenario.llm) if uses_llm else None
+            ctx = RunContext(
+                scenario, params, provider=llm, policy=policy, events=events, asset_root=root
+            )
+            world: World = world_cls(ctx, params)
+            stage = "running"
+            try:
+                outcome = world.run()
+            finally:
+                if llm is not None:
+                    llm.close()
+            stage = "collecting"
+            result = _completed(scenario, ctx, condition, rep, outcome.metrics, outcome.distributions)
+    except Exception as exc:  # noqa: BLE001 - failure is data: every error becomes the result
+        result = _crashed(scenario, ctx, condition, rep, stage, exc)
+    events.emit(
+        "run_finished",
+        None,
+        ctx.step if ctx is not None else 0,
+        {"execution": result.status.execution, "failure": result.failure is not None},
+    )
+    try:
+        events.write(out / "events.jsonl")
+    except OSError:
+        pass
+    write_json(out / "result.json", result.to_doc())
+    return result
+
+
+def _counters(ctx: RunContext | None) -> dict[str, int]:
+    if ctx is None:
+        return {}
+    return {k: int(v) for k, v in sorted(ctx.counters.items())}
+
+
+def _cost(ctx: RunContext | None) -> Cost:
+    if ctx is None:
+        return Cost()
+    return Cost(
+        llm_calls=ctx.counters["llmCalls"],
+        prompt_tokens=ctx.prompt_tokens,
+        completion_tokens=ctx.completion_tokens,
+    )
+
+
+def _completed(
+    scenario: Scenario,
+    ctx: RunContext,
+    condition: str,
+    rep: int,
+    metrics: Mapping[str, float],
+    distributions: Mapping[str, Mapping[str, int]],
+) -> RunResult:
+    lost = ctx.lost_decisions
+    complete = lost == 0
+    return RunResult(
+        condition=condition,
+        replication=rep,
+        seed_path=list(scenario.seed_path),
+        status=RunStatus(
+            execution="completed",
+            validity="unchecked",
+            evidence="complete" if complete else "partial",
+        ),
+        metrics={k: float(v) for k, v in metrics.items()},
+        distributions={k: {c: int(n) for c, n in d.items()} for k, d in distributions.items()},
+        integrity=Integrity(complete=complete, counters=_counters(ctx)),
+        cost=_cost(ctx),
+        failure=None,
+    )
+
+
+def _crashed(
+    scenario: Scenario,
+    ctx: RunContext | None,
+    condition: str,
+    rep: int,
+    stage: str,
+    exc: BaseException,
+) -> RunResult:
+    if isinstance(exc, RunError):
+        kind, message, stage = exc.kind, exc.message, exc.stage or stage
+    elif isinstance(exc, InputError):
+        kind, message = type(exc).__name__, exc.one_line()
+    else:
+        kind = type(exc).__name__
+        tail = traceback.format_exception_only(type(exc), exc)[-1].strip()
+        message = tail
+    return RunResult(
+        condition=condition,
+        replication=rep,
+        seed_path=list(scenario.seed_path),
+        status=RunStatus(execution="crashed", validity="unchecked", evidence="partial"),
+        metrics={},
+        distributions={},
+        integrity=Integrity(complete=False, counters=_counters(ctx)),
+        cost=_cost(ctx),
+        failure=FailureInfo(stage=stage, type=kind, message=message),
+    )
+
+
+def read_result(run_dir: str | Path) -> RunResult:
+    """Read a run directory's result.json."""
+    from ..core.files import read_json
+
+    return RunResult.model_validate(read_json(Path(run_dir) / "result.json"))
+
+
+__all__ = [
+    "KERNEL_VERSION",
+    "LoadedScenario",
+    "kernel_fingerprint",
+    "load_scenario",
+    "read_result",
+    "run_scenario",
+    "scenario_outputs",
+    "validate_scenario",
+]

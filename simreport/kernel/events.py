@@ -1,0 +1,45 @@
+"""The append-only event log of one run: facts with a sequence number, logical and wall time."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from ..core.canonical import to_plain
+from ..core.files import write_atomic
+
+
+class EventLog:
+    """Collects events in memory and writes events.jsonl once, atomically, at the end of a run.
+
+    `wall` is the only clock reading in a run directory's files besides the manifest's none: tools
+    comparing runs byte for byte leave it out.
+    """
+
+    def __init__(self, *, keep: bool = True) -> None:
+        self._lines: list[str] = []
+        self._seq = 0
+        self.keep = keep
+
+    def emit(self, type_: str, actor: str | int | None, t: int, payload: dict[str, Any]) -> None:
+        self._seq += 1
+        if not self.keep:
+            return
+        record = {
+            "seq": self._seq,
+            "type": type_,
+            "actor": actor,
+            "t": t,
+            "wall": round(time.time(), 6),
+            "payload": to_plain(payload),
+        }
+        self._lines.append(json.dumps(record, separators=(",", ":"), ensure_ascii=False))
+
+    @property
+    def count(self) -> int:
+        return self._seq
+
+    def write(self, path: Path) -> None:
+        write_atomic(path, "".join(line + "\n" for line in self._lines))

@@ -1,0 +1,122 @@
+"""External simulators: a command that takes --config, --seed and --out and writes result.json.
+
+This lets a Mesa, Concordia or in-house model be audited with the same plans and statistics. A
+command that exits non-zero, times out or writes an invalid result becomes a failed run, with the
+tail of its stderr in the failure message.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from ..core.errors import RunError
+from ..core.schema import RunResult, Scenario
+from ..core.validation import issues_from
+from .context import SeedTree
+
+STREAM_EXTERNAL = 7
+STDERR_TAIL = 2000
+
+
+def _tail(data: bytes | str | None) -> str:
+    if not data:
+        return ""
+    text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
+    text = text.strip()
+    return text[-STDERR_TAIL:]
+
+
+def _command(scenario: Scenario, root: Path | None) -> list[str]:
+    assert scenario.simulator is not None
+    out = []
+    for i, arg in enumerate(scenario.simulator.command):
+        candidate = (root / arg) if root is not None and not Path(arg).is_absolute() else None
+        if candidate is not None and ("/" in arg or "." in arg) and candidate.is_file():
+            out.append(str(candidate.resolve()))
+        elif i == 0 and arg in {"python", "python3"}:
+            # Run Python simulators with the interpreter simreport runs on.
+            out.append(sys.executable)
+        else:
+            out.append(arg)
+    return out
+
+
+def run_external(
+    scenario: Scenario, out: Path, *, condition: str, replication: int, root: Path | None
+) -> RunResult:
+    """Run the scenario's simulator command and read back its result."""
+    assert scenario.simulator is not None
+    sim_dir = out / "external"
+    sim_dir.mkdir(exist_ok=True)
+    (sim_dir / "result.json").unlink(missing_ok=True)
+    seed = SeedTree(scenario.seed, scenario.seed_path).integer(STREAM_EXTERNAL) % (2**31)
+    command = [
+        *_command(scenario, root),
+        "--config",
+        str((out / "scenario.json").resolve()),
+        "--seed",
+        str(seed),
+        "--out",
+        str(sim_dir.resolve()),
+    ]
+    try:
+        proc = subprocess.run(
+            command,
+            cwd=root,
+            capture_output=True,
+            timeout=scenario.simulator.timeout_seconds,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise RunError(
+            f"simulator timed out after {scenario.simulator.timeout_seconds:g} s; stderr: "
+            + _tail(exc.stderr),
+            kind="SimulatorTimeout",
+        ) from None
+    except OSError as exc:
+        raise RunError(f"cannot start simulator: {exc}", kind="SimulatorNotFound") from None
+    if proc.returncode != 0:
+        raise RunError(
+            f"simulator exited with status {proc.returncode}; stderr: {_tail(proc.stderr)}",
+            kind="SimulatorFailed",
+        )
+    path = sim_dir / "result.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise RunError(
+            f"simulator wrote no result.json; stderr: {_tail(proc.stderr)}",
+            kind="SimulatorInvalidResult",
+        ) from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RunError(
+            f"simulator result.json is not valid JSON ({exc}); stderr: {_tail(proc.stderr)}",
+            kind="SimulatorInvalidResult",
+        ) from None
+    if not isinstance(data, dict):
+        raise RunError("simulator result.json is not an object", kind="SimulatorInvalidResult")
+    # The simulator does not know our condition id; it may leave these out.
+    data.setdefault("schemaVersion", 1)
+    data["condition"] = condition
+    data["replication"] = replication
+    data["seedPath"] = list(scenario.seed_path)
+    try:
+        result = RunResult.model_validate(data)
+    except ValidationError as exc:
+        issue = issues_from(exc)[0]
+        raise RunError(
+            f"simulator result.json is invalid at {issue.path or 'top level'}: {issue.message}",
+            kind="SimulatorInvalidResult",
+        ) from None
+    missing = [m for m in scenario.simulator.metrics if m not in result.metrics]
+    if result.failure is None and result.status.execution == "completed" and missing:
+        raise RunError(
+            "simulator result.json lacks declared metrics: " + ", ".join(missing),
+            kind="SimulatorInvalidResult",
+        )
+    return result

@@ -1,0 +1,47 @@
+"""Name → implementation registries: a new world, policy, provider or rule is one file plus a
+`register` call, never an edit to the engine."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Generic, TypeVar
+
+from ..core.errors import InputError
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """Implementations of one kind, by name."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._items: dict[str, T] = {}
+
+    def register(self, name: str) -> Callable[[T], T]:
+        def add(item: T) -> T:
+            if name in self._items and self._items[name] is not item:
+                raise ValueError(f"{self.kind} {name!r} is already registered")
+            self._items[name] = item
+            return item
+
+        return add
+
+    def get(self, name: str, *, path: str | None = None) -> T:
+        try:
+            return self._items[name]
+        except KeyError:
+            raise InputError(
+                f"unknown {self.kind} {name!r}",
+                path=path,
+                expected="one of " + ", ".join(sorted(self._items)),
+            ) from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._items
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._items))
+
+    def names(self) -> list[str]:
+        return sorted(self._items)

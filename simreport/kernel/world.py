@@ -1,0 +1,100 @@
+"""What a world is to the engine, and what the engine offers a world while it runs."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+from ..core.schema import Model, Scenario
+
+if TYPE_CHECKING:
+    from .context import RunContext
+
+
+@dataclass(frozen=True)
+class DecisionRequest:
+    """What one agent faces at one moment, in the world's own words.
+
+    The engine renders it into a prompt according to the scenario's `prompt` settings and the
+    executor's components, or hands `view` to a rule executor.
+    """
+
+    situation: str
+    """The situation now, worded by the world (framing applied)."""
+    instructions: str
+    """Task instructions: what the agent must decide."""
+    options: tuple[str, ...]
+    """The answers the agent may give, in a fixed order."""
+    memory: Sequence[Mapping[str, Any]] = ()
+    """Remembered events as flat records, oldest first, already cut to the memory window."""
+    goals: str | None = None
+    """The agent's goal, shown when the executor includes the goals component."""
+    view: Mapping[str, Any] = field(default_factory=dict)
+    """Structured facts for rule executors (e.g. {'partnerLast': 'cooperate'})."""
+    kind: str = "decision"
+    """A short label for events and counters (e.g. 'move', 'stance')."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """An agent's answer. `option` is None when no valid answer could be obtained."""
+
+    option: str | None
+    source: str  # "llm" or "rule"
+    raw: str = ""
+    failure: str | None = None  # "parse", "llm", "prompt_too_long"
+
+    @property
+    def ok(self) -> bool:
+        return self.option is not None
+
+
+@dataclass
+class Agent:
+    index: int
+    persona: dict[str, Any]
+    executor: int
+    """Index into scenario.executors."""
+
+
+@dataclass
+class WorldOutcome:
+    metrics: dict[str, float]
+    distributions: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+class World(ABC):
+    """A simulated world. Subclasses declare their parameters, metrics and distributions and
+    implement `run`; they get randomness, agents, activation and decisions from the context."""
+
+    name: ClassVar[str]
+    Params: ClassVar[type[Model]]
+    metrics: ClassVar[tuple[str, ...]]
+    distributions: ClassVar[tuple[str, ...]] = ()
+    min_agents: ClassVar[int] = 1
+
+    def __init__(self, ctx: RunContext, params: Any) -> None:
+        self.ctx = ctx
+        self.params = params
+
+    @classmethod
+    def check(cls, scenario: Scenario, params: Any) -> list[tuple[str, str]]:
+        """Cross-field checks beyond the params model: (dotted path, message) pairs."""
+        problems: list[tuple[str, str]] = []
+        if scenario.population.n < cls.min_agents:
+            problems.append(
+                ("population.n", f"{cls.name} needs at least {cls.min_agents} agents")
+            )
+        return problems
+
+    @abstractmethod
+    def run(self) -> WorldOutcome:
+        """Run every step and return the metrics and distributions."""
+
+    @property
+    def rng(self) -> np.random.Generator:
+        return self.ctx.rng

@@ -1,0 +1,12 @@
+"""Built-in worlds, registered by name; a new world is one module here plus its registration."""
+
+from ..registry import Registry
+from ..world import World
+
+WORLDS: Registry[type[World]] = Registry("world")
+
+# Each module registers itself on import.
+from . import echo_chamber as echo_chamber  # noqa: E402
+from . import prisoners_dilemma as prisoners_dilemma  # noqa: E402
+
+__all__ = ["WORLDS"]

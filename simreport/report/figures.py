@@ -1,0 +1,355 @@
+"""SVG figures of an audit (sensitivity ranking, effects against the base, distributions against
+the target), drawn from audit.json alone and byte-identical for the same input.
+
+Text is drawn as paths (no font dependency), ids are salted with a fixed string, and no date or
+version goes into the file, so a figure changes only when the numbers it shows change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import math
+import re
+from collections.abc import Mapping, Sequence
+from html import escape
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+from matplotlib import rc_context  # noqa: E402  (the backend must be chosen first)
+from matplotlib.figure import Figure  # noqa: E402
+
+from ..core.canonical import parse_number  # noqa: E402
+
+FIGURE_WIDTH_IN = 7.5
+ROW_HEIGHT_IN = 0.34
+MIN_HEIGHT_IN = 2.2
+DISTRIBUTION_COLUMNS = 3
+LABEL_CHARS = 38
+INF_LABEL = "inf"
+
+_RC: dict[str, Any] = {
+    "svg.hashsalt": "simreport",
+    "svg.fonttype": "path",
+    "svg.image_inline": True,
+    "font.family": "DejaVu Sans",
+    "font.size": 9.0,
+    "axes.titlesize": 10.0,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "hatch.linewidth": 0.8,
+    "path.simplify": False,
+}
+_METADATA: dict[str, Any] = {"Date": None, "Creator": "simreport"}
+
+# Okabe–Ito blue for conditions, neutral grey for bases, near-black for the target.
+_BASE_COLOUR = "#7f7f7f"
+_TARGET_COLOUR = "#222222"
+_BAR_COLOUR = "#0072B2"
+
+_SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]")
+_PROLOG = re.compile(r"\A\s*(<\?xml[^>]*\?>\s*)?(<!DOCTYPE[^>]*>\s*)?", re.IGNORECASE)
+_METADATA_BLOCK = re.compile(r"\s*<metadata>.*?</metadata>", re.DOTALL)
+_COMMENT = re.compile(r"\s*<!--.*?-->", re.DOTALL)
+_XMLNS = re.compile(r'\s+xmlns(:\w+)?="[^"]*"')
+_ID = re.compile(r'\bid="([^"]+)"')
+_HREF = re.compile(r'(?:xlink:)?href="#([^"]+)"')
+_URL_REF = re.compile(r"url\(#([^)]+)\)")
+
+
+# --------------------------------------------------------------------------- numbers
+
+
+def as_float(value: Any) -> float | None:
+    """A number from audit.json as a float: None stays None, "inf"/"-inf"/"nan" become floats,
+    anything that is not a number becomes None."""
+    value = parse_number(value)
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    return None
+
+
+def format_number(value: Any, missing: str = "–") -> str:
+    """A number for people: three decimals, scientific below 0.0005, `inf`/`−inf`/`nan` for the
+    non-finite values, a typographic minus, and `missing` for None."""
+    x = as_float(value)
+    if x is None:
+        return missing
+    if math.isnan(x):
+        return "nan"
+    if math.isinf(x):
+        return INF_LABEL if x > 0 else "−" + INF_LABEL
+    if isinstance(parse_number(value), int):
+        text = f"{int(x):d}"
+    elif x == 0:
+        text = "0"
+    elif abs(x) < 0.0005 or abs(x) >= 1e9:
+        text = f"{x:.2e}"
+    else:
+        text = f"{x:.3f}"
+    return text.replace("-", "−")
+
+
+def _text(text: str) -> str:
+    """A plan string as matplotlib text: `$` escaped so it is never read as mathtext."""
+    return text.replace("$", r"\$")
+
+
+def _label(text: Any, suffix: str = "") -> str:
+    """A plan string as a short matplotlib label; long ones lose their middle, so a condition
+    keeps both its axis and its `@model`."""
+    s = text if isinstance(text, str) else str(text)
+    room = LABEL_CHARS - len(suffix)
+    if len(s) > room:
+        head = (room - 1) * 3 // 5
+        s = s[:head] + "…" + s[len(s) - (room - 1 - head) :]
+    return _text(s + suffix)
+
+
+# --------------------------------------------------------------------------- SVG plumbing
+
+
+def _save(fig: Figure, title: str) -> str:
+    buffer = io.StringIO()
+    fig.savefig(buffer, format="svg", metadata=dict(_METADATA))
+    return _with_title(buffer.getvalue(), title)
+
+
+def _with_title(svg: str, title: str) -> str:
+    """Make `<title>` the first child of the root `<svg>` element (escaped), for screen readers."""
+    start = svg.find("<svg")
+    end = svg.find(">", start) + 1
+    if start < 0 or end <= 0:
+        raise ValueError("not an SVG document")
+    head, rest = svg[:end], svg[end:]
+    if rest.lstrip().startswith("<title>"):
+        return svg
+    if "role=" not in head:
+        head = head[:-1] + ' role="img">'
+    return f"{head}\n <title>{escape(title, quote=False)}</title>{rest}"
+
+
+def inline(svg: str, id_prefix: str | None = None) -> str:
+    """The SVG as an element to embed in HTML: no XML prolog or doctype, no RDF metadata, no
+    comments, no namespace declarations (HTML supplies them), `href` instead of `xlink:href`,
+    and, with `id_prefix`, every id (and reference to it) prefixed so several figures can share
+    one page without duplicate ids."""
+    out = _PROLOG.sub("", svg, count=1)
+    out = _METADATA_BLOCK.sub("", out)
+    out = _COMMENT.sub("", out)
+    out = _XMLNS.sub("", out)
+    out = _HREF.sub(lambda m: f'href="#{m.group(1)}"', out)
+    if id_prefix:
+        out = _ID.sub(lambda m: f'id="{id_prefix}-{m.group(1)}"', out)
+        out = _HREF.sub(lambda m: f'href="#{id_prefix}-{m.group(1)}"', out)
+        out = _URL_REF.sub(lambda m: f"url(#{id_prefix}-{m.group(1)})", out)
+    return out.strip() + "\n"
+
+
+def _new_figure(height: float) -> Figure:
+    return Figure(figsize=(FIGURE_WIDTH_IN, max(MIN_HEIGHT_IN, height)), layout="constrained")
+
+
+def _empty(title: str, message: str) -> str:
+    fig = _new_figure(MIN_HEIGHT_IN)
+    ax = fig.add_subplot()
+    ax.set_axis_off()
+    ax.text(0.5, 0.5, _text(message), ha="center", va="center", color="#555555")
+    return _save(fig, title)
+
+
+
+# --------------------------------------------------------------------------- figures
+
+
+def sensitivity_svg(audit: Mapping[str, Any]) -> str:
+    """Horizontal bars of each axis's largest |Cohen d|, rank 1 at the top; an infinite d is a
+    hatched bar capped past the largest finite one and labelled `inf`."""
+    title = "Sensitivity by axis: the largest absolute Cohen d at any level, over all metrics"
+    entries = sorted(audit.get("sensitivity") or [], key=lambda e: int(e.get("rank") or 0))
+    with rc_context(_RC):
+        if not entries:
+            return _empty(title, "The plan has no perturbation axes.")
+        values = [as_float(e.get("maxAbsD")) for e in entries]
+        finite = [v for v in values if v is not None and math.isfinite(v)]
+        top = max(finite, default=0.0)
+        cap = top * 1.25 if top > 0 else 1.0
+        fig = _new_figure(0.8 + ROW_HEIGHT_IN * len(entries))
+        ax = fig.add_subplot()
+        ys = list(range(len(entries)))
+        labels = []
+        for y, entry, value in zip(ys, entries, values, strict=True):
+            code = entry.get("code")
+            labels.append(_label(f"{code} · {entry['axis']}" if code else entry["axis"]))
+            if value is None or math.isnan(value):
+                ax.text(0, y, "  no effect size", va="center", ha="left", color="#555555")
+                continue
+            infinite = math.isinf(value)
+            width = cap if infinite else value
+            ax.barh(
+                y,
+                width,
+                height=0.6,
+                color="white" if infinite else _BAR_COLOUR,
+                edgecolor=_BAR_COLOUR,
+                hatch="///" if infinite else None,
+            )
+            text = INF_LABEL if infinite else format_number(value)
+            ax.text(width, y, f" {text}", va="center", ha="left")
+        ax.set_yticks(ys, labels)
+        ax.invert_yaxis()
+        ax.set_xlim(0, cap * 1.18)
+        ax.set_xlabel("largest |Cohen d|")
+        ax.set_title("Sensitivity by axis", loc="left")
+        return _save(fig, title)
+
+
+def effects_svg(audit: Mapping[str, Any], metric: str) -> str:
+    """Each condition's mean difference from its base for `metric` (condition − base), with the
+    bootstrap 95% interval as a horizontal bar and a line at zero; conditions in plan order."""
+    title = f"Effects on {metric}: difference from the base with 95% bootstrap intervals"
+    rows = list((audit.get("tests") or {}).get(metric) or [])
+    with rc_context(_RC):
+        if all(as_float(r.get("diff")) is None for r in rows):
+            note = (audit.get("notes") or {}).get(metric) or "no condition has an estimate"
+            return _empty(title, f"No effects to show for {metric}: {note}.")
+        fig = _new_figure(1.0 + ROW_HEIGHT_IN * len(rows))
+        ax = fig.add_subplot()
+        ys = list(range(len(rows)))
+        ax.axvline(0.0, color="#444444", linewidth=0.9, zorder=1)
+        for y, row in zip(ys, rows, strict=True):
+            diff = as_float(row.get("diff"))
+            ci = row.get("ci95") or None
+            lo = as_float(ci[0]) if ci else None
+            hi = as_float(ci[1]) if ci else None
+            if lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi):
+                ax.hlines(y, lo, hi, color=_BAR_COLOUR, linewidth=1.6, zorder=2)
+                ax.plot([lo, hi], [y, y], "|", color=_BAR_COLOUR, markersize=8, zorder=2)
+            if diff is None or not math.isfinite(diff):
+                ax.text(0, y, "  no estimate", va="center", ha="left", color="#555555")
+                continue
+            ax.plot([diff], [y], "o", color=_BAR_COLOUR, markersize=5, zorder=3)
+        ax.set_yticks(ys, [_label(r.get("condition")) for r in rows])
+        ax.set_ylim(len(rows) - 0.5, -0.5)
+        ax.margins(x=0.12)
+        ax.set_xlabel(_text(f"difference in mean {metric} (condition − base)"))
+        ax.set_title(_text(f"Effects on {metric}"), loc="left")
+        return _save(fig, title)
+
+
+def target_of(audit: Mapping[str, Any], name: str) -> dict[str, float]:
+    """The plan's target distribution `name`, normalised to proportions, categories sorted."""
+    hypothesis = (audit.get("plan") or {}).get("hypothesis") or {}
+    target = (hypothesis.get("targetDistribution") or {}).get(name) or {}
+    weights = {str(k): as_float(v) or 0.0 for k, v in target.items()}
+    total = sum(w for w in weights.values() if math.isfinite(w))
+    return {k: (weights[k] / total if total > 0 else 0.0) for k in sorted(weights)}
+
+
+def proportions(counts: Mapping[str, Any], categories: Sequence[str]) -> list[float] | None:
+    """Pooled counts as proportions over `categories` (None when there are none)."""
+    values = [as_float(counts.get(c)) or 0.0 for c in categories]
+    total = sum(values)
+    if total <= 0:
+        return None
+    return [v / total for v in values]
+
+
+def distribution_svg(audit: Mapping[str, Any], name: str) -> str:
+    """One panel per target category, each with a bar per condition (bases grey) and the target
+    (hatched, and as a dashed line): the pooled proportions over the target's categories."""
+    title = f"Distribution {name}: pooled proportions of each condition against the target"
+    rows = list((audit.get("distribution") or {}).get(name) or [])
+    target = target_of(audit, name)
+    categories = list(target)
+    bases = {str(c.get("id")) for c in audit.get("conditions") or [] if c.get("isBase")}
+    with rc_context(_RC):
+        if not categories:
+            return _empty(title, f"No target categories for {name}.")
+        labels: list[str] = []
+        shares: list[list[float] | None] = []
+        for row in rows:
+            values = proportions(row.get("counts") or {}, categories)
+            suffix = "" if values is not None else " (no observations)"
+            labels.append(_label(str(row.get("condition")), suffix))
+            shares.append(values)
+        labels.append("target")
+        n_cols = min(len(categories), DISTRIBUTION_COLUMNS)
+        n_rows = math.ceil(len(categories) / n_cols)
+        panel = 0.55 + 0.22 * len(labels)
+        fig = _new_figure(0.4 + panel * n_rows)
+        axes = fig.subplots(n_rows, n_cols, sharey=True, squeeze=False)
+        ys = list(range(len(labels)))
+        for k, ax in enumerate(axes.flat):
+            if k >= len(categories):
+                ax.set_axis_off()
+                continue
+            category = categories[k]
+            for y, row, values in zip(ys, rows, shares, strict=False):
+                if values is None:
+                    continue
+                base = str(row.get("condition")) in bases
+                ax.barh(y, values[k], height=0.7, color=_BASE_COLOUR if base else _BAR_COLOUR)
+            ax.barh(
+                ys[-1], target[category], height=0.7, color="white",
+                edgecolor=_TARGET_COLOUR, hatch="xxx", linewidth=0.8,
+            )
+            ax.axvline(target[category], color=_TARGET_COLOUR, linestyle="--", linewidth=0.8)
+            ax.set_xlim(0, 1)
+            ax.set_xticks([0, 0.5, 1], ["0", "0.5", "1"])
+            ax.set_title(_label(category), fontsize=9)
+            ax.set_yticks(ys, labels)
+            ax.tick_params(axis="y", length=0)
+        axes[0][0].invert_yaxis()
+        fig.suptitle(_text(f"Distribution {name}: share of each category"), x=0.01, ha="left",
+                     fontsize=10)
+        fig.supxlabel("proportion (grey: base; dashed: target)", fontsize=8.5)
+        return _save(fig, title)
+
+
+# --------------------------------------------------------------------------- files
+
+
+def safe_name(name: str) -> str:
+    """`name` with every character outside [A-Za-z0-9._-] replaced by `_`."""
+    return _SAFE_NAME.sub("_", name) or "_"
+
+
+def _unique(stem: str, name: str, taken: set[str]) -> str:
+    filename = f"{stem}-{safe_name(name)}.svg"
+    if filename in taken:
+        # Two names that sanitise alike ("a b", "a_b") keep apart by a hash of the original.
+        digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:8]
+        filename = f"{stem}-{safe_name(name)}-{digest}.svg"
+    taken.add(filename)
+    return filename
+
+
+def figure_names(audit: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
+    """Filename → (kind, name) for every figure of the audit, in report order: `sensitivity.svg`,
+    `effects-<metric>.svg` per metric, `distribution-<name>.svg` per target distribution."""
+    out: dict[str, tuple[str, str]] = {"sensitivity.svg": ("sensitivity", "")}
+    taken = set(out)
+    for metric in audit.get("metrics") or []:
+        out[_unique("effects", str(metric), taken)] = ("effects", str(metric))
+    for name in sorted(audit.get("distribution") or {}):
+        out[_unique("distribution", str(name), taken)] = ("distribution", str(name))
+    return out
+
+
+def figure_files(audit: Mapping[str, Any]) -> dict[str, str]:
+    """Filename → standalone SVG document for every figure of the audit."""
+    files: dict[str, str] = {}
+    for filename, (kind, name) in figure_names(audit).items():
+        if kind == "sensitivity":
+            files[filename] = sensitivity_svg(audit)
+        elif kind == "effects":
+            files[filename] = effects_svg(audit, name)
+        else:
+            files[filename] = distribution_svg(audit, name)
+    return files

@@ -1,0 +1,2 @@
+def render_report(audit): return ""
+def write_report(d): pass

@@ -1,0 +1,134 @@
+"""Core: canonical JSON, hashing, document loading with lines, atomic writes, overrides, schema."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from simreport.core.canonical import canonical_json, content_hash, parse_number, pretty_json
+from simreport.core.errors import DocumentError, SchemaError, UnknownOverride
+from simreport.core.files import load_document, write_atomic
+from simreport.core.overrides import get_path, set_path
+from simreport.core.schema import AuditPlan, RunResult, Scenario
+from simreport.core.validation import validate_model
+
+
+def test_canonical_json_sorts_keys_and_writes_non_finite_as_strings() -> None:
+    value = {"b": 1, "a": [math.inf, -math.inf, math.nan, 0.1]}
+    text = canonical_json(value)
+    assert text == '{"a":["inf","-inf","nan",0.1],"b":1}'
+    json.loads(text)  # strict JSON
+    assert pretty_json(value).endswith("\n")
+    assert math.isinf(parse_number("inf")) and math.isnan(parse_number("nan"))
+
+
+def test_content_hash_ignores_key_order() -> None:
+    assert content_hash({"a": 1, "b": {"c": 2, "d": 3}}) == content_hash({"b": {"d": 3, "c": 2}, "a": 1})
+    assert content_hash({"a": 1}) != content_hash({"a": 1.5})
+
+
+def test_yaml_document_knows_lines(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text("world: prisoners_dilemma\npopulation:\n  n: 2\n  fields:\n    age: [1, 2]\n")
+    doc = load_document(path)
+    assert doc.data["population"]["n"] == 2
+    assert doc.line_of("population.n") == 3
+    assert doc.line_of("population.fields.age.1") == 5
+    assert doc.line_of("population.missing") == 2  # nearest ancestor
+
+
+def test_yaml_syntax_error_names_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("world: x\npopulation:\n  n: [1, 2\n  fields: {}\n")
+    with pytest.raises(DocumentError) as info:
+        load_document(path)
+    assert info.value.file == str(path)
+    assert info.value.line is not None and info.value.line >= 3
+    assert "YAML syntax error" in info.value.one_line()
+
+
+def test_missing_file_is_a_document_error(tmp_path: Path) -> None:
+    with pytest.raises(DocumentError, match="file not found"):
+        load_document(tmp_path / "nope.yaml")
+
+
+def test_write_atomic_leaves_no_temp_files(tmp_path: Path) -> None:
+    target = tmp_path / "d" / "x.json"
+    write_atomic(target, "one")
+    write_atomic(target, "two")
+    assert target.read_text() == "two"
+    assert [p.name for p in target.parent.iterdir()] == ["x.json"]
+
+
+def test_overrides_copy_and_reject_missing_paths() -> None:
+    doc = {"executors": [{"options": {"components": ["memory"]}}], "policy": {"options": {"p": 0.5}}}
+    new = set_path(doc, "executors.0.options.components", ["goals"])
+    assert new["executors"][0]["options"]["components"] == ["goals"]
+    assert doc["executors"][0]["options"]["components"] == ["memory"]
+    assert get_path(new, "policy.options.p") == 0.5
+    with pytest.raises(UnknownOverride) as info:
+        set_path(doc, "policy.options.q", 1)
+    assert info.value.path == "policy.options.q"
+    assert "p" in (info.value.expected or "")
+    with pytest.raises(UnknownOverride):
+        get_path(doc, "executors.3.options")
+    with pytest.raises(UnknownOverride):
+        get_path(doc, "policy..p")
+
+
+def test_scenario_rejects_unknown_keys_and_snake_case() -> None:
+    with pytest.raises(SchemaError) as info:
+        validate_model(Scenario, {"world": "x", "seed_path": [1]}, file="s.yaml")
+    assert info.value.path == "seed_path"
+    assert "unknown key" in info.value.message
+    with pytest.raises(SchemaError) as info:
+        validate_model(Scenario, {"world": "x", "prompt": {"personaFormat": "poem"}}, file="s.yaml")
+    assert info.value.path == "prompt.personaFormat"
+    assert "prose" in (info.value.expected or "")
+
+
+def test_scenario_needs_exactly_one_engine() -> None:
+    with pytest.raises(SchemaError, match="exactly one of `world` and `simulator`"):
+        validate_model(Scenario, {"steps": 3})
+    with pytest.raises(SchemaError):
+        validate_model(Scenario, {"world": "x", "simulator": {"command": ["sim"]}})
+
+
+def test_population_shorthand_and_weights_checked() -> None:
+    s = Scenario.model_validate({"world": "x", "population": {"n": 4, "fields": {"a": ["x", "y"], "b": 3}}})
+    doc = s.to_doc()
+    assert doc["population"]["fields"]["a"]["kind"] == "categorical"
+    assert doc["population"]["fields"]["b"] == {"kind": "constant", "value": 3}
+    with pytest.raises(SchemaError, match="weights has 1 entries"):
+        validate_model(
+            Scenario,
+            {"world": "x", "population": {"fields": {"a": {"values": [1, 2], "weights": [1]}}}},
+        )
+
+
+def test_plan_needs_exactly_one_base_and_positive_replications() -> None:
+    with pytest.raises(SchemaError, match="exactly one of `baseScenario` and `base`"):
+        validate_model(AuditPlan, {"replications": 2})
+    with pytest.raises(SchemaError, match="exactly one"):
+        validate_model(AuditPlan, {"baseScenario": "s.yaml", "base": {"world": "x"}})
+    with pytest.raises(SchemaError) as info:
+        validate_model(AuditPlan, {"baseScenario": "s.yaml", "replications": 0})
+    assert info.value.path == "replications"
+
+
+def test_run_result_reads_non_finite_strings() -> None:
+    r = RunResult.model_validate(
+        {
+            "condition": "base",
+            "replication": 0,
+            "seedPath": [0],
+            "status": {"execution": "completed", "validity": "valid", "evidence": "complete"},
+            "metrics": {"x": "inf", "y": 0.5},
+            "integrity": {"complete": True},
+        }
+    )
+    assert math.isinf(r.metrics["x"])
+    assert json.loads(canonical_json(r.to_doc()))["metrics"]["x"] == "inf"
