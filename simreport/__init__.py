@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.1.0"
+from .core.version import __version__
 
 __all__ = ["__version__", "analyse", "audit", "conditions", "report", "run", "validate"]
 

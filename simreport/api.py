@@ -1,8 +1,8 @@
 """The Python API: the same verbs as the command line.
 
-    import simreport
-    simreport.validate("examples/prisoners_dilemma/audit.yaml")
-    simreport.audit("examples/prisoners_dilemma/audit.yaml", out="results/pd", replications=3)
+import simreport
+simreport.validate("examples/prisoners_dilemma/audit.yaml")
+simreport.audit("examples/prisoners_dilemma/audit.yaml", out="results/pd", replications=3)
 """
 
 from __future__ import annotations
@@ -42,8 +42,12 @@ def validate(path: str | Path) -> Validated:
             "plan",
             f"plan {loaded.plan_id}: {len(conditions)} conditions × "
             f"{loaded.plan.replications} replications = {runs} runs",
-            {"planId": loaded.plan_id, "conditions": len(conditions), "runs": runs,
-             "hash": loaded.hash},
+            {
+                "planId": loaded.plan_id,
+                "conditions": len(conditions),
+                "runs": runs,
+                "hash": loaded.hash,
+            },
         )
     scenario = validate_scenario(document.data, document=document)
     engine = scenario.world or "external simulator"

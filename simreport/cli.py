@@ -68,10 +68,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     result = run(args.scenario, args.out, seed=args.seed, provider=args.provider)
     if result.failure is not None:
-        print(
-            f"run failed in {result.failure.stage}: {result.failure.type}: {result.failure.message}",
-            file=sys.stderr,
-        )
+        failure = result.failure
+        print(f"run failed in {failure.stage}: {failure.type}: {failure.message}", file=sys.stderr)
         print(f"result: {args.out}/result.json")
         return EXIT_OK if args.allow_failure else EXIT_RUN_FAILED
     metrics = ", ".join(f"{k}={v:.4g}" for k, v in sorted(result.metrics.items()))
@@ -87,8 +85,13 @@ def cmd_conditions(args: argparse.Namespace) -> int:
     reps = loaded.plan.replications
     if args.json:
         rows = [
-            {"id": c.id, "dir": c.dir, "model": c.model, "identicalToBase": c.identical_to_base,
-             "replications": reps}
+            {
+                "id": c.id,
+                "dir": c.dir,
+                "model": c.model,
+                "identicalToBase": c.identical_to_base,
+                "replications": reps,
+            }
             for c in conds
         ]
         print(json.dumps(rows, indent=2))
@@ -163,9 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True)
     p.add_argument("--seed", type=int)
     p.add_argument("--provider")
-    p.add_argument(
-        "--allow-failure", action="store_true", help="exit 0 even when the run failed"
-    )
+    p.add_argument("--allow-failure", action="store_true", help="exit 0 even when the run failed")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("conditions", help="list a plan's conditions without running")
@@ -206,7 +207,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("simreport: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except Exception as exc:  # noqa: BLE001 - the last line of defence prints one line
+    except Exception as exc:
         if args.debug:
             raise
         print(f"simreport: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)

@@ -26,7 +26,9 @@ def test_canonical_json_sorts_keys_and_writes_non_finite_as_strings() -> None:
 
 
 def test_content_hash_ignores_key_order() -> None:
-    assert content_hash({"a": 1, "b": {"c": 2, "d": 3}}) == content_hash({"b": {"d": 3, "c": 2}, "a": 1})
+    assert content_hash({"a": 1, "b": {"c": 2, "d": 3}}) == content_hash(
+        {"b": {"d": 3, "c": 2}, "a": 1}
+    )
     assert content_hash({"a": 1}) != content_hash({"a": 1.5})
 
 
@@ -64,7 +66,10 @@ def test_write_atomic_leaves_no_temp_files(tmp_path: Path) -> None:
 
 
 def test_overrides_copy_and_reject_missing_paths() -> None:
-    doc = {"executors": [{"options": {"components": ["memory"]}}], "policy": {"options": {"p": 0.5}}}
+    doc = {
+        "executors": [{"options": {"components": ["memory"]}}],
+        "policy": {"options": {"p": 0.5}},
+    }
     new = set_path(doc, "executors.0.options.components", ["goals"])
     assert new["executors"][0]["options"]["components"] == ["goals"]
     assert doc["executors"][0]["options"]["components"] == ["memory"]
@@ -98,7 +103,9 @@ def test_scenario_needs_exactly_one_engine() -> None:
 
 
 def test_population_shorthand_and_weights_checked() -> None:
-    s = Scenario.model_validate({"world": "x", "population": {"n": 4, "fields": {"a": ["x", "y"], "b": 3}}})
+    s = Scenario.model_validate(
+        {"world": "x", "population": {"n": 4, "fields": {"a": ["x", "y"], "b": 3}}}
+    )
     doc = s.to_doc()
     assert doc["population"]["fields"]["a"]["kind"] == "categorical"
     assert doc["population"]["fields"]["b"] == {"kind": "constant", "value": 3}

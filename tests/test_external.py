@@ -31,7 +31,11 @@ def _scenario(script: str, timeout: float = 30.0, rate: float = 0.5):  # type: i
 
 def test_valid_result_is_read_and_relabelled(tmp_path: Path) -> None:
     result = run_scenario(
-        _scenario("sim_ok.py"), tmp_path / "run", condition="rate=0.5", replication=2, asset_root=FIXTURES
+        _scenario("sim_ok.py"),
+        tmp_path / "run",
+        condition="rate=0.5",
+        replication=2,
+        asset_root=FIXTURES,
     )
     assert result.failure is None
     assert result.condition == "rate=0.5" and result.replication == 2
@@ -42,7 +46,11 @@ def test_valid_result_is_read_and_relabelled(tmp_path: Path) -> None:
     assert set(manifest["assets"]) == {"sim_ok.py"}
     assert len(manifest["assets"]["sim_ok.py"]) == 64
     again = run_scenario(
-        _scenario("sim_ok.py"), tmp_path / "again", condition="rate=0.5", replication=2, asset_root=FIXTURES
+        _scenario("sim_ok.py"),
+        tmp_path / "again",
+        condition="rate=0.5",
+        replication=2,
+        asset_root=FIXTURES,
     )
     assert again.metrics == result.metrics  # same seed lineage, same seed passed
 
@@ -68,9 +76,11 @@ def test_invalid_contract_becomes_a_failed_run(tmp_path: Path) -> None:
     script = tmp_path / "sim_bad_shape.py"
     script.write_text(
         "import argparse, json, pathlib\n"
-        "p = argparse.ArgumentParser(); [p.add_argument(a) for a in ('--config','--seed','--out')]\n"
+        "p = argparse.ArgumentParser()\n"
+        "[p.add_argument(a) for a in ('--config', '--seed', '--out')]\n"
         "a = p.parse_args()\n"
-        "pathlib.Path(a.out, 'result.json').write_text(json.dumps({'metrics': {'hitRate': 'lots'}}))\n"
+        "bad = {'metrics': {'hitRate': 'lots'}}\n"
+        "pathlib.Path(a.out, 'result.json').write_text(json.dumps(bad))\n"
     )
     result = run_scenario(_scenario("sim_bad_shape.py"), tmp_path / "run", asset_root=tmp_path)
     assert result.failure is not None
@@ -79,7 +89,9 @@ def test_invalid_contract_becomes_a_failed_run(tmp_path: Path) -> None:
 
 
 def test_timeout_becomes_a_failed_run(tmp_path: Path) -> None:
-    result = run_scenario(_scenario("sim_slow.py", timeout=0.5), tmp_path / "run", asset_root=FIXTURES)
+    result = run_scenario(
+        _scenario("sim_slow.py", timeout=0.5), tmp_path / "run", asset_root=FIXTURES
+    )
     assert result.failure is not None
     assert result.failure.type == "SimulatorTimeout"
 

@@ -23,7 +23,9 @@ PERSONA = {"age": 34, "disposition": "cooperative"}
 
 
 def _render(**prompt: str) -> tuple[Message, ...]:
-    return render(REQUEST, PERSONA, PromptConfig.model_validate(prompt), ["instructions", "memory", "goals"])
+    return render(
+        REQUEST, PERSONA, PromptConfig.model_validate(prompt), ["instructions", "memory", "goals"]
+    )
 
 
 def test_persona_formats_differ() -> None:
@@ -92,7 +94,9 @@ def test_parse_answer_prefers_longest_option() -> None:
         assert parse_answer(f"My answer: {option}.", options) == option
 
 
-def _request(messages: tuple[Message, ...], model: str = "offline-base", seed: int = 1) -> ChatRequest:
+def _request(
+    messages: tuple[Message, ...], model: str = "offline-base", seed: int = 1
+) -> ChatRequest:
     return ChatRequest(messages, model, 0.0, 16, seed, ("cooperate", "defect"))
 
 
@@ -113,14 +117,42 @@ def _share(messages: tuple[Message, ...], model: str = "offline-base", n: int = 
 
 
 def test_offline_reads_the_prompt_content() -> None:
-    cooperative = (Message("user", "Your partner cooperated every round. Cooperate? " + ANSWER_PREFIX + " cooperate, defect."),)
-    defecting = (Message("user", "Your partner defected every round; defect defect defect. " + ANSWER_PREFIX + " cooperate, defect."),)
+    cooperative = (
+        Message(
+            "user",
+            "Your partner cooperated every round. Cooperate? "
+            + ANSWER_PREFIX
+            + " cooperate, defect.",
+        ),
+    )
+    defecting = (
+        Message(
+            "user",
+            "Your partner defected every round; defect defect defect. "
+            + ANSWER_PREFIX
+            + " cooperate, defect.",
+        ),
+    )
     assert _share(cooperative) > _share(defecting) + 0.2
 
 
 def test_offline_reacts_to_framing_words() -> None:
-    moral = (Message("user", "Be fair and keep your partner's trust; doing right matters. " + ANSWER_PREFIX + " cooperate, defect."),)
-    risk = (Message("user", "Beware the risk of loss; you could be exploited. " + ANSWER_PREFIX + " cooperate, defect."),)
+    moral = (
+        Message(
+            "user",
+            "Be fair and keep your partner's trust; doing right matters. "
+            + ANSWER_PREFIX
+            + " cooperate, defect.",
+        ),
+    )
+    risk = (
+        Message(
+            "user",
+            "Beware the risk of loss; you could be exploited. "
+            + ANSWER_PREFIX
+            + " cooperate, defect.",
+        ),
+    )
     assert _share(moral) > _share(risk) + 0.1
 
 

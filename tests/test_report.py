@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import shutil
 import subprocess
 from html.parser import HTMLParser
@@ -96,18 +95,34 @@ def _conditions(plan: dict[str, Any]) -> list[dict[str, Any]]:
     for model in plan["models"]:
         cid = f"base@{model}"
         conditions.append(
-            {"id": cid, "dir": cid, "axis": None, "level": None, "levels": {}, "model": model,
-             "baseId": cid, "isBase": True, "identicalToBase": False}
+            {
+                "id": cid,
+                "dir": cid,
+                "axis": None,
+                "level": None,
+                "levels": {},
+                "model": model,
+                "baseId": cid,
+                "isBase": True,
+                "identicalToBase": False,
+            }
         )
     for axis in plan["axes"]:
         for level in axis["levels"]:
             text = level if isinstance(level, str) else json.dumps(level, separators=(",", ":"))
             for model in plan["models"]:
                 conditions.append(
-                    {"id": f"{axis['id']}={text}@{model}", "dir": f"d{len(conditions)}",
-                     "axis": axis["id"], "level": level, "levels": {axis["id"]: level},
-                     "model": model, "baseId": f"base@{model}", "isBase": False,
-                     "identicalToBase": axis["id"] == "memory"}
+                    {
+                        "id": f"{axis['id']}={text}@{model}",
+                        "dir": f"d{len(conditions)}",
+                        "axis": axis["id"],
+                        "level": level,
+                        "levels": {axis["id"]: level},
+                        "model": model,
+                        "baseId": f"base@{model}",
+                        "isBase": False,
+                        "identicalToBase": axis["id"] == "memory",
+                    }
                 )
     return conditions
 
@@ -149,15 +164,26 @@ def build_audit() -> dict[str, Any]:
             result: RunResult | None = _result(cid, rep, index)
             if index == 2 and rep == 1:
                 result = _result(
-                    cid, rep, index,
-                    status={"execution": "crashed", "validity": "unchecked", "evidence": "unchecked"},
+                    cid,
+                    rep,
+                    index,
+                    status={
+                        "execution": "crashed",
+                        "validity": "unchecked",
+                        "evidence": "unchecked",
+                    },
                     metrics={},
-                    failure={"stage": "running", "type": "ProviderError",
-                             "message": "timeout after 60 s <b>bold</b>"},
+                    failure={
+                        "stage": "running",
+                        "type": "ProviderError",
+                        "message": "timeout after 60 s <b>bold</b>",
+                    },
                 )
             elif index == 3 and rep == 2:
                 result = _result(
-                    cid, rep, index,
+                    cid,
+                    rep,
+                    index,
                     integrity={"complete": False, "counters": {"budget_exhausted": 1}},
                 )
             elif index == 4 and rep == 3:
@@ -180,3 +206,427 @@ def reread(audit: dict[str, Any]) -> dict[str, Any]:
     """The audit as a reader of audit.json sees it (sorted keys, non-finite floats as strings)."""
     loaded: dict[str, Any] = json.loads(pretty_json(audit))
     return loaded
+
+
+def minimal_audit() -> dict[str, Any]:
+    """No axes, no models, no hypothesis: every optional section has to say so."""
+    plan = {
+        "id": "bare",
+        "title": None,
+        "baseScenario": None,
+        "base": {"name": "bare", "world": None, "simulator": {"command": ["sim"]}},
+        "axes": [],
+        "design": "one_at_a_time",
+        "replications": 2,
+        "models": [],
+        "metrics": ["x"],
+        "claimType": "exploratory",
+        "hypothesis": None,
+        "includeIncomplete": False,
+        "hash": "ab" * 32,
+    }
+    conditions: list[dict[str, Any]] = [
+        {
+            "id": "base",
+            "dir": "base",
+            "axis": None,
+            "level": None,
+            "levels": {},
+            "model": None,
+            "baseId": "base",
+            "isBase": True,
+            "identicalToBase": False,
+        }
+    ]
+    runs = [
+        RunRecord("base", rep, _result("base", rep, 0, metrics={"x": float(rep)}))
+        for rep in range(2)
+    ]
+    return analyse(plan, conditions, runs, provider_override="replay")
+
+
+# --------------------------------------------------------------------------- HTML structure
+
+
+class _Outline(HTMLParser):
+    """Collects h2 texts, checks that tags nest and close, and counts accessibility details."""
+
+    VOID = frozenset({"meta", "br", "hr", "img", "col", "wbr", "input", "source", "area"})
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.stack: list[str] = []
+        self.errors: list[str] = []
+        self.h2: list[str] = []
+        self.tags: dict[str, int] = {}
+        self.ids: list[str] = []
+        self.th_without_scope = 0
+        self.tables_without_caption = 0
+        self._after_table = False
+        self._in_h2 = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags[tag] = self.tags.get(tag, 0) + 1
+        found = dict(attrs)
+        if found.get("id"):
+            self.ids.append(str(found["id"]))
+        if tag == "th" and "scope" not in found:
+            self.th_without_scope += 1
+        if self._after_table and tag != "caption":
+            self.tables_without_caption += 1
+        self._after_table = tag == "table"
+        if tag == "h2":
+            self._in_h2 = True
+            self.h2.append("")
+        if tag not in self.VOID:
+            self.stack.append(tag)
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags[tag] = self.tags.get(tag, 0) + 1
+        found = dict(attrs)
+        if found.get("id"):
+            self.ids.append(str(found["id"]))
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "h2":
+            self._in_h2 = False
+        if not self.stack or self.stack[-1] != tag:
+            self.errors.append(f"</{tag}> closes <{self.stack[-1] if self.stack else None}>")
+            return
+        self.stack.pop()
+
+    def handle_data(self, data: str) -> None:
+        if self._in_h2:
+            self.h2[-1] += data
+
+
+def outline(html: str) -> _Outline:
+    parser = _Outline()
+    parser.feed(html)
+    parser.close()
+    return parser
+
+
+def test_the_eight_sections_come_in_the_seed_order(html: str) -> None:
+    headings = outline(html).h2
+    assert len(headings) == len(SECTIONS)
+    for heading, (number, name) in zip(headings, enumerate(SECTIONS, start=1), strict=True):
+        assert heading == f"{number}. {name}"
+
+
+def test_the_page_is_one_self_contained_html5_file(html: str) -> None:
+    assert html.startswith('<!doctype html>\n<html lang="en">')
+    assert '<meta charset="utf-8">' in html
+    assert "<title>Audit report: " in html
+    lowered = html.lower()
+    for forbidden in ("<script", "<link", "@font-face", "http://", "https://", "<img", "<iframe"):
+        assert forbidden not in lowered, forbidden
+    assert "url(" not in lowered.replace("url(#", "")
+    assert "@media print" in html
+
+
+def test_tags_balance_and_tables_are_accessible(html: str) -> None:
+    parsed = outline(html)
+    assert parsed.errors == []
+    assert parsed.stack == []
+    for tag in ("html", "head", "body", "main", "section", "table", "figure", "svg", "footer"):
+        assert parsed.tags.get(tag, 0) >= 1, tag
+    assert parsed.tags["section"] == len(SECTIONS)
+    assert parsed.tags["caption"] == parsed.tags["table"]
+    assert parsed.tables_without_caption == 0
+    assert parsed.th_without_scope == 0
+    assert len(parsed.ids) == len(set(parsed.ids)), "duplicate ids across the inlined figures"
+    assert parsed.tags["title"] == 1 + parsed.tags["svg"]  # the page's and one per figure
+
+
+def test_plan_and_scenario_strings_are_escaped(html: str) -> None:
+    assert HOSTILE_LEVEL not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert HOSTILE_AXIS not in html
+    assert "size &#34;N&#34; &amp; &lt;more&gt;" in html
+    assert "Prisoner&#39;s dilemma &amp; framing &lt;audit&gt;" in html
+    assert "timeout after 60 s &lt;b&gt;bold&lt;/b&gt;" in html
+    assert "<b>" not in html
+
+
+def test_summary_counts_models_override_hash_and_grade_rule(
+    audit: dict[str, Any], html: str
+) -> None:
+    assert "48 in all, 45 used in the statistics; 2 failed, 1 incomplete, 3 excluded" in html
+    assert "model-b, model-a" in html
+    assert "Provider override</th><td>none</td>" in html
+    assert audit["plan"]["hash"] in html
+    assert "The evidence grade judges the design, not the results." in html
+    for reason in audit["grade"]["reasons"]:
+        assert reason.replace("'", "&#39;") in html
+    footer = html[html.index("<footer") :]
+    assert "simreport 0.1.0" in footer and audit["plan"]["hash"] in footer
+
+
+def test_infinite_d_shows_as_inf_and_rows_sort_by_abs_d(html: str) -> None:
+    table = html[html.index("<caption>cooperation: conditions") :]
+    table = table[: table.index("</table>")]
+    cells = table.split('<td class="num">')
+    d_values = [c.split("<")[0] for c in cells if c.split("<")[0] in ("inf", "−inf")]
+    assert d_values[:2] == ["inf", "inf"]
+    first_rows = table.split("<tr>")[2:4]
+    assert all("framing=moral" in row for row in first_rows)
+    assert figures.format_number(float("-inf")) == "−inf"
+    assert figures.format_number("-inf") == "−inf"
+    assert figures.format_number("nan") == "nan"
+
+
+def test_a_metric_without_tests_shows_its_note(audit: dict[str, Any], html: str) -> None:
+    note = audit["notes"]["silent"]
+    section = html[html.index('id="h-tests"') : html.index('id="h-sensitivity"')]
+    assert f'<p class="note">{note}</p>' in section
+    assert "<caption>silent:" not in section
+
+
+def test_distribution_section_shows_tvd_and_the_uniform_target_note(html: str) -> None:
+    section = html[html.index('id="h-distribution"') : html.index('id="h-integrity"')]
+    assert "Distribution choice" in section and "Distribution mood" in section
+    assert "target distribution is uniform; the score is undefined" in section
+    assert "100.000" in section  # a condition that matches the target exactly
+    assert "Cliff's delta" in section and "W1" in section
+
+
+def test_empty_sections_say_why() -> None:
+    html = render_report(minimal_audit())
+    assert "no hypothesis directions" in html
+    assert "the plan lists no models" in html
+    assert "The plan perturbs nothing" in html
+    assert "Provider override</th><td>replay</td>" in html
+    assert "external simulator" in html
+    parsed = outline(html)
+    assert parsed.errors == [] and parsed.stack == []
+    assert len(parsed.h2) == len(SECTIONS)
+
+
+def test_numbers_are_formatted_consistently() -> None:
+    assert figures.format_number(0.012345) == "0.012"
+    assert figures.format_number(-0.5) == "−0.500"
+    assert figures.format_number(0.0) == "0.000"
+    assert figures.format_number(3) == "3"
+    assert figures.format_number(None) == "–"
+    assert figures.format_number(0.00001234) == "1.23e−05"
+    from simreport.report.html import format_p
+
+    assert format_p(0.01234) == "0.0123"
+    assert format_p(0.00001) == "<0.0001"
+    assert format_p(None) == "–"
+
+
+# --------------------------------------------------------------------------- determinism
+
+
+def test_rendering_is_deterministic_and_survives_audit_json(
+    audit: dict[str, Any], html: str, tmp_path: Path
+) -> None:
+    assert render_report(audit) == html
+    assert render_report(reread(audit)) == html
+    write_json(tmp_path / "audit.json", audit)
+    loaded = json.loads((tmp_path / "audit.json").read_text(encoding="utf-8"))
+    assert loaded["sensitivity"][0]["maxAbsD"] == "inf"  # the reader really sees strings
+    assert render_report(loaded) == html
+    report = write_report(tmp_path)
+    assert report == tmp_path / "report.html"
+    assert report.read_text(encoding="utf-8") == html
+
+
+def test_figures_are_byte_identical_and_titled(audit: dict[str, Any]) -> None:
+    first = figures.figure_files(audit)
+    assert first == figures.figure_files(audit)
+    assert first == figures.figure_files(reread(audit))
+    assert list(first) == [
+        "sensitivity.svg",
+        "effects-cooperation.svg",
+        "effects-payoff.svg",
+        "effects-silent.svg",
+        "distribution-choice.svg",
+        "distribution-mood.svg",
+    ]
+    for name, svg in first.items():
+        head = svg[: svg.index("<defs")]
+        assert "<title>" in head, name
+        assert "Matplotlib v" not in svg and "<dc:date>" not in svg
+        assert "<dc:title>simreport</dc:title>" in svg
+        assert HOSTILE_LEVEL not in svg
+    inlined = figures.inline(first["sensitivity.svg"], id_prefix="f")
+    assert inlined.startswith("<svg ")
+    for gone in ("<?xml", "<!DOCTYPE", "<metadata", "http", "<!--", "xlink:"):
+        assert gone not in inlined
+    assert 'id="f-' in inlined and "url(#f-" in inlined
+
+
+def test_figure_file_names_are_sanitised_and_distinct() -> None:
+    audit = {"metrics": ["a b", "a_b", "ünï/code"], "distribution": {"x:y": []}}
+    names = list(figures.figure_names(audit))
+    assert names[0] == "sensitivity.svg"
+    assert names[1] == "effects-a_b.svg"
+    assert names[2].startswith("effects-a_b-") and names[2].endswith(".svg")
+    assert names[3] == "effects-_n__code.svg"
+    assert names[4] == "distribution-x_y.svg"
+
+
+def test_write_report_writes_figures_and_drops_stale_ones(
+    audit: dict[str, Any], tmp_path: Path
+) -> None:
+    write_json(tmp_path / "audit.json", audit)
+    (tmp_path / "figures").mkdir()
+    (tmp_path / "figures" / "effects-old.svg").write_text("<svg/>", encoding="utf-8")
+    (tmp_path / "figures" / "notes.txt").write_text("kept", encoding="utf-8")
+    write_report(tmp_path)
+    files = sorted(p.name for p in (tmp_path / "figures").iterdir())
+    assert files == sorted([*figures.figure_files(audit), "notes.txt"])
+    for name, svg in figures.figure_files(audit).items():
+        assert (tmp_path / "figures" / name).read_text(encoding="utf-8") == svg
+
+
+def test_write_report_rejects_a_non_audit(tmp_path: Path) -> None:
+    from simreport.core.errors import InputError
+
+    (tmp_path / "audit.json").write_text("[1, 2]", encoding="utf-8")
+    with pytest.raises(InputError):
+        write_report(tmp_path)
+    (tmp_path / "audit.json").write_text("{", encoding="utf-8")
+    with pytest.raises(InputError):
+        write_report(tmp_path)
+
+
+# --------------------------------------------------------------------------- headless browser
+
+# Requests Chromium makes for itself (extension updates, account checks, network time) carry no
+# initiator; anything the page asks for carries the page's origin ("null" for a file:// page).
+BROWSER_INITIATED = "not an origin"
+OFFLINE_SCHEMES = ("file:", "data:", "about:", "chrome:", "chrome-extension:", "blob:")
+
+
+def chromium_command(
+    url: str, profile: Path, *actions: str, window: str = "1280,2000"
+) -> list[str]:
+    """A headless Chromium command line that cannot reach the network: every host name resolves
+    to nothing, QUIC and background services are off, and the profile is a throwaway folder.
+    `actions` are what to do with the page (`--screenshot=…`, `--dump-dom`, `--log-net-log=…`)."""
+    browser = shutil.which("chromium")
+    assert browser is not None
+    return [
+        browser,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--no-default-browser-check",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-extensions",
+        "--disable-default-apps",
+        "--host-resolver-rules=MAP * ~NOTFOUND",
+        f"--user-data-dir={profile}",
+        f"--window-size={window}",
+        *actions,
+        url,
+    ]
+
+
+def run_chromium(command: list[str]) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(command, capture_output=True, text=True, timeout=180, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done
+
+
+def page_requests(net_log: Path) -> list[str]:
+    """Every URL the page itself asked the network stack for, from a Chromium net log."""
+    log = json.loads(net_log.read_text(encoding="utf-8"))
+    start_job = log["constants"]["logEventTypes"]["URL_REQUEST_START_JOB"]
+    urls = []
+    for event in log["events"]:
+        params = event.get("params") or {}
+        initiated_by_page = params.get("initiator") != BROWSER_INITIATED
+        if event["type"] == start_job and "url" in params and initiated_by_page:
+            urls.append(str(params["url"]))
+    return urls
+
+
+def _offline(urls: list[str]) -> list[str]:
+    return [u for u in urls if not u.startswith(OFFLINE_SCHEMES)]
+
+
+needs_chromium = pytest.mark.skipif(
+    shutil.which("chromium") is None,
+    reason="chromium is not installed (apt-get install -y chromium)",
+)
+
+
+@pytest.mark.slow
+@needs_chromium
+def test_chromium_renders_the_report_offline(audit: dict[str, Any], tmp_path: Path) -> None:
+    from PIL import Image
+
+    audit_dir = tmp_path / "audit"
+    write_json(audit_dir / "audit.json", audit)
+    report = write_report(audit_dir)
+    url = report.resolve().as_uri()
+
+    shot = tmp_path / "shot.png"
+    net_log = tmp_path / "net.json"
+    run_chromium(
+        chromium_command(
+            url,
+            tmp_path / "profile-shot",
+            f"--screenshot={shot}",
+            f"--log-net-log={net_log}",
+            "--net-log-capture-mode=Everything",
+        )
+    )
+    assert shot.is_file() and shot.stat().st_size > 50_000
+    with Image.open(shot) as image:
+        assert image.size == (1280, 2000)
+        lo, hi = image.convert("L").getextrema()
+        assert isinstance(lo, int) and isinstance(hi, int) and hi - lo > 100, "blank screenshot"
+    assert net_log.is_file()
+    assert _offline(page_requests(net_log)) == []
+
+    dom = run_chromium(chromium_command(url, tmp_path / "profile-dom", "--dump-dom")).stdout
+    for number, name in enumerate(SECTIONS, start=1):
+        assert f">{number}. {name}</h2>" in dom
+    assert "<script" not in dom.lower()
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in dom
+
+
+@pytest.mark.slow
+@needs_chromium
+def test_the_net_log_check_catches_a_page_that_fetches(tmp_path: Path) -> None:
+    """The offline check above is only worth something if it sees a page's requests."""
+    page = tmp_path / "fetches.html"
+    page.write_text(
+        '<!doctype html><html lang="en"><head><meta charset="utf-8"><title>t</title>'
+        '<link rel="stylesheet" href="https://example.invalid/x.css"></head>'
+        '<body><img src="http://example.invalid/a.png" alt=""></body></html>',
+        encoding="utf-8",
+    )
+    net_log = tmp_path / "net.json"
+    run_chromium(
+        chromium_command(
+            page.as_uri(),
+            tmp_path / "profile",
+            f"--screenshot={tmp_path / 'shot.png'}",
+            f"--log-net-log={net_log}",
+        )
+    )
+    assert sorted(_offline(page_requests(net_log))) == [
+        "http://example.invalid/a.png",
+        "https://example.invalid/x.css",
+    ]
+
+
+def test_floating_point_residue_reads_as_zero() -> None:
+    assert figures.format_number(4.440892098500626e-16) == "0.000"
+    assert figures.format_number(-2.26e-15) == "0.000"
+
+
+def test_large_counts_are_grouped_in_threes() -> None:
+    assert figures.format_number(7753765) == "7\u202f753\u202f765"
+    assert figures.format_number(9999) == "9999"

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import __version__
 from ..core.errors import InputError
 from ..core.files import read_json, write_atomic, write_json
 from ..core.schema import RunResult
+from ..core.version import __version__
 from . import stats
 from .grade import GRADE_RULE, evidence_grade
 
@@ -67,9 +67,14 @@ def analyse(
     *,
     include_incomplete: bool | None = None,
     provider_override: str | None = None,
+    llm_override: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Compute every quantity of audit.json (SPEC §6)."""
-    include = bool(plan.get("includeIncomplete", False)) if include_incomplete is None else include_incomplete
+    include = (
+        bool(plan.get("includeIncomplete", False))
+        if include_incomplete is None
+        else include_incomplete
+    )
     plan_hash = str(plan["hash"])
     metrics: list[str] = list(plan.get("metrics") or [])
     hypothesis = plan.get("hypothesis") or {}
@@ -204,7 +209,11 @@ def analyse(
         "schemaVersion": AUDIT_SCHEMA_VERSION,
         "software": {"simreport": __version__},
         "plan": dict(plan),
-        "options": {"includeIncomplete": include, "providerOverride": provider_override},
+        "options": {
+            "includeIncomplete": include,
+            "providerOverride": provider_override,
+            "llmOverride": dict(llm_override) if llm_override else None,
+        },
         "grade": {**grade.to_dict(), "rule": GRADE_RULE},
         "metrics": metrics,
         "summary": {
@@ -275,8 +284,13 @@ def _sensitivity(
     """Per axis, the largest |d| at any of its levels across all metrics, ranked."""
     by_id = {c["id"]: c for c in conditions}
     best: dict[str, dict[str, Any]] = {
-        str(a["id"]): {"axis": str(a["id"]), "code": a.get("code"), "maxAbsD": None,
-                       "metric": None, "condition": None}
+        str(a["id"]): {
+            "axis": str(a["id"]),
+            "code": a.get("code"),
+            "maxAbsD": None,
+            "metric": None,
+            "condition": None,
+        }
         for a in axes
     }
     targets = {str(a["id"]): str(a["target"]) for a in axes}
@@ -290,7 +304,7 @@ def _sensitivity(
                 if axis_id not in best:
                     continue
                 base_value = _base_value(base_doc, targets[axis_id])
-                if len((cond.get("levels") or {})) > 1 and not _differs(value, base_value):
+                if len(cond.get("levels") or {}) > 1 and not _differs(value, base_value):
                     continue  # in a factorial cell, only axes moved off the base count
                 entry = best[axis_id]
                 if entry["maxAbsD"] is None or abs(d) > entry["maxAbsD"]:
@@ -393,7 +407,9 @@ def _cross_model(
 # --------------------------------------------------------------------------- I/O edge
 
 
-def load_audit_inputs(audit_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]], list[RunRecord]]:
+def load_audit_inputs(
+    audit_dir: Path,
+) -> tuple[dict[str, Any], list[dict[str, Any]], list[RunRecord]]:
     """Read plan.json, conditions.json and every expected run's result.json."""
     plan_file = audit_dir / "plan.json"
     cond_file = audit_dir / "conditions.json"
@@ -403,8 +419,13 @@ def load_audit_inputs(audit_dir: Path) -> tuple[dict[str, Any], list[dict[str, A
                 "not an audit directory", file=needed, expected="plan.json and conditions.json"
             )
     plan_doc = read_json(plan_file)
-    plan = dict(plan_doc.get("plan", plan_doc))
-    plan.setdefault("hash", plan_doc.get("hash"))
+    # planFile is where this machine found the plan and providerOverride belongs to the options:
+    # neither is part of the plan, so audit.json is the same wherever and however it was run.
+    plan = {
+        k: v
+        for k, v in plan_doc.items()
+        if k not in {"planFile", "providerOverride", "llmOverride"}
+    }
     conditions = read_json(cond_file)
     if isinstance(conditions, dict):
         conditions = conditions.get("conditions", [])
@@ -430,14 +451,21 @@ def analyse_dir(
     plan_doc = read_json(root / "plan.json")
     override = provider_override or plan_doc.get("providerOverride")
     audit = analyse(
-        plan, conditions, records, include_incomplete=include_incomplete, provider_override=override
+        plan,
+        conditions,
+        records,
+        include_incomplete=include_incomplete,
+        provider_override=override,
+        llm_override=plan_doc.get("llmOverride"),
     )
     write_json(root / "audit.json", audit)
     write_runs_table(root / "runs.parquet", audit, conditions)
     return audit
 
 
-def write_runs_table(path: Path, audit: Mapping[str, Any], conditions: Sequence[Mapping[str, Any]]) -> None:
+def write_runs_table(
+    path: Path, audit: Mapping[str, Any], conditions: Sequence[Mapping[str, Any]]
+) -> None:
     """runs.parquet: one row per run with axis values, model, status and one column per metric."""
     import io
 
@@ -463,17 +491,24 @@ def write_runs_table(path: Path, audit: Mapping[str, Any], conditions: Sequence[
         }
         for axis in axes:
             value = levels.get(axis)
-            row[f"axis:{axis}"] = None if axis not in levels else (
-                value if isinstance(value, str) else canonical_json(value)
+            row[f"axis:{axis}"] = (
+                None
+                if axis not in levels
+                else (value if isinstance(value, str) else canonical_json(value))
             )
         for metric in audit["metrics"]:
             v = run["metrics"].get(metric)
             row[metric] = float(v) if v is not None else None
         rows.append(row)
     schema: dict[str, Any] = {
-        "condition": pl.String, "model": pl.String, "replication": pl.Int64,
-        "execution": pl.String, "validity": pl.String, "evidence": pl.String,
-        "complete": pl.Boolean, "used": pl.Boolean,
+        "condition": pl.String,
+        "model": pl.String,
+        "replication": pl.Int64,
+        "execution": pl.String,
+        "validity": pl.String,
+        "evidence": pl.String,
+        "complete": pl.Boolean,
+        "used": pl.Boolean,
     }
     schema.update({f"axis:{a}": pl.String for a in axes})
     schema.update({m: pl.Float64 for m in audit["metrics"]})

@@ -48,7 +48,9 @@ def _center(x: FloatArray) -> float:
     # 0.09999999999999999 and a zero difference into a spurious nonzero one.
     if _is_constant(x):
         return float(x[0])
-    return float(np.mean(x))
+    # fsum is exactly rounded, so the mean does not depend on the order of the values: two
+    # samples holding the same values give the same mean and a difference of exactly 0.
+    return math.fsum(x.tolist()) / x.size
 
 
 def _spread(x: FloatArray) -> float:

@@ -104,7 +104,9 @@ class SchemaError(InputError):
         first = self.issues[0]
         message = first.message
         if len(self.issues) > 1:
-            message += f" (and {len(self.issues) - 1} more issue{'s' if len(self.issues) > 2 else ''})"
+            message += (
+                f" (and {len(self.issues) - 1} more issue{'s' if len(self.issues) > 2 else ''})"
+            )
         path = join_path(prefix, first.path) if prefix else first.path
         super().__init__(message, file=file, path=path or None, line=line, expected=first.expected)
 
@@ -141,6 +143,7 @@ class RunError(SimreportError):
 
 def join_path(*parts: str | int) -> str:
     return ".".join(str(p) for p in parts if str(p) != "")
+
 
 EXIT_RUN_FAILED = 3
 """`simreport run` only: the scenario was valid but its run failed (see result.json)."""

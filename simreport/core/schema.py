@@ -348,7 +348,9 @@ class PerturbationAxis(Model):
     dimension: str = Field(..., min_length=1, description="TRAILS dimension, free text.")
     target: str = Field(..., min_length=1, description="Dotted path into the scenario.")
     levels: list[JsonValue] = Field(..., min_length=1, description="One condition per level.")
-    code: str | None = Field(None, description="TRAILS code (D1–D8, R1–R5) when from the catalogue.")
+    code: str | None = Field(
+        None, description="TRAILS code (D1–D8, R1–R5) when from the catalogue."
+    )
 
 
 class AuditPlan(Model):

@@ -17,7 +17,17 @@ from .conditions import (
     replication_scenarios,
 )
 from .plan import LoadedPlan, load_plan, plan_id_from_folder
-from .runner import AuditRun, conditions_document, plan_document, run_audit, run_dir
+from .runner import (
+    AuditRun,
+    RunJob,
+    conditions_document,
+    execute_jobs,
+    plan_document,
+    plan_jobs,
+    run_audit,
+    run_dir,
+)
+from .store import RunStore, run_key
 
 __all__ = [
     "AXIS_CATALOG",
@@ -26,6 +36,8 @@ __all__ = [
     "AxisTemplate",
     "Condition",
     "LoadedPlan",
+    "RunJob",
+    "RunStore",
     "axis_from_template",
     "axis_template",
     "build_conditions",
@@ -33,11 +45,14 @@ __all__ = [
     "condition_id",
     "condition_id_from_dir",
     "conditions_document",
+    "execute_jobs",
     "level_text",
     "load_plan",
     "plan_document",
     "plan_id_from_folder",
+    "plan_jobs",
     "replication_scenarios",
     "run_audit",
     "run_dir",
+    "run_key",
 ]

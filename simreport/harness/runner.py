@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -27,6 +27,7 @@ from ..core.schema import RunResult, Scenario
 from ..kernel import kernel_fingerprint, run_scenario
 from .conditions import Condition, build_conditions, replication_scenarios
 from .plan import LoadedPlan
+from .store import RunStore, run_key
 
 Progress = Callable[[int, int], None]
 
@@ -51,7 +52,7 @@ class AuditRun:
 
 
 @dataclass(frozen=True)
-class _Job:
+class RunJob:
     """One run, in a form that crosses process boundaries cheaply."""
 
     index: int
@@ -61,6 +62,7 @@ class _Job:
     out_dir: str
     asset_root: str
     provider: str | None
+    key: str = ""
 
 
 def run_dir(out_dir: Path, condition: Condition, replication: int) -> Path:
@@ -94,6 +96,7 @@ def run_audit(
     concurrency: int | None = None,
     progress: Progress | None = None,
     reuse: bool = False,
+    store: RunStore | None = None,
 ) -> AuditRun:
     """Write plan.json and conditions.json, then run every replication of every condition.
 
@@ -102,36 +105,17 @@ def run_audit(
     with 0 before the first run and after each run finishes (in completion order). With `reuse`,
     a replication whose completed result.json exists, whose scenario.json is byte-identical to the
     one it would run and whose manifest names the current kernel fingerprint is not run again.
+    With a `store`, finished runs are copied from it instead of being recomputed, and every
+    completed run is added to it.
     """
     out = Path(out_dir)
     conditions = build_conditions(loaded)
     _write_if_changed(out / "plan.json", pretty_json(plan_document(loaded, provider)))
     _write_if_changed(out / "conditions.json", pretty_json(conditions_document(loaded, conditions)))
 
-    slots: list[tuple[Condition, int]] = []
-    jobs: list[_Job] = []
-    results: dict[int, RunResult] = {}
-    for condition in conditions:
-        for r, scenario in enumerate(replication_scenarios(condition, loaded.plan.replications)):
-            index = len(slots)
-            slots.append((condition, r))
-            target = run_dir(out, condition, r)
-            reused = _reusable(target, scenario, provider, condition.id, r) if reuse else None
-            if reused is not None:
-                results[index] = reused
-                continue
-            jobs.append(
-                _Job(
-                    index=index,
-                    condition=condition.id,
-                    replication=r,
-                    scenario=scenario.to_doc(),
-                    out_dir=str(target),
-                    asset_root=str(loaded.asset_root),
-                    provider=provider,
-                )
-            )
-
+    slots, jobs, results = plan_jobs(
+        loaded, conditions, out, provider=provider, reuse=reuse, store=store
+    )
     total = len(slots)
     done = len(results)
 
@@ -152,15 +136,92 @@ def run_audit(
             record(job.index, _run_guarded(job))
     else:
         _run_pooled(jobs, workers, record)
+    if store is not None:
+        for job in jobs:
+            store.keep(job.key, Path(job.out_dir), results[job.index])
 
     ordered = [(condition, r, results[i]) for i, (condition, r) in enumerate(slots)]
     return AuditRun(out_dir=out, conditions=conditions, results=ordered)
 
 
+def plan_jobs(
+    loaded: LoadedPlan,
+    conditions: Iterable[Condition],
+    out: Path,
+    *,
+    provider: str | None = None,
+    reuse: bool = False,
+    store: RunStore | None = None,
+    llm: Mapping[str, Any] | None = None,
+) -> tuple[list[tuple[Condition, int]], list[RunJob], dict[int, RunResult]]:
+    """Every replication of `conditions`: its slot, and either a job to run or a result reused
+    from the run directory (`reuse`) or copied from the `store`. `llm` overrides keys of every
+    run's `llm` section (e.g. model, baseUrl)."""
+    slots: list[tuple[Condition, int]] = []
+    jobs: list[RunJob] = []
+    results: dict[int, RunResult] = {}
+    fingerprints: dict[str | None, str] = {}
+    for condition in conditions:
+        world = condition.scenario.world
+        if world not in fingerprints:
+            fingerprints[world] = kernel_fingerprint(world)
+        for r, scenario in enumerate(replication_scenarios(condition, loaded.plan.replications)):
+            index = len(slots)
+            slots.append((condition, r))
+            target = run_dir(out, condition, r)
+            doc = scenario.to_doc()
+            if llm:
+                doc["llm"] = {**doc["llm"], **llm}
+                scenario = Scenario.model_validate(doc)
+            key = run_key(
+                doc,
+                condition=condition.id,
+                replication=r,
+                provider=provider,
+                fingerprint=fingerprints[world],
+            )
+            reused = _reusable(target, scenario, provider, condition.id, r) if reuse else None
+            if reused is None and store is not None:
+                reused = store.fetch(key, target)
+            if reused is not None:
+                results[index] = reused
+                continue
+            jobs.append(
+                RunJob(
+                    index=index,
+                    condition=condition.id,
+                    replication=r,
+                    scenario=doc,
+                    out_dir=str(target),
+                    asset_root=str(loaded.asset_root),
+                    provider=provider,
+                    key=key,
+                )
+            )
+    return slots, jobs, results
+
+
+def execute_jobs(jobs: list[RunJob], executor: ProcessPoolExecutor | None) -> dict[int, RunResult]:
+    """Run jobs in a caller-owned pool (shared by concurrent callers) or, without one, here."""
+    if executor is None:
+        return {job.index: _run_guarded(job) for job in jobs}
+    futures = {job.index: (job, executor.submit(_execute, job)) for job in jobs}
+    out: dict[int, RunResult] = {}
+    for index, (job, future) in futures.items():
+        try:
+            out[index] = RunResult.model_validate(future.result())
+        except BrokenProcessPool:
+            # The shared pool is gone; finish this run here rather than lose it.
+            out[index] = _run_guarded(job)
+        except Exception as exc:
+            out[index] = _harness_failure(job, type(exc).__name__, str(exc) or type(exc).__name__)
+    return out
+
+
 # --------------------------------------------------------------------------- running jobs
 
 
-def _execute(job: _Job) -> dict[str, Any]:
+def _execute(job: RunJob) -> dict[str, Any]:
     """Worker entry point (also used in-process): run one job, return result.json's content."""
     result = run_scenario(
         Scenario.model_validate(job.scenario),
@@ -173,17 +234,17 @@ def _execute(job: _Job) -> dict[str, Any]:
     return result.to_doc()
 
 
-def _run_guarded(job: _Job) -> RunResult:
+def _run_guarded(job: RunJob) -> RunResult:
     try:
         return RunResult.model_validate(_execute(job))
     except Exception as exc:  # the kernel should not raise; if it does, record it
         return _harness_failure(job, type(exc).__name__, str(exc) or type(exc).__name__)
 
 
-def _run_pooled(jobs: list[_Job], workers: int, record: Callable[[int, RunResult], None]) -> None:
+def _run_pooled(jobs: list[RunJob], workers: int, record: Callable[[int, RunResult], None]) -> None:
     breaks: dict[int, int] = {}
     queue = list(jobs)
-    alone: list[_Job] = []
+    alone: list[RunJob] = []
     while queue:
         unfinished = _pool_round(queue, workers, record)
         queue = []
@@ -202,14 +263,14 @@ def _run_pooled(jobs: list[_Job], workers: int, record: Callable[[int, RunResult
 
 
 def _pool_round(
-    jobs: list[_Job], workers: int, record: Callable[[int, RunResult], None]
-) -> list[_Job]:
+    jobs: list[RunJob], workers: int, record: Callable[[int, RunResult], None]
+) -> list[RunJob]:
     """Run `jobs` in a fresh pool; return the jobs left unfinished if the pool broke."""
-    unfinished: list[_Job] = []
+    unfinished: list[RunJob] = []
     context = multiprocessing.get_context("spawn")
     pool = ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=context)
     try:
-        futures: dict[Future[dict[str, Any]], _Job] = {pool.submit(_execute, j): j for j in jobs}
+        futures: dict[Future[dict[str, Any]], RunJob] = {pool.submit(_execute, j): j for j in jobs}
         for future in as_completed(futures):
             job = futures[future]
             try:
@@ -229,7 +290,7 @@ def _pool_round(
     return unfinished
 
 
-def _harness_failure(job: _Job, kind: str, message: str) -> RunResult:
+def _harness_failure(job: RunJob, kind: str, message: str) -> RunResult:
     """A crashed result for a run the kernel could not report on; also written as result.json
     so the run directory says what happened."""
     result = RunResult.model_validate(

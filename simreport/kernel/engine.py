@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import __version__
 from ..core.canonical import canonical_json, pretty_json, sha256_bytes
 from ..core.errors import InputError, RunError, SchemaError, ValidationIssue, join_path
 from ..core.files import Document, load_document, write_atomic, write_json
@@ -29,8 +28,10 @@ from ..core.schema import (
     Scenario,
 )
 from ..core.validation import issues_from, validate_model
+from ..core.version import __version__
 from .context import RunContext, assign_executors
 from .events import EventLog
+from .external import simulator_assets
 from .policies import POLICIES
 from .providers import PROVIDERS, make_provider
 from .rules import RULES
@@ -169,19 +170,6 @@ def kernel_fingerprint(world: str | None) -> str:
     return _source_hash(files)
 
 
-def asset_files(scenario: Scenario, asset_root: Path | None) -> dict[str, Path]:
-    """Files next to the scenario that it references (external simulator scripts)."""
-    found: dict[str, Path] = {}
-    if scenario.simulator is None or asset_root is None:
-        return found
-    for arg in scenario.simulator.command:
-        candidate = (asset_root / arg) if not Path(arg).is_absolute() else Path(arg)
-        if "/" in arg or "." in arg:
-            if candidate.is_file():
-                found[arg] = candidate.resolve()
-    return found
-
-
 # --------------------------------------------------------------------------- running
 
 
@@ -213,7 +201,7 @@ def run_scenario(
     try:
         doc = scenario.to_doc()
         write_atomic(out / "scenario.json", pretty_json(doc))
-        assets = asset_files(scenario, root)
+        assets = simulator_assets(scenario, root)
         manifest = {
             "schemaVersion": SCHEMA_VERSION,
             "kernelVersion": KERNEL_VERSION,
@@ -259,8 +247,10 @@ def run_scenario(
                 if llm is not None:
                     llm.close()
             stage = "collecting"
-            result = _completed(scenario, ctx, condition, rep, outcome.metrics, outcome.distributions)
-    except Exception as exc:  # noqa: BLE001 - failure is data: every error becomes the result
+            result = _completed(
+                scenario, ctx, condition, rep, outcome.metrics, outcome.distributions
+            )
+    except Exception as exc:
         result = _crashed(scenario, ctx, condition, rep, stage, exc)
     events.emit(
         "run_finished",
@@ -268,10 +258,7 @@ def run_scenario(
         ctx.step if ctx is not None else 0,
         {"execution": result.status.execution, "failure": result.failure is not None},
     )
-    try:
-        events.write(out / "events.jsonl")
-    except OSError:
-        pass
+    events.write(out / "events.jsonl")
     write_json(out / "result.json", result.to_doc())
     return result
 

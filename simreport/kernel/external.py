@@ -31,13 +31,29 @@ def _tail(data: bytes | str | None) -> str:
     return text[-STDERR_TAIL:]
 
 
+def _asset(arg: str, root: Path | None) -> Path | None:
+    """The file an argument names next to the scenario, if it names one."""
+    if root is None or not ("/" in arg or "." in arg):
+        return None
+    candidate = Path(arg) if Path(arg).is_absolute() else root / arg
+    return candidate.resolve() if candidate.is_file() else None
+
+
+def simulator_assets(scenario: Scenario, root: Path | None) -> dict[str, Path]:
+    """Files next to the scenario that its simulator command names (hashed into the manifest)."""
+    if scenario.simulator is None:
+        return {}
+    found = {arg: _asset(arg, root) for arg in scenario.simulator.command}
+    return {arg: path for arg, path in found.items() if path is not None}
+
+
 def _command(scenario: Scenario, root: Path | None) -> list[str]:
     assert scenario.simulator is not None
     out = []
     for i, arg in enumerate(scenario.simulator.command):
-        candidate = (root / arg) if root is not None and not Path(arg).is_absolute() else None
-        if candidate is not None and ("/" in arg or "." in arg) and candidate.is_file():
-            out.append(str(candidate.resolve()))
+        asset = _asset(arg, root)
+        if asset is not None:
+            out.append(str(asset))
         elif i == 0 and arg in {"python", "python3"}:
             # Run Python simulators with the interpreter simreport runs on.
             out.append(sys.executable)

@@ -133,7 +133,11 @@ def parse_answer(text: str, options: Sequence[str]) -> str | None:
     for option in sorted(options, key=len, reverse=True):
         needle = option.lower()
         pos = haystack.find(needle)
-        if pos >= 0 and not haystack[pos - 1].isalnum() and not haystack[pos + len(needle)].isalnum():
+        if (
+            pos >= 0
+            and not haystack[pos - 1].isalnum()
+            and not haystack[pos + len(needle)].isalnum()
+        ):
             found.append(option)
             haystack = haystack.replace(needle, " ")
     return found[0] if len(found) == 1 else None

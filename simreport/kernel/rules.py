@@ -28,14 +28,18 @@ def _need(request: DecisionRequest, key: str, rule: str) -> Any:
 
 
 @RULES.register("tit_for_tat")
-def tit_for_tat(request: DecisionRequest, params: Mapping[str, Any], rng: np.random.Generator) -> str:
+def tit_for_tat(
+    request: DecisionRequest, params: Mapping[str, Any], rng: np.random.Generator
+) -> str:
     """Open with the first option, then copy the partner's last move."""
     last = _need(request, "partnerLast", "tit_for_tat")
     return str(last) if last in request.options else request.options[0]
 
 
 @RULES.register("grim_trigger")
-def grim_trigger(request: DecisionRequest, params: Mapping[str, Any], rng: np.random.Generator) -> str:
+def grim_trigger(
+    request: DecisionRequest, params: Mapping[str, Any], rng: np.random.Generator
+) -> str:
     """The first option until the partner ever picks another, then the last option for good."""
     betrayed = bool(_need(request, "partnerEverDefected", "grim_trigger"))
     return request.options[-1] if betrayed else request.options[0]
@@ -54,7 +58,9 @@ def constant(request: DecisionRequest, params: Mapping[str, Any], rng: np.random
 
 
 @RULES.register("random")
-def random_choice(request: DecisionRequest, params: Mapping[str, Any], rng: np.random.Generator) -> str:
+def random_choice(
+    request: DecisionRequest, params: Mapping[str, Any], rng: np.random.Generator
+) -> str:
     """A uniformly random option."""
     return request.options[int(rng.integers(len(request.options)))]
 

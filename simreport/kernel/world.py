@@ -86,9 +86,7 @@ class World(ABC):
         """Cross-field checks beyond the params model: (dotted path, message) pairs."""
         problems: list[tuple[str, str]] = []
         if scenario.population.n < cls.min_agents:
-            problems.append(
-                ("population.n", f"{cls.name} needs at least {cls.min_agents} agents")
-            )
+            problems.append(("population.n", f"{cls.name} needs at least {cls.min_agents} agents"))
         return problems
 
     @abstractmethod

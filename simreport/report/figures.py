@@ -11,6 +11,8 @@ import hashlib
 import io
 import math
 import re
+import textwrap
+import threading
 from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
@@ -19,22 +21,27 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-from matplotlib import rc_context  # noqa: E402  (the backend must be chosen first)
-from matplotlib.figure import Figure  # noqa: E402
+from matplotlib import rc_context
+from matplotlib.figure import Figure
 
-from ..core.canonical import parse_number  # noqa: E402
+from ..core.canonical import parse_number
+
+# matplotlib's rc settings are process-global: figures drawn in threads (Snakemake runs jobs in
+# threads locally) must take turns, or one figure's settings leak into another's bytes.
+_DRAWING = threading.Lock()
 
 FIGURE_WIDTH_IN = 7.5
 ROW_HEIGHT_IN = 0.34
 MIN_HEIGHT_IN = 2.2
 DISTRIBUTION_COLUMNS = 3
 LABEL_CHARS = 38
+EMPTY_MESSAGE_CHARS = 90
 INF_LABEL = "inf"
+FLOAT_RESIDUE = 1e-12
 
-_RC: dict[str, Any] = {
+_RC: dict[Any, Any] = {  # keys are rcParams names (matplotlib types them as Literals)
     "svg.hashsalt": "simreport",
     "svg.fonttype": "path",
-    "svg.image_inline": True,
     "font.family": "DejaVu Sans",
     "font.size": 9.0,
     "axes.titlesize": 10.0,
@@ -75,8 +82,10 @@ def as_float(value: Any) -> float | None:
 
 
 def format_number(value: Any, missing: str = "–") -> str:
-    """A number for people: three decimals, scientific below 0.0005, `inf`/`−inf`/`nan` for the
-    non-finite values, a typographic minus, and `missing` for None."""
+    """A number for people: three decimals, scientific below 0.0005, whole numbers as they are,
+    `inf`/`−inf`/`nan` for the non-finite values, a typographic minus, and `missing` for None.
+    Magnitudes below 1e-12 are floating-point residue (a mean difference of 4.4e-16 between equal
+    samples) and show as 0."""
     x = as_float(value)
     if x is None:
         return missing
@@ -84,11 +93,12 @@ def format_number(value: Any, missing: str = "–") -> str:
         return "nan"
     if math.isinf(x):
         return INF_LABEL if x > 0 else "−" + INF_LABEL
+    if abs(x) < FLOAT_RESIDUE:
+        x = 0.0
     if isinstance(parse_number(value), int):
-        text = f"{int(x):d}"
-    elif x == 0:
-        text = "0"
-    elif abs(x) < 0.0005 or abs(x) >= 1e9:
+        # Whole numbers of five digits or more are grouped in threes by a narrow space (SI).
+        text = f"{int(x):,d}".replace(",", "\u202f") if abs(x) >= 10_000 else f"{int(x):d}"
+    elif x != 0 and (abs(x) < 0.0005 or abs(x) >= 1e9):
         text = f"{x:.2e}"
     else:
         text = f"{x:.3f}"
@@ -159,9 +169,9 @@ def _empty(title: str, message: str) -> str:
     fig = _new_figure(MIN_HEIGHT_IN)
     ax = fig.add_subplot()
     ax.set_axis_off()
-    ax.text(0.5, 0.5, _text(message), ha="center", va="center", color="#555555")
+    wrapped = textwrap.fill(message, width=EMPTY_MESSAGE_CHARS)
+    ax.text(0.5, 0.5, _text(wrapped), ha="center", va="center", color="#555555")
     return _save(fig, title)
-
 
 
 # --------------------------------------------------------------------------- figures
@@ -172,7 +182,7 @@ def sensitivity_svg(audit: Mapping[str, Any]) -> str:
     hatched bar capped past the largest finite one and labelled `inf`."""
     title = "Sensitivity by axis: the largest absolute Cohen d at any level, over all metrics"
     entries = sorted(audit.get("sensitivity") or [], key=lambda e: int(e.get("rank") or 0))
-    with rc_context(_RC):
+    with _DRAWING, rc_context(_RC):
         if not entries:
             return _empty(title, "The plan has no perturbation axes.")
         values = [as_float(e.get("maxAbsD")) for e in entries]
@@ -214,7 +224,7 @@ def effects_svg(audit: Mapping[str, Any], metric: str) -> str:
     bootstrap 95% interval as a horizontal bar and a line at zero; conditions in plan order."""
     title = f"Effects on {metric}: difference from the base with 95% bootstrap intervals"
     rows = list((audit.get("tests") or {}).get(metric) or [])
-    with rc_context(_RC):
+    with _DRAWING, rc_context(_RC):
         if all(as_float(r.get("diff")) is None for r in rows):
             note = (audit.get("notes") or {}).get(metric) or "no condition has an estimate"
             return _empty(title, f"No effects to show for {metric}: {note}.")
@@ -268,7 +278,7 @@ def distribution_svg(audit: Mapping[str, Any], name: str) -> str:
     target = target_of(audit, name)
     categories = list(target)
     bases = {str(c.get("id")) for c in audit.get("conditions") or [] if c.get("isBase")}
-    with rc_context(_RC):
+    with _DRAWING, rc_context(_RC):
         if not categories:
             return _empty(title, f"No target categories for {name}.")
         labels: list[str] = []
@@ -296,8 +306,13 @@ def distribution_svg(audit: Mapping[str, Any], name: str) -> str:
                 base = str(row.get("condition")) in bases
                 ax.barh(y, values[k], height=0.7, color=_BASE_COLOUR if base else _BAR_COLOUR)
             ax.barh(
-                ys[-1], target[category], height=0.7, color="white",
-                edgecolor=_TARGET_COLOUR, hatch="xxx", linewidth=0.8,
+                ys[-1],
+                target[category],
+                height=0.7,
+                color="white",
+                edgecolor=_TARGET_COLOUR,
+                hatch="xxx",
+                linewidth=0.8,
             )
             ax.axvline(target[category], color=_TARGET_COLOUR, linestyle="--", linewidth=0.8)
             ax.set_xlim(0, 1)
@@ -306,8 +321,9 @@ def distribution_svg(audit: Mapping[str, Any], name: str) -> str:
             ax.set_yticks(ys, labels)
             ax.tick_params(axis="y", length=0)
         axes[0][0].invert_yaxis()
-        fig.suptitle(_text(f"Distribution {name}: share of each category"), x=0.01, ha="left",
-                     fontsize=10)
+        fig.suptitle(
+            _text(f"Distribution {name}: share of each category"), x=0.01, ha="left", fontsize=10
+        )
         fig.supxlabel("proportion (grey: base; dashed: target)", fontsize=8.5)
         return _save(fig, title)
 

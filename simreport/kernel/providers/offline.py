@@ -26,12 +26,55 @@ from .base import ChatRequest, ChatResponse, Provider, estimate_tokens
 
 # Words that make a prosocial answer more likely, and words that make a self-protective one more
 # likely. Stems (first five letters) so inflections count.
-PROSOCIAL = ("fair", "trust", "toget", "right", "harm", "honou", "mutua", "kind", "moral", "decen",
-             "commu", "respo", "loyal", "promi", "duty", "good", "trans")
-THREAT = ("risk", "loss", "lose", "losin", "explo", "dange", "betra", "threa", "suspi", "warn",
-          "caref", "prote", "sucke", "unsaf", "cheat", "vulne")
-OPTION_VALENCE = {"coope": 1.0, "share": 1.0, "trust": 1.0, "help": 1.0, "agree": 0.5,
-                  "accep": 0.5, "defec": -1.0, "refus": -1.0, "betra": -1.0, "withh": -1.0}
+PROSOCIAL = (
+    "fair",
+    "trust",
+    "toget",
+    "right",
+    "harm",
+    "honou",
+    "mutua",
+    "kind",
+    "moral",
+    "decen",
+    "commu",
+    "respo",
+    "loyal",
+    "promi",
+    "duty",
+    "good",
+    "trans",
+)
+THREAT = (
+    "risk",
+    "loss",
+    "lose",
+    "losin",
+    "explo",
+    "dange",
+    "betra",
+    "threa",
+    "suspi",
+    "warn",
+    "caref",
+    "prote",
+    "sucke",
+    "unsaf",
+    "cheat",
+    "vulne",
+)
+OPTION_VALENCE = {
+    "coope": 1.0,
+    "share": 1.0,
+    "trust": 1.0,
+    "help": 1.0,
+    "agree": 0.5,
+    "accep": 0.5,
+    "defec": -1.0,
+    "refus": -1.0,
+    "betra": -1.0,
+    "withh": -1.0,
+}
 STOP = {"the", "and", "with", "your", "that", "this", "from"}
 # Words that make an option an intense one ("strongly support"): loaded wording draws answers
 # toward them, and without it the stand-in, like most chat models, avoids the extremes.
@@ -211,7 +254,11 @@ class OfflineProvider(Provider):
         )
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "model": self.config.model, "profile": asdict(profile_for(self.config.model))}
+        return {
+            "name": self.name,
+            "model": self.config.model,
+            "profile": asdict(profile_for(self.config.model)),
+        }
 
 
 @PROVIDERS.register("offline")

@@ -1,0 +1,19 @@
+# Statistics: audit.json and runs.parquet from every run of a plan.
+
+
+rule analyse:
+    input:
+        plan="{results}/{plan}/plan.json",
+        conditions="{results}/{plan}/conditions.json",
+        runs=plan_results,
+    output:
+        audit="{results}/{plan}/audit.json",
+        table="{results}/{plan}/runs.parquet",
+    log:
+        "{results}/{plan}/logs/analyse.log",
+    conda:
+        "../envs/simreport.yaml"
+    params:
+        include_incomplete=lambda wildcards: PLANS[wildcards.plan].include_incomplete,
+    run:
+        simreport_workflow.analyse_plan(WORKFLOW, wildcards.plan)

@@ -1,0 +1,19 @@
+# Plans from the config, expanded at parse time into every target of the DAG.
+from simreport import workflow as simreport_workflow
+
+WORKFLOW = simreport_workflow.load_workflow(config)
+PLANS = {plan.id: plan for plan in WORKFLOW.plans}
+RUN_THREADS = int(config.get("runThreads", 1))
+
+
+def plan_results(wildcards):
+    return PLANS[wildcards.plan].results
+
+
+def plan_figures(wildcards):
+    plan = PLANS[wildcards.plan]
+    return [str(plan.out_dir / "figures" / name) for name in plan.figures]
+
+
+def site_files(wildcards):
+    return simreport_workflow.site_outputs(WORKFLOW)

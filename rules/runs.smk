@@ -1,0 +1,41 @@
+# One job per plan writes its plan.json and conditions.json; one job per condition runs all of its
+# replications (reusing finished runs from the store). A job reruns when its `key` changes: the
+# condition's scenario, replication count, provider override or the kernel's code fingerprint.
+
+
+rule plan_spec:
+    output:
+        plan="{results}/{plan}/plan.json",
+        conditions="{results}/{plan}/conditions.json",
+    log:
+        "{results}/{plan}/logs/plan_spec.log",
+    localrule: True
+    conda:
+        "../envs/simreport.yaml"
+    params:
+        spec=lambda wildcards: PLANS[wildcards.plan].spec,
+    run:
+        simreport_workflow.write_plan_spec(WORKFLOW, wildcards.plan)
+
+
+for _plan in WORKFLOW.plans:
+    for _target in _plan.conditions:
+
+        rule:
+            name:
+                _target.rule_name
+            output:
+                _target.outputs,
+            log:
+                str(_plan.out_dir / "logs" / "runs" / f"{_target.condition.dir}.log"),
+            conda:
+                "../envs/simreport.yaml"
+            threads: RUN_THREADS
+            params:
+                plan=_plan.id,
+                condition=_target.condition.id,
+                key=_target.key,
+            run:
+                simreport_workflow.run_condition(
+                    WORKFLOW, params.plan, params.condition, workflow.cores, log[0]
+                )

@@ -1,0 +1,268 @@
+"""The static site: one folder per audit (report, methods, audit.json, figures) and an index.
+
+Everything is static and linked relatively, so the site works from file:// as well as from any web
+server; `serve` is a convenience for looking at it locally. The index carries no date, so the same
+audits give the same bytes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, PackageLoader, StrictUndefined
+
+from ..core.errors import InputError
+from ..core.files import load_document, write_atomic
+from ..core.version import __version__
+from .figures import as_float, format_number
+
+TEMPLATE = "index.html.j2"
+DEFAULT_TITLE = "simreport audits"
+PAGES = ("report.html", "methods.md", "methods.html", "audit.json")
+FIGURE_DIR = "figures"
+MISSING = "—"
+GRADES = ("weak", "moderate", "strong")
+
+# The plan schema's id pattern: also a safe directory name and URL path segment.
+_PLAN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_DESIGNS = {"one_at_a_time": "one at a time", "full_factorial": "full factorial"}
+
+
+def _count(value: Any) -> int:
+    number = as_float(value)
+    return int(number) if number is not None and math.isfinite(number) else 0
+
+
+def _top_axis(audit: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The rank-1 axis of the sensitivity ranking, when it has an effect size."""
+    for entry in audit.get("sensitivity") or []:
+        if entry.get("rank") == 1 and entry.get("maxAbsD") is not None:
+            return {
+                "axis": str(entry.get("axis")),
+                "code": entry.get("code"),
+                "maxAbsD": entry.get("maxAbsD"),
+                "metric": entry.get("metric"),
+                "condition": entry.get("condition"),
+            }
+    return None
+
+
+def _check_plan_id(plan_id: str) -> str:
+    if not _PLAN_ID.match(plan_id):
+        raise InputError(
+            f"plan id {plan_id!r} cannot name a site folder",
+            expected="letters, digits, '.', '_' or '-', starting with a letter or digit",
+        )
+    return plan_id
+
+
+def site_entry(audit: Mapping[str, Any], plan_id: str | None = None) -> dict[str, Any]:
+    """The index row for one audit: what it tested, how well, and where its pages are.
+
+    `plan_id` names the audit's folder in the site (default: the plan's own id). Values are as in
+    audit.json (numbers stay numbers); `render_index` formats them.
+    """
+    plan: Mapping[str, Any] = audit.get("plan") or {}
+    base: Mapping[str, Any] = plan.get("base") or {}
+    summary: Mapping[str, Any] = audit.get("summary") or {}
+    folder = _check_plan_id(str(plan_id if plan_id is not None else plan.get("id") or ""))
+    world = base.get("world") or ("external simulator" if base.get("simulator") else None)
+    return {
+        "id": folder,
+        "title": plan.get("title"),
+        "scenario": base.get("name") or plan.get("baseScenario"),
+        "world": world,
+        "design": plan.get("design"),
+        "claimType": plan.get("claimType"),
+        "grade": (audit.get("grade") or {}).get("grade"),
+        "replications": plan.get("replications"),
+        "models": list(plan.get("models") or []),
+        "conditions": _count(summary.get("conditions")),
+        "runs": _count(summary.get("runs")),
+        "failed": _count(summary.get("failed")),
+        "incomplete": _count(summary.get("incomplete")),
+        "excluded": _count(summary.get("excluded")),
+        "topAxis": _top_axis(audit),
+        "links": {
+            "report": f"{folder}/report.html",
+            "methods": f"{folder}/methods.html",
+            "audit": f"{folder}/audit.json",
+        },
+    }
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def _text(value: Any) -> str:
+    return MISSING if value is None or value == "" else str(value)
+
+
+def _plural_text(n: Any, singular: str) -> str:
+    count = as_float(n)
+    if count is None:
+        return f"{MISSING} {singular}s"
+    return f"{format_number(n)} {singular if count == 1 else singular + 's'}"
+
+
+def _row(entry: Mapping[str, Any]) -> dict[str, Any]:
+    grade = str(entry.get("grade") or "unknown")
+    top = entry.get("topAxis")
+    links = entry.get("links") or {}
+    return {
+        "id": str(entry.get("id")),
+        "title": _text(entry.get("title")) if entry.get("title") else "",
+        "scenario": _text(entry.get("scenario")),
+        "world": _text(entry.get("world")),
+        "design": _DESIGNS.get(str(entry.get("design")), _text(entry.get("design"))),
+        "claim_type": _text(entry.get("claimType")),
+        "grade": grade,
+        "grade_class": grade if grade in GRADES else "unknown",
+        "replications": _plural_text(entry.get("replications"), "replication"),
+        "conditions": format_number(entry.get("conditions")),
+        "runs": format_number(entry.get("runs")),
+        "failed": format_number(entry.get("failed")),
+        "incomplete": format_number(entry.get("incomplete")),
+        "top_axis": None
+        if top is None
+        else {
+            "axis": str(top.get("axis")),
+            "code": _text(top.get("code")) if top.get("code") else "",
+            "d": format_number(top.get("maxAbsD")),
+            "metric": _text(top.get("metric")),
+        },
+        "links": {key: str(links.get(key, "")) for key in ("report", "methods", "audit")},
+    }
+
+
+def _environment() -> Environment:
+    return Environment(
+        loader=PackageLoader("simreport.report", "templates"),
+        autoescape=True,
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+
+
+def render_index(entries: Sequence[Mapping[str, Any]], title: str = DEFAULT_TITLE) -> str:
+    """index.html for `entries` (rows from `site_entry`), in the order given."""
+    rows = [_row(e) for e in entries]
+    grades = {g: sum(1 for r in rows if r["grade"] == g) for g in GRADES}
+    return (
+        _environment()
+        .get_template(TEMPLATE)
+        .render(title=title, rows=rows, grades=grades, version=__version__)
+    )
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def _read_audit(audit_file: Path) -> dict[str, Any]:
+    audit = load_document(audit_file).data
+    if not isinstance(audit, dict) or "plan" not in audit or "schemaVersion" not in audit:
+        raise InputError(
+            "not an audit document", file=audit_file, expected="audit.json written by analyse"
+        )
+    return audit
+
+
+def _copy_audit(source: Path, target: Path) -> None:
+    """Copy one audit's pages and figures into its site folder; drop figures it no longer has."""
+    for name in PAGES:
+        if not (source / name).is_file():
+            raise InputError(
+                f"the audit has no {name}",
+                file=source / name,
+                expected="an audit directory with audit.json, report.html and methods pages "
+                "(run `simreport report` first)",
+            )
+    for name in PAGES:
+        write_atomic(target / name, (source / name).read_bytes())
+    figures = sorted((source / FIGURE_DIR).glob("*.svg")) if (source / FIGURE_DIR).is_dir() else []
+    for figure in figures:
+        write_atomic(target / FIGURE_DIR / figure.name, figure.read_bytes())
+    kept = {f.name for f in figures}
+    if (target / FIGURE_DIR).is_dir():
+        for stale in sorted((target / FIGURE_DIR).glob("*.svg")):
+            if stale.name not in kept:
+                stale.unlink()
+
+
+def write_site(
+    site_dir: str | Path,
+    audits: Sequence[tuple[str, str | Path]],
+    title: str = DEFAULT_TITLE,
+) -> Path:
+    """Copy each (plan id, audit dir) into `site_dir/<plan id>/` and write `site_dir/index.html`
+    listing them in the order given. Folders of audits not listed are left alone. Returns the
+    index's path."""
+    root = Path(site_dir)
+    ids = [plan_id for plan_id, _ in audits]
+    repeated = sorted({i for i in ids if ids.count(i) > 1})
+    if repeated:
+        raise InputError(
+            f"plan ids repeat: {', '.join(repeated)}", expected="one audit per plan id"
+        )
+    entries = []
+    for plan_id, audit_dir in audits:
+        source = Path(audit_dir)
+        entry = site_entry(_read_audit(source / "audit.json"), _check_plan_id(plan_id))
+        _copy_audit(source, root / plan_id)
+        entries.append(entry)
+    index = root / "index.html"
+    write_atomic(index, render_index(entries, title))
+    return index
+
+
+# --------------------------------------------------------------------------- serving
+
+
+class _SiteHandler(SimpleHTTPRequestHandler):
+    """Static files, with the types of the site's own files spelled out."""
+
+    extensions_map = {  # noqa: RUF012  (the base class declares a plain dict attribute)
+        **SimpleHTTPRequestHandler.extensions_map,
+        ".html": "text/html; charset=utf-8",
+        ".md": "text/markdown; charset=utf-8",
+        ".json": "application/json",
+        ".svg": "image/svg+xml",
+    }
+
+
+def site_server(
+    site_dir: str | Path, host: str = "127.0.0.1", port: int = 8000
+) -> ThreadingHTTPServer:
+    """An HTTP server for `site_dir`, bound but not yet serving (port 0 picks a free port)."""
+    root = Path(site_dir)
+    if not root.is_dir():
+        raise InputError("no site to serve", file=root, expected="a directory built by `site`")
+    handler = functools.partial(_SiteHandler, directory=str(root))
+    return ThreadingHTTPServer((host, port), handler)
+
+
+def serve(
+    site_dir: str | Path,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    *,
+    on_ready: Callable[[ThreadingHTTPServer], None] | None = None,
+) -> None:
+    """Serve `site_dir` over HTTP until interrupted (or until another thread calls `shutdown()` on
+    the server `on_ready` receives). Binds to localhost by default."""
+    server = site_server(site_dir, host, port)
+    with server:
+        if on_ready is not None:
+            on_ready(server)
+        # Ctrl-C is how a person stops a local preview: not an error.
+        with contextlib.suppress(KeyboardInterrupt):
+            server.serve_forever()
