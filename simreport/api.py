@@ -118,22 +118,48 @@ def analyse(audit_dir: str | Path, *, include_incomplete: bool | None = None) ->
 
 
 def report(audit_dir: str | Path) -> Path:
-    """Render report.html (and the figures) from audit.json alone."""
-    from .report import write_report
+    """Render report.html (and the figures) and the methods pages from audit.json alone."""
+    from .report import write_methods, write_report
 
     root = Path(audit_dir)
     if not (root / "audit.json").is_file():
         raise InputError(
             "no audit.json here", file=root / "audit.json", expected="run `simreport analyse` first"
         )
-    write_report(root)
-    return root / "report.html"
+    path = write_report(root)
+    write_methods(root)
+    return path
+
+
+def site(
+    audit_dirs: list[str | Path], out: str | Path, *, title: str = "simreport audits"
+) -> Path:
+    """Build a static site (index + one folder per audit) from finished audit directories."""
+    from .core.files import read_json
+    from .report import write_site
+
+    entries = []
+    for audit_dir in audit_dirs:
+        root = Path(audit_dir)
+        if not (root / "audit.json").is_file():
+            raise InputError("no audit.json here", file=root / "audit.json",
+                             expected="an audit directory built by `simreport audit`")
+        plan_id = str(read_json(root / "audit.json")["plan"]["id"])
+        entries.append((plan_id, root))
+    return write_site(Path(out), entries, title=title)
+
+
+def serve(site_dir: str | Path, *, host: str = "127.0.0.1", port: int = 8000) -> None:
+    """Serve a built site over HTTP until interrupted."""
+    from .report import serve as serve_site
+
+    root = Path(site_dir)
+    if not (root / "index.html").is_file():
+        raise InputError("no index.html here", file=root / "index.html",
+                         expected="a site built by `snakemake` or `simreport site`")
+    serve_site(root, host=host, port=port)
 
 
 def _analyse_if_available(audit_dir: Path, include_incomplete: bool | None) -> None:
     analyse(audit_dir, include_incomplete=include_incomplete)
-    try:
-        import simreport.report  # noqa: F401
-    except ImportError:
-        return
     report(audit_dir)

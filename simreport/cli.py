@@ -147,6 +147,23 @@ def cmd_report(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_site(args: argparse.Namespace) -> int:
+    from .api import site
+
+    index = site(args.audit_dirs, args.out, title=args.title)
+    print(f"site: {index}")
+    return EXIT_OK
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from .api import serve
+
+    print(f"serving {args.site_dir} at http://{args.host}:{args.port}/ (Ctrl-C stops)")
+    sys.stdout.flush()
+    serve(args.site_dir, host=args.host, port=args.port)
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="simreport", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--version", action="version", version=f"simreport {__version__}")
@@ -189,9 +206,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--include-incomplete", action="store_true")
     p.set_defaults(func=cmd_analyse)
 
-    p = sub.add_parser("report", help="re-render report.html from audit.json")
+    p = sub.add_parser("report", help="re-render report.html and methods from audit.json")
     p.add_argument("audit_dir")
     p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("site", help="build a static site from audit directories")
+    p.add_argument("audit_dirs", nargs="+")
+    p.add_argument("--out", default="site")
+    p.add_argument("--title", default="simreport audits")
+    p.set_defaults(func=cmd_site)
+
+    p = sub.add_parser("serve", help="serve a built site on this machine")
+    p.add_argument("site_dir", nargs="?", default="site")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.set_defaults(func=cmd_serve)
     return parser
 
 

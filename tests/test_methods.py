@@ -8,11 +8,11 @@ import html
 import json
 import re
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
+from browser import needs_chromium, render
 from markdown_it import MarkdownIt
 
 import simreport
@@ -382,46 +382,14 @@ def test_write_methods_rejects_a_directory_without_an_audit(tmp_path: Path) -> N
 # --------------------------------------------------------------------------- browser
 
 
-def chromium_command(user_data: Path, *args: str) -> list[str]:
-    return [
-        "chromium",
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        f"--user-data-dir={user_data}",
-        *args,
-    ]
-
-
 @pytest.mark.slow
+@needs_chromium
 def test_methods_html_renders_in_headless_chromium(audit_dir: Path, tmp_path: Path) -> None:
-    if shutil.which("chromium") is None:
-        pytest.skip("chromium is not installed (apt-get install -y chromium)")
     _, html_path = write_methods(audit_dir)
-    url = html_path.resolve().as_uri()
-    shot = tmp_path / "methods.png"
-    subprocess.run(
-        chromium_command(
-            tmp_path / "profile", f"--screenshot={shot}", "--window-size=1280,1600", url
-        ),
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
-    assert shot.is_file() and shot.stat().st_size > 20_000
-    dom = subprocess.run(
-        chromium_command(tmp_path / "profile", "--dump-dom", url),
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    ).stdout
+    page = render(html_path.resolve().as_uri(), tmp_path / "chromium", window="1280,1600")
+    page.check_screenshot(min_bytes=20_000, size=(1280, 1600))
+    assert page.network_requests == []
     audit = json.loads((audit_dir / "audit.json").read_text(encoding="utf-8"))
-    assert "<h2>Statistical analysis</h2>" in dom
-    assert f"<code>{audit['plan']['hash']}</code>" in dom
-    assert "<script" not in dom
+    assert "<h2>Statistical analysis</h2>" in page.dom
+    assert f"<code>{audit['plan']['hash']}</code>" in page.dom
+    assert "<script" not in page.dom

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
 import pytest
+from browser import needs_chromium, render
 
 from simreport.analysis.audit import RunRecord, analyse
 from simreport.core.canonical import pretty_json
@@ -496,127 +495,37 @@ def test_write_report_rejects_a_non_audit(tmp_path: Path) -> None:
 
 # --------------------------------------------------------------------------- headless browser
 
-# Requests Chromium makes for itself (extension updates, account checks, network time) carry no
-# initiator; anything the page asks for carries the page's origin ("null" for a file:// page).
-BROWSER_INITIATED = "not an origin"
-OFFLINE_SCHEMES = ("file:", "data:", "about:", "chrome:", "chrome-extension:", "blob:")
-
-
-def chromium_command(
-    url: str, profile: Path, *actions: str, window: str = "1280,2000"
-) -> list[str]:
-    """A headless Chromium command line that cannot reach the network: every host name resolves
-    to nothing, QUIC and background services are off, and the profile is a throwaway folder.
-    `actions` are what to do with the page (`--screenshot=…`, `--dump-dom`, `--log-net-log=…`)."""
-    browser = shutil.which("chromium")
-    assert browser is not None
-    return [
-        browser,
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--no-default-browser-check",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--disable-extensions",
-        "--disable-default-apps",
-        "--host-resolver-rules=MAP * ~NOTFOUND",
-        f"--user-data-dir={profile}",
-        f"--window-size={window}",
-        *actions,
-        url,
-    ]
-
-
-def run_chromium(command: list[str]) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(command, capture_output=True, text=True, timeout=180, check=False)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return done
-
-
-def page_requests(net_log: Path) -> list[str]:
-    """Every URL the page itself asked the network stack for, from a Chromium net log."""
-    log = json.loads(net_log.read_text(encoding="utf-8"))
-    start_job = log["constants"]["logEventTypes"]["URL_REQUEST_START_JOB"]
-    urls = []
-    for event in log["events"]:
-        params = event.get("params") or {}
-        initiated_by_page = params.get("initiator") != BROWSER_INITIATED
-        if event["type"] == start_job and "url" in params and initiated_by_page:
-            urls.append(str(params["url"]))
-    return urls
-
-
-def _offline(urls: list[str]) -> list[str]:
-    return [u for u in urls if not u.startswith(OFFLINE_SCHEMES)]
-
-
-needs_chromium = pytest.mark.skipif(
-    shutil.which("chromium") is None,
-    reason="chromium is not installed (apt-get install -y chromium)",
-)
-
 
 @pytest.mark.slow
 @needs_chromium
 def test_chromium_renders_the_report_offline(audit: dict[str, Any], tmp_path: Path) -> None:
-    from PIL import Image
-
     audit_dir = tmp_path / "audit"
     write_json(audit_dir / "audit.json", audit)
     report = write_report(audit_dir)
-    url = report.resolve().as_uri()
 
-    shot = tmp_path / "shot.png"
-    net_log = tmp_path / "net.json"
-    run_chromium(
-        chromium_command(
-            url,
-            tmp_path / "profile-shot",
-            f"--screenshot={shot}",
-            f"--log-net-log={net_log}",
-            "--net-log-capture-mode=Everything",
-        )
-    )
-    assert shot.is_file() and shot.stat().st_size > 50_000
-    with Image.open(shot) as image:
-        assert image.size == (1280, 2000)
-        lo, hi = image.convert("L").getextrema()
-        assert isinstance(lo, int) and isinstance(hi, int) and hi - lo > 100, "blank screenshot"
-    assert net_log.is_file()
-    assert _offline(page_requests(net_log)) == []
-
-    dom = run_chromium(chromium_command(url, tmp_path / "profile-dom", "--dump-dom")).stdout
+    page = render(report.resolve().as_uri(), tmp_path / "chromium", window="1280,2000")
+    page.check_screenshot(min_bytes=50_000, size=(1280, 2000))
+    assert page.network_requests == []
     for number, name in enumerate(SECTIONS, start=1):
-        assert f">{number}. {name}</h2>" in dom
-    assert "<script" not in dom.lower()
-    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in dom
+        assert f">{number}. {name}</h2>" in page.dom
+    assert "<script" not in page.dom.lower()
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page.dom
 
 
 @pytest.mark.slow
 @needs_chromium
 def test_the_net_log_check_catches_a_page_that_fetches(tmp_path: Path) -> None:
-    """The offline check above is only worth something if it sees a page's requests."""
-    page = tmp_path / "fetches.html"
-    page.write_text(
+    """The offline check the page tests make is only worth something if it sees a page's
+    requests."""
+    fetches = tmp_path / "fetches.html"
+    fetches.write_text(
         '<!doctype html><html lang="en"><head><meta charset="utf-8"><title>t</title>'
         '<link rel="stylesheet" href="https://example.invalid/x.css"></head>'
         '<body><img src="http://example.invalid/a.png" alt=""></body></html>',
         encoding="utf-8",
     )
-    net_log = tmp_path / "net.json"
-    run_chromium(
-        chromium_command(
-            page.as_uri(),
-            tmp_path / "profile",
-            f"--screenshot={tmp_path / 'shot.png'}",
-            f"--log-net-log={net_log}",
-        )
-    )
-    assert sorted(_offline(page_requests(net_log))) == [
+    page = render(fetches.as_uri(), tmp_path / "chromium")
+    assert sorted(page.network_requests) == [
         "http://example.invalid/a.png",
         "https://example.invalid/x.css",
     ]

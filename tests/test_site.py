@@ -7,7 +7,6 @@ import copy
 import json
 import re
 import shutil
-import subprocess
 import threading
 import urllib.request
 from http.server import ThreadingHTTPServer
@@ -16,6 +15,7 @@ from queue import Queue
 from typing import Any
 
 import pytest
+from browser import needs_chromium, render
 
 import simreport
 from simreport.analysis.audit import analyse_dir
@@ -276,47 +276,16 @@ def test_serve_refuses_a_missing_directory(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- browser
 
 
-def chromium_command(user_data: Path, *args: str) -> list[str]:
-    return [
-        "chromium",
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        f"--user-data-dir={user_data}",
-        *args,
-    ]
-
-
 @pytest.mark.slow
+@needs_chromium
 def test_index_renders_in_headless_chromium_from_file(site: Path, tmp_path: Path) -> None:
-    if shutil.which("chromium") is None:
-        pytest.skip("chromium is not installed (apt-get install -y chromium)")
     url = (site / "index.html").resolve().as_uri()
-    shot = tmp_path / "index.png"
-    subprocess.run(
-        chromium_command(
-            tmp_path / "profile", f"--screenshot={shot}", "--window-size=1280,1600", url
-        ),
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
-    assert shot.is_file() and shot.stat().st_size > 10_000
-    dom = subprocess.run(
-        chromium_command(tmp_path / "profile", "--dump-dom", url),
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    ).stdout
-    assert dom.count('<th scope="row">') == 2
+    page = render(url, tmp_path / "chromium", window="1280,1600")
+    page.check_screenshot(min_bytes=10_000, size=(1280, 1600))
+    assert page.network_requests == []
+    assert page.dom.count('<th scope="row">') == 2
     for plan_id in ("prisoners_dilemma", "pd-edited"):
-        for page in ("report.html", "methods.html", "audit.json"):
-            assert f'href="{plan_id}/{page}"' in dom
-    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in dom
-    assert "<script" not in dom
+        for name in ("report.html", "methods.html", "audit.json"):
+            assert f'href="{plan_id}/{name}"' in page.dom
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page.dom
+    assert "<script" not in page.dom

@@ -14,7 +14,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
 
 from ..core.errors import InputError
@@ -23,6 +22,7 @@ from ..core.version import __version__
 from ..harness.conditions import level_text
 from . import figures
 from .figures import as_float, format_number
+from .templating import environment
 
 TEMPLATE = "report.html.j2"
 FIGURE_DIR = "figures"
@@ -355,17 +355,6 @@ def _tests(
 # --------------------------------------------------------------------------- rendering
 
 
-def _environment() -> Environment:
-    return Environment(
-        loader=PackageLoader("simreport.report", "templates"),
-        autoescape=True,
-        undefined=StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-    )
-
-
 def _figure_markup(svgs: Mapping[str, str]) -> dict[str, Markup]:
     """Each generated SVG inlined, its ids prefixed by its position so figures never share one."""
     markup: dict[str, Markup] = {}
@@ -426,7 +415,7 @@ def context(audit: Mapping[str, Any], svgs: Mapping[str, str]) -> dict[str, Any]
 
 
 def _render(audit: Mapping[str, Any], svgs: Mapping[str, str]) -> str:
-    return _environment().get_template(TEMPLATE).render(context(audit, svgs))
+    return environment().get_template(TEMPLATE).render(context(audit, svgs))
 
 
 def render_report(audit: Mapping[str, Any]) -> str:

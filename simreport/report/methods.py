@@ -15,12 +15,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from jinja2 import Environment, PackageLoader, StrictUndefined
+from jinja2 import Environment
 from markdown_it import MarkdownIt
 
 from ..core.canonical import canonical_json, parse_number
 from ..core.errors import InputError
 from ..core.files import load_document, write_atomic
+from .templating import environment
 
 TEMPLATE = "methods.md.j2"
 BOOTSTRAP_DRAWS = 2000
@@ -291,19 +292,18 @@ def context(audit: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _environment() -> Environment:
-    env = Environment(
-        loader=PackageLoader("simreport.report", "templates"),
+    return environment(
         autoescape=False,  # Markdown, not HTML: escaping is md_escape, applied by _finalize
-        undefined=StrictUndefined,
-        keep_trailing_newline=True,
+        trim_blocks=False,
         finalize=_finalize,
+        filters=(
+            ("md_escape", md_escape),
+            ("md_code", md_code),
+            ("join_words", join_words),
+            ("plural", plural),
+            ("number_word", number_word),
+        ),
     )
-    env.filters["md_escape"] = md_escape
-    env.filters["md_code"] = md_code
-    env.filters["join_words"] = join_words
-    env.filters["plural"] = plural
-    env.filters["number_word"] = number_word
-    return env
 
 
 def methods_markdown(audit: Mapping[str, Any]) -> str:

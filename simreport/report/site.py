@@ -16,12 +16,11 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from jinja2 import Environment, PackageLoader, StrictUndefined
-
 from ..core.errors import InputError
 from ..core.files import load_document, write_atomic
 from ..core.version import __version__
 from .figures import as_float, format_number
+from .templating import environment
 
 TEMPLATE = "index.html.j2"
 DEFAULT_TITLE = "simreport audits"
@@ -142,23 +141,12 @@ def _row(entry: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _environment() -> Environment:
-    return Environment(
-        loader=PackageLoader("simreport.report", "templates"),
-        autoescape=True,
-        undefined=StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-    )
-
-
 def render_index(entries: Sequence[Mapping[str, Any]], title: str = DEFAULT_TITLE) -> str:
     """index.html for `entries` (rows from `site_entry`), in the order given."""
     rows = [_row(e) for e in entries]
     grades = {g: sum(1 for r in rows if r["grade"] == g) for g in GRADES}
     return (
-        _environment()
+        environment()
         .get_template(TEMPLATE)
         .render(title=title, rows=rows, grades=grades, version=__version__)
     )

@@ -1,0 +1,43 @@
+"""The one Jinja2 environment the pages are rendered with.
+
+Templates live in `simreport/report/templates`. Undefined names are errors and a trailing
+newline is kept; HTML pages are autoescaped and have block tags trimmed, Markdown is not escaped
+by Jinja (the methods module escapes its values itself, through `finalize`). Each configuration
+is built once per process, so its templates are parsed once.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from jinja2 import Environment, PackageLoader, StrictUndefined
+
+Filters = tuple[tuple[str, Callable[..., Any]], ...]
+
+
+@functools.cache
+def environment(
+    *,
+    autoescape: bool = True,
+    trim_blocks: bool = True,
+    finalize: Callable[..., Any] | None = None,
+    filters: Filters = (),
+) -> Environment:
+    """The environment for the package's templates.
+
+    `trim_blocks` also sets `lstrip_blocks`; `filters` are (name, function) pairs added to
+    Jinja's own. The result is shared: do not change it, pass what it needs here instead.
+    """
+    env = Environment(
+        loader=PackageLoader("simreport.report", "templates"),
+        autoescape=autoescape,
+        undefined=StrictUndefined,
+        trim_blocks=trim_blocks,
+        lstrip_blocks=trim_blocks,
+        keep_trailing_newline=True,
+        finalize=finalize,
+    )
+    env.filters.update(filters)
+    return env
