@@ -131,9 +131,7 @@ def report(audit_dir: str | Path) -> Path:
     return path
 
 
-def site(
-    audit_dirs: list[str | Path], out: str | Path, *, title: str = "simreport audits"
-) -> Path:
+def site(audit_dirs: list[str | Path], out: str | Path, *, title: str = "simreport audits") -> Path:
     """Build a static site (index + one folder per audit) from finished audit directories."""
     from .core.files import read_json
     from .report import write_site
@@ -142,8 +140,11 @@ def site(
     for audit_dir in audit_dirs:
         root = Path(audit_dir)
         if not (root / "audit.json").is_file():
-            raise InputError("no audit.json here", file=root / "audit.json",
-                             expected="an audit directory built by `simreport audit`")
+            raise InputError(
+                "no audit.json here",
+                file=root / "audit.json",
+                expected="an audit directory built by `simreport audit`",
+            )
         plan_id = str(read_json(root / "audit.json")["plan"]["id"])
         entries.append((plan_id, root))
     return write_site(Path(out), entries, title=title)
@@ -155,8 +156,11 @@ def serve(site_dir: str | Path, *, host: str = "127.0.0.1", port: int = 8000) ->
 
     root = Path(site_dir)
     if not (root / "index.html").is_file():
-        raise InputError("no index.html here", file=root / "index.html",
-                         expected="a site built by `snakemake` or `simreport site`")
+        raise InputError(
+            "no index.html here",
+            file=root / "index.html",
+            expected="a site built by `snakemake` or `simreport site`",
+        )
     serve_site(root, host=host, port=port)
 
 

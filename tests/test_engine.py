@@ -51,6 +51,7 @@ def test_run_directory_contract(tmp_path: Path) -> None:
         "execution": "completed",
         "validity": "unchecked",
         "evidence": "complete",
+        "quality": None,
     }
     assert doc["seedPath"] == [11, 0]
     assert set(doc["metrics"]) == {"cooperationRate", "mutualCooperationRate", "averagePayoff"}

@@ -411,6 +411,10 @@ class RunStatus(Model):
     execution: Execution = Field(description="completed, crashed or cancelled.")
     validity: Validity = Field(description="valid, violated or unchecked.")
     evidence: Evidence = Field(description="complete, partial or unchecked.")
+    quality: str | None = Field(
+        None,
+        description="Reference to an evaluator's quality judgement; the kernel leaves it null.",
+    )
 
 
 class Integrity(Model):

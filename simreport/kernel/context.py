@@ -63,6 +63,7 @@ class RunContext:
         policy: Policy,
         events: EventLog,
         asset_root: Path | None = None,
+        run_dir: Path | None = None,
     ) -> None:
         self.scenario = scenario
         self.params = params
@@ -70,6 +71,10 @@ class RunContext:
         self.policy = policy
         self.events = events
         self.asset_root = asset_root
+        self.run_dir = run_dir
+        """The run directory, for worlds that keep records of their own (written atomically)."""
+        self.manifest_extra: dict[str, Any] = {}
+        """Facts resolved during the run that belong in manifest.json (e.g. asset versions)."""
         self.seeds = SeedTree(scenario.seed, scenario.seed_path)
         self.rng = self.seeds.generator(STREAM_WORLD)
         self._policy_rng = self.seeds.generator(STREAM_POLICY)

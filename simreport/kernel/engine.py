@@ -35,7 +35,7 @@ from .external import simulator_assets
 from .policies import POLICIES
 from .providers import PROVIDERS, make_provider
 from .rules import RULES
-from .world import World
+from .world import World, WorldOutcome
 from .worlds import WORLDS
 
 KERNEL_VERSION = "1"
@@ -237,7 +237,13 @@ def run_scenario(
             uses_llm = any(e.kind == "llm" for e in scenario.executors)
             llm = make_provider(scenario.llm) if uses_llm else None
             ctx = RunContext(
-                scenario, params, provider=llm, policy=policy, events=events, asset_root=root
+                scenario,
+                params,
+                provider=llm,
+                policy=policy,
+                events=events,
+                asset_root=root,
+                run_dir=out,
             )
             world: World = world_cls(ctx, params)
             stage = "running"
@@ -247,9 +253,11 @@ def run_scenario(
                 if llm is not None:
                     llm.close()
             stage = "collecting"
-            result = _completed(
-                scenario, ctx, condition, rep, outcome.metrics, outcome.distributions
-            )
+            result = _completed(scenario, ctx, condition, rep, outcome)
+            if ctx.manifest_extra:
+                # What the run resolved while loading (asset versions and hashes) joins the
+                # manifest; labels never do.
+                write_json(out / "manifest.json", {**manifest, **ctx.manifest_extra})
     except Exception as exc:
         result = _crashed(scenario, ctx, condition, rep, stage, exc)
     events.emit(
@@ -284,19 +292,22 @@ def _completed(
     ctx: RunContext,
     condition: str,
     rep: int,
-    metrics: Mapping[str, float],
-    distributions: Mapping[str, Mapping[str, int]],
+    outcome: WorldOutcome,
 ) -> RunResult:
     lost = ctx.lost_decisions
-    complete = lost == 0
+    evidence = outcome.evidence or ("complete" if lost == 0 else "partial")
+    complete = lost == 0 and evidence == "complete"
+    metrics, distributions = outcome.metrics, outcome.distributions
     return RunResult(
         condition=condition,
         replication=rep,
         seed_path=list(scenario.seed_path),
-        status=RunStatus(
-            execution="completed",
-            validity="unchecked",
-            evidence="complete" if complete else "partial",
+        status=RunStatus.model_validate(
+            {
+                "execution": "completed",
+                "validity": outcome.validity or "unchecked",
+                "evidence": evidence,
+            }
         ),
         metrics={k: float(v) for k, v in metrics.items()},
         distributions={k: {c: int(n) for c, n in d.items()} for k, d in distributions.items()},

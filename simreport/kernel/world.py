@@ -63,8 +63,15 @@ class Agent:
 
 @dataclass
 class WorldOutcome:
+    """What a world hands back. Worlds that check their own rules or collect evidence (the agent
+    testbed) set `validity` and `evidence`; others leave them to the engine's defaults."""
+
     metrics: dict[str, float]
     distributions: dict[str, dict[str, int]] = field(default_factory=dict)
+    validity: str | None = None
+    """valid | violated | unchecked; None: unchecked."""
+    evidence: str | None = None
+    """complete | partial | unchecked; None: complete unless decisions were lost."""
 
 
 class World(ABC):

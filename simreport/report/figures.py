@@ -35,6 +35,7 @@ ROW_HEIGHT_IN = 0.34
 MIN_HEIGHT_IN = 2.2
 DISTRIBUTION_COLUMNS = 3
 LABEL_CHARS = 38
+CHAR_WIDTH_IN = 0.072  # mean width of a DejaVu Sans character at the 9 pt tick label size
 EMPTY_MESSAGE_CHARS = 90
 INF_LABEL = "inf"
 FLOAT_RESIDUE = 1e-12
@@ -165,6 +166,20 @@ def _new_figure(height: float) -> Figure:
     return Figure(figsize=(FIGURE_WIDTH_IN, max(MIN_HEIGHT_IN, height)), layout="constrained")
 
 
+def _row_figure(rows: int, labels: Sequence[str], extra_height: float) -> Figure:
+    """A one-axes figure of labelled rows with margins computed from its labels.
+
+    Constrained layout would find the same margins by drawing the figure once more; for reports
+    with many conditions that extra draw is most of the rendering time.
+    """
+    height = max(MIN_HEIGHT_IN, extra_height + ROW_HEIGHT_IN * rows)
+    fig = Figure(figsize=(FIGURE_WIDTH_IN, height))
+    longest = max((len(label) for label in labels), default=0)
+    left = min(0.6, (0.25 + CHAR_WIDTH_IN * longest) / FIGURE_WIDTH_IN)
+    fig.subplots_adjust(left=left, right=0.96, top=1 - 0.45 / height, bottom=0.6 / height)
+    return fig
+
+
 def _empty(title: str, message: str) -> str:
     fig = _new_figure(MIN_HEIGHT_IN)
     ax = fig.add_subplot()
@@ -189,13 +204,13 @@ def sensitivity_svg(audit: Mapping[str, Any]) -> str:
         finite = [v for v in values if v is not None and math.isfinite(v)]
         top = max(finite, default=0.0)
         cap = top * 1.25 if top > 0 else 1.0
-        fig = _new_figure(0.8 + ROW_HEIGHT_IN * len(entries))
+        labels = [
+            _label(f"{e['code']} · {e['axis']}" if e.get("code") else e["axis"]) for e in entries
+        ]
+        fig = _row_figure(len(entries), labels, 0.8)
         ax = fig.add_subplot()
         ys = list(range(len(entries)))
-        labels = []
-        for y, entry, value in zip(ys, entries, values, strict=True):
-            code = entry.get("code")
-            labels.append(_label(f"{code} · {entry['axis']}" if code else entry["axis"]))
+        for y, value in zip(ys, values, strict=True):
             if value is None or math.isnan(value):
                 ax.text(0, y, "  no effect size", va="center", ha="left", color="#555555")
                 continue
@@ -228,7 +243,8 @@ def effects_svg(audit: Mapping[str, Any], metric: str) -> str:
         if all(as_float(r.get("diff")) is None for r in rows):
             note = (audit.get("notes") or {}).get(metric) or "no condition has an estimate"
             return _empty(title, f"No effects to show for {metric}: {note}.")
-        fig = _new_figure(1.0 + ROW_HEIGHT_IN * len(rows))
+        labels = [_label(r.get("condition")) for r in rows]
+        fig = _row_figure(len(rows), labels, 1.0)
         ax = fig.add_subplot()
         ys = list(range(len(rows)))
         ax.axvline(0.0, color="#444444", linewidth=0.9, zorder=1)
@@ -244,7 +260,7 @@ def effects_svg(audit: Mapping[str, Any], metric: str) -> str:
                 ax.text(0, y, "  no estimate", va="center", ha="left", color="#555555")
                 continue
             ax.plot([diff], [y], "o", color=_BAR_COLOUR, markersize=5, zorder=3)
-        ax.set_yticks(ys, [_label(r.get("condition")) for r in rows])
+        ax.set_yticks(ys, labels)
         ax.set_ylim(len(rows) - 0.5, -0.5)
         ax.margins(x=0.12)
         ax.set_xlabel(_text(f"difference in mean {metric} (condition − base)"))
