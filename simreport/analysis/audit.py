@@ -68,8 +68,10 @@ def analyse(
     include_incomplete: bool | None = None,
     provider_override: str | None = None,
     llm_override: Mapping[str, Any] | None = None,
+    category_order: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str, Any]:
-    """Compute every quantity of audit.json (SPEC §6)."""
+    """Compute every quantity of audit.json (SPEC §6). `category_order` gives each target
+    distribution's categories in the order the plan wrote them (JSON objects lose it)."""
     include = (
         bool(plan.get("includeIncomplete", False))
         if include_incomplete is None
@@ -231,6 +233,10 @@ def analyse(
         "sensitivity": sensitivity,
         "directionConsistency": direction,
         "distribution": distribution,
+        "distributionCategories": {
+            name: [str(c) for c in (category_order or {}).get(name) or sorted(target)]
+            for name, target in sorted(targets.items())
+        },
         "crossModel": cross_model,
         "integrity": dict(sorted(integrity.items())),
         "cost": cost,
@@ -424,7 +430,7 @@ def load_audit_inputs(
     plan = {
         k: v
         for k, v in plan_doc.items()
-        if k not in {"planFile", "providerOverride", "llmOverride"}
+        if k not in {"planFile", "providerOverride", "llmOverride", "categoryOrder"}
     }
     conditions = read_json(cond_file)
     if isinstance(conditions, dict):
@@ -457,6 +463,7 @@ def analyse_dir(
         include_incomplete=include_incomplete,
         provider_override=override,
         llm_override=plan_doc.get("llmOverride"),
+        category_order=plan_doc.get("categoryOrder"),
     )
     write_json(root / "audit.json", audit)
     write_runs_table(root / "runs.parquet", audit, conditions)

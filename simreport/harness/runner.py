@@ -78,6 +78,10 @@ def plan_document(loaded: LoadedPlan, provider: str | None = None) -> dict[str, 
     doc["hash"] = loaded.hash
     doc["planFile"] = str(loaded.plan_file)
     doc["providerOverride"] = provider
+    # JSON files are written with sorted keys; this keeps the order in which the plan listed each
+    # target distribution's categories (e.g. a scale from "strongly oppose" to "strongly support").
+    targets = loaded.hypothesis.target_distribution if loaded.hypothesis is not None else None
+    doc["categoryOrder"] = {name: list(dist) for name, dist in (targets or {}).items()}
     return doc
 
 

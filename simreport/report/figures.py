@@ -269,12 +269,15 @@ def effects_svg(audit: Mapping[str, Any], metric: str) -> str:
 
 
 def target_of(audit: Mapping[str, Any], name: str) -> dict[str, float]:
-    """The plan's target distribution `name`, normalised to proportions, categories sorted."""
+    """The plan's target distribution `name`, normalised to proportions, its categories in the
+    order the plan wrote them (`distributionCategories`; sorted when an audit lacks it)."""
     hypothesis = (audit.get("plan") or {}).get("hypothesis") or {}
     target = (hypothesis.get("targetDistribution") or {}).get(name) or {}
     weights = {str(k): as_float(v) or 0.0 for k, v in target.items()}
     total = sum(w for w in weights.values() if math.isfinite(w))
-    return {k: (weights[k] / total if total > 0 else 0.0) for k in sorted(weights)}
+    declared = [str(c) for c in (audit.get("distributionCategories") or {}).get(name) or []]
+    order = [c for c in declared if c in weights] + sorted(set(weights) - set(declared))
+    return {k: (weights[k] / total if total > 0 else 0.0) for k in order}
 
 
 def proportions(counts: Mapping[str, Any], categories: Sequence[str]) -> list[float] | None:
