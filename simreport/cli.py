@@ -221,6 +221,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.set_defaults(func=cmd_serve)
+
+    from .mcp_server import register_cli as register_mcp
+
+    register_mcp(sub)
     return parser
 
 

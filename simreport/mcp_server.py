@@ -15,7 +15,9 @@ simreport error comes back as a tool error whose text is the error's one-line me
 path: what was wrong); the server itself keeps running.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: the tools' annotations are evaluated where the tools
+# are defined, inside build_server, so pydantic and the SDK are imported only when a server is
+# built and `register_cli` costs the command line nothing.
 
 import argparse
 import contextlib
@@ -26,16 +28,14 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, ParamSpec, TypeVar
-
-from mcp.server.mcpserver import MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ToolAnnotations
-from pydantic import Field
+from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
 
 from .core.errors import EXIT_INTERRUPTED, EXIT_OK, InputError, SchemaError, SimreportError
-from .core.files import read_json
 from .core.version import __version__
+
+if TYPE_CHECKING:  # the SDK is imported when a server is built: `simreport --help` stays fast
+    from mcp.server.mcpserver import MCPServer
+    from mcp.types import CallToolResult
 
 DEFAULT_RESULTS = "results"
 
@@ -57,6 +57,12 @@ _INSTRUCTIONS = (
 
 
 # --------------------------------------------------------------------------- audit directories
+
+
+def read_json(path: Path) -> Any:
+    from .core.files import read_json as read
+
+    return read(path)
 
 
 @dataclass(frozen=True)
@@ -329,22 +335,27 @@ def run_plan(
     }
 
 
-def _tool_errors(fn: Callable[P, R]) -> Callable[P, R]:
-    """Turn a simreport error into a tool error carrying its one-line message, and anything else
-    into a tool error naming the exception (the traceback goes to the server's log). The wrapper
-    keeps the tool's name, docstring and signature, from which the SDK builds its schema."""
+def _tool_errors(fn: Callable[P, R]) -> "Callable[P, R | CallToolResult]":
+    """Report a simreport error as a tool error whose text is exactly its one-line message, and
+    anything else as a tool error naming the exception (the traceback goes to the server's log,
+    on stderr). The wrapper keeps the tool's name, docstring and signature (`__wrapped__`), from
+    which the SDK builds the tool's input and output schemas."""
+
+    def failed(message: str) -> "CallToolResult":
+        from mcp.types import CallToolResult, TextContent
+
+        return CallToolResult(content=[TextContent(type="text", text=message)], is_error=True)
 
     @functools.wraps(fn)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> "R | CallToolResult":
         try:
             return fn(*args, **kwargs)
-        except ToolError:
-            raise
         except SimreportError as exc:
-            raise ToolError(exc.one_line()) from exc
+            _log.info("tool %s failed: %s", fn.__name__, exc.one_line())
+            return failed(exc.one_line())
         except Exception as exc:
             _log.exception("tool %s failed", fn.__name__)
-            raise ToolError(f"internal error: {type(exc).__name__}: {exc}") from exc
+            return failed(f"internal error: {type(exc).__name__}: {exc}")
 
     return wrapper
 
@@ -352,9 +363,20 @@ def _tool_errors(fn: Callable[P, R]) -> Callable[P, R]:
 # --------------------------------------------------------------------------- the server
 
 
-def build_server(results_root: str | Path = DEFAULT_RESULTS) -> MCPServer[Any]:
+def build_server(results_root: str | Path = DEFAULT_RESULTS) -> "MCPServer[Any]":
     """The MCP server over the audits under `results_root` (relative paths are taken from the
     current working directory)."""
+    from pydantic import Field
+
+    try:
+        from mcp.server.mcpserver import MCPServer
+        from mcp.types import ToolAnnotations
+    except ImportError as exc:
+        raise SimreportError(
+            f"the MCP server needs the Python package `mcp` ({exc})",
+            expected="`pip install 'mcp>=2.3,<3'`",
+        ) from None
+
     root = Path(results_root).resolve()
     server: MCPServer[Any] = MCPServer(
         "simreport",
@@ -506,7 +528,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     return serve_stdio(args.results)
 
 
-def register_cli(subparsers: argparse._SubParsersAction[Any]) -> None:
+def register_cli(subparsers: "argparse._SubParsersAction[Any]") -> None:
     """Add `simreport mcp [--results DIR]` to the CLI's subcommands."""
     parser = subparsers.add_parser(
         "mcp", help="serve the audits to MCP clients over stdio (Model Context Protocol)"
@@ -521,7 +543,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     _add_arguments(parser)
     args = parser.parse_args(argv)
-    return serve_stdio(args.results)
+    try:
+        return serve_stdio(args.results)
+    except SimreportError as exc:
+        print(f"simreport: {exc.one_line()}", file=sys.stderr)
+        return exc.exit_code
 
 
 if __name__ == "__main__":

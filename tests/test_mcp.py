@@ -144,16 +144,19 @@ def test_get_audit_sections_and_metric(server: Server, results: Path) -> None:
     assert len(runs["audit"]["runs"]) == 30
 
 
-def test_get_audit_errors(server: Server) -> None:
+def test_get_audit_errors(server: Server, results: Path) -> None:
+    # The tool error's text is the error's one-line message, nothing around it.
     message = server.error("get_audit", plan_id="no_such_plan")
-    assert "no audit of plan 'no_such_plan'" in message
-    assert "prisoners_dilemma" in message  # the known plans are named
+    assert message.startswith(f"no audit of plan 'no_such_plan' under {results.resolve()}")
+    assert "known: prisoners_dilemma" in message
 
+    audit_file = (results / "prisoners_dilemma" / "audit.json").resolve()
     message = server.error("get_audit", plan_id="prisoners_dilemma", sections=["bogus"])
-    assert "audit.json" in message and "unknown section 'bogus'" in message
+    assert message.startswith(f"{audit_file}: unknown section 'bogus' (expected one of ")
 
     message = server.error("get_audit", plan_id="prisoners_dilemma", metric="bogus")
-    assert "unknown metric 'bogus'" in message and "cooperationRate" in message
+    assert message.startswith(f"{audit_file}: metrics: unknown metric 'bogus'")
+    assert "cooperationRate" in message
 
 
 def test_get_run(server: Server, results: Path) -> None:
@@ -227,7 +230,7 @@ def test_run_audit_then_list_it(server: Server, results: Path) -> None:
 
 def test_run_audit_errors(server: Server) -> None:
     message = server.error("run_audit", plan="examples/no_such/audit.yaml")
-    assert "examples/no_such/audit.yaml" in message and "file not found" in message
+    assert message == "examples/no_such/audit.yaml: file not found (expected an existing file)"
     # Arguments outside the schema are refused before anything runs.
     server.error("run_audit", plan="examples/echo_chamber/audit.yaml", replications=0)
 
@@ -258,3 +261,71 @@ def test_build_server_defaults_to_results_in_the_working_directory(
         result = portal.call(server.call_tool, "list_audits", {})
     assert isinstance(result, CallToolResult)
     assert result.structured_content == {"root": str(tmp_path.resolve() / "results"), "audits": []}
+
+
+def test_an_unexpected_exception_is_a_tool_error_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(root: Path) -> list[Any]:
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr("simreport.mcp_server.find_audits", broken)
+    server = build_server(tmp_path)
+    with start_blocking_portal() as portal:
+        result = portal.call(server.call_tool, "list_audits", {})
+    assert isinstance(result, CallToolResult)
+    assert result.is_error
+    assert text_of(result) == "internal error: RuntimeError: disk on fire"
+
+
+def _fake_audit(path: Path, plan_id: str, replications: int = 3) -> None:
+    path.mkdir(parents=True)
+    plan = {"id": plan_id, "title": f"Plan {plan_id}", "replications": replications}
+    (path / "plan.json").write_text(json.dumps(plan))
+    conditions = [{"id": "base", "dir": "base"}, {"id": "a=1", "dir": "a~3d1"}]
+    (path / "conditions.json").write_text(json.dumps(conditions))
+
+
+def test_audits_not_yet_analysed_and_audits_found_by_directory(tmp_path: Path) -> None:
+    _fake_audit(tmp_path / "p", "p")
+    _fake_audit(tmp_path / "p-old", "p", replications=1)
+    _fake_audit(tmp_path / "q-1", "q")
+    _fake_audit(tmp_path / "q-2", "q")
+    (tmp_path / ".store").mkdir()  # the run store is not an audit
+    server = build_server(tmp_path)
+
+    def call(tool: str, **arguments: Any) -> CallToolResult:
+        with start_blocking_portal() as portal:
+            result = portal.call(server.call_tool, tool, arguments)
+        assert isinstance(result, CallToolResult)
+        return result
+
+    audits = call("list_audits").structured_content["audits"]
+    assert [(a["path"], a["planId"]) for a in audits] == [
+        (str(tmp_path / "p"), "p"),
+        (str(tmp_path / "p-old"), "p"),
+        (str(tmp_path / "q-1"), "q"),
+        (str(tmp_path / "q-2"), "q"),
+    ]
+    assert audits[0] | {"path": None} == {
+        "planId": "p",
+        "title": "Plan p",
+        "grade": None,
+        "runs": 6,  # planned: 2 conditions × 3 replications
+        "failed": None,
+        "analysed": False,
+        "path": None,
+    }
+    assert audits[1]["runs"] == 2
+
+    # `p` is the directory named after the plan; `p-old` is reached by its directory name.
+    message = text_of(call("get_audit", plan_id="p"))
+    assert message.startswith(f"{tmp_path / 'p' / 'audit.json'}: this audit has not been analysed")
+    assert str(tmp_path / "p-old") in text_of(call("get_audit", plan_id="p-old"))
+    # Two directories of one plan, neither named after it: ask for a directory name.
+    ambiguous = call("get_audit", plan_id="q")
+    assert ambiguous.is_error and "several audit directories" in text_of(ambiguous)
+    assert "q-1, q-2" in text_of(ambiguous)
+    # A known condition whose run has not finished yet.
+    message = text_of(call("get_run", plan_id="p", condition="a=1", replication=0))
+    assert message.startswith(f"{tmp_path / 'p' / 'runs' / 'a~3d1' / '0' / 'result.json'}: ")
