@@ -1,7 +1,8 @@
 """The `simreport` command line. Thin: parses arguments, calls the API, prints, sets exit codes.
 
 Exit codes: 0 success (failed runs inside an audit are data, not errors); 1 internal error;
-2 invalid input or usage (nothing was run); 130 interrupted.
+2 invalid input or usage (nothing was run); 3 `run`: the run failed, `doctor`: a check failed;
+130 interrupted.
 """
 
 from __future__ import annotations
@@ -222,8 +223,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8000)
     p.set_defaults(func=cmd_serve)
 
+    from .doctor import register_cli as register_doctor
     from .mcp_server import register_cli as register_mcp
 
+    register_doctor(sub)
     register_mcp(sub)
     return parser
 

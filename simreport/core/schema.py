@@ -185,6 +185,22 @@ class LLMConfig(Model):
         None, description="Name of the environment variable that holds the API key."
     )
     timeout_seconds: float = Field(60.0, gt=0, description="Per-request timeout.")
+    budget_calls: int | None = Field(
+        None,
+        ge=1,
+        description=(
+            "Most HTTP requests one run may send, retries included; then decisions fail as "
+            "BudgetExhausted."
+        ),
+    )
+    budget_tokens: int | None = Field(
+        None,
+        ge=1,
+        description=(
+            "Most prompt + completion tokens one run may spend; then decisions fail as "
+            "BudgetExhausted."
+        ),
+    )
 
 
 class PromptConfig(Model):
@@ -296,6 +312,10 @@ class SimulatorConfig(Model):
     )
 
 
+def _absent(value: Any) -> bool:
+    return value is None
+
+
 class Scenario(Model):
     """One simulated world, ready for the kernel."""
 
@@ -326,6 +346,38 @@ class Scenario(Model):
         default_factory=dict, description="World parameters (validated by the world)."
     )
     hypothesis: Hypothesis | None = Field(None, description="Expected directions and targets.")
+    # Agent-testbed groups (SPEC §8, models in core/testbed.py). Left out of the document when
+    # absent, so scenarios of other worlds keep their form and hashes.
+    identity: Identity | None = Field(
+        None, exclude_if=_absent, description="Testbed: scenario id, version, owner, risk."
+    )
+    sut: SutConfig | None = Field(
+        None, exclude_if=_absent, description="Testbed: the system under test and its boundary."
+    )
+    user: UserConfig | None = Field(
+        None, exclude_if=_absent, description="Testbed: the simulated user."
+    )
+    environment: EnvironmentConfig | None = Field(
+        None, exclude_if=_absent, description="Testbed: data, tool contracts, clock."
+    )
+    interaction: InteractionConfig | None = Field(
+        None, exclude_if=_absent, description="Testbed: bindings, channels, action entry."
+    )
+    participants: list[Participant] | None = Field(
+        None, exclude_if=_absent, description="Testbed: other agents and surrogates."
+    )
+    events: EventsConfig | None = Field(
+        None, exclude_if=_absent, description="Testbed: planned faults (triggers)."
+    )
+    execution: ExecutionConfig | None = Field(
+        None, exclude_if=_absent, description="Testbed: seed, mode and budgets."
+    )
+    evaluation_ref: EvaluationRef | None = Field(
+        None, exclude_if=_absent, description="Testbed: versions of the evaluation spec."
+    )
+    provenance: Provenance | None = Field(
+        None, exclude_if=_absent, description="Testbed: sources and the asset library."
+    )
 
     @model_validator(mode="after")
     def _one_engine(self) -> Scenario:
@@ -470,3 +522,25 @@ class RunResult(Model):
     @property
     def succeeded(self) -> bool:
         return self.status.execution == "completed" and self.failure is None
+
+
+# The agent-testbed groups (core/testbed.py) build on `Model`, so they are imported last and the
+# scenario's annotations resolved then. When core/testbed.py is imported first it is still partial
+# here; it completes `Scenario` itself once its classes exist.
+try:
+    from .testbed import (
+        EnvironmentConfig,
+        EvaluationRef,
+        EventsConfig,
+        ExecutionConfig,
+        Identity,
+        InteractionConfig,
+        Participant,
+        Provenance,
+        SutConfig,
+        UserConfig,
+    )
+except ImportError:  # pragma: no cover - only when core/testbed.py is imported first
+    pass
+else:
+    Scenario.model_rebuild()
