@@ -368,9 +368,9 @@ def _distribution(
 ) -> dict[str, list[dict[str, Any]]]:
     out: dict[str, list[dict[str, Any]]] = {}
     for name, target in sorted(targets.items()):
-        pooled: dict[str, dict[str, float]] = {}
+        pooled: dict[str, dict[str, int]] = {}
         for cond in conditions:
-            counts: dict[str, float] = defaultdict(float)
+            counts: dict[str, int] = defaultdict(int)
             for record in by_condition.get(cond["id"], []):
                 if usable(record.result, include) and record.result is not None:
                     for category, n in record.result.distributions.get(name, {}).items():
