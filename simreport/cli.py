@@ -224,9 +224,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_serve)
 
     from .doctor import register_cli as register_doctor
+    from .kernel.testbed.replay import register_cli as register_replay
     from .mcp_server import register_cli as register_mcp
 
     register_doctor(sub)
+    register_replay(sub)
     register_mcp(sub)
     return parser
 

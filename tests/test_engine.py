@@ -269,3 +269,13 @@ def test_framing_moves_offline_cooperation(tmp_path: Path) -> None:
             "cooperationRate"
         ]
     assert rates["moralised"] > rates["neutral"] > rates["risk"]
+
+
+def test_fingerprint_covers_a_worlds_code_packages(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The testbed package's code reaches refund_desk's fingerprint, and only refund_desk's."""
+    refund = WORLDS.get("refund_desk")
+    with_testbed = kernel_fingerprint("refund_desk")
+    pd = kernel_fingerprint("prisoners_dilemma")
+    monkeypatch.setattr(refund, "code_packages", ())
+    assert kernel_fingerprint("refund_desk") != with_testbed
+    assert kernel_fingerprint("prisoners_dilemma") == pd

@@ -20,8 +20,11 @@ from ..core.schema import RunResult
 from ..core.version import __version__
 from . import stats
 from .grade import GRADE_RULE, evidence_grade
+from .testbed import summarise_testbed
 
 AUDIT_SCHEMA_VERSION = 1
+EVALUATION_FILE = "evaluation.json"
+"""An agent-testbed run's evaluator output, next to its result.json."""
 
 
 @dataclass(frozen=True)
@@ -31,6 +34,8 @@ class RunRecord:
     condition: str
     replication: int
     result: RunResult | None
+    evaluation: Mapping[str, Any] | None = None
+    """The agent testbed's evaluation.json for this run, when it has one."""
 
 
 def usable(result: RunResult | None, include_incomplete: bool) -> bool:
@@ -207,7 +212,7 @@ def analyse(
     failed = sum(1 for r in run_rows if r["failure"] is not None)
     incomplete = sum(1 for r in run_rows if r["failure"] is None and not r["complete"])
     excluded = sum(1 for r in run_rows if not r["used"])
-    return {
+    audit = {
         "schemaVersion": AUDIT_SCHEMA_VERSION,
         "software": {"simreport": __version__},
         "plan": dict(plan),
@@ -241,6 +246,12 @@ def analyse(
         "integrity": dict(sorted(integrity.items())),
         "cost": cost,
     }
+    # Agent-testbed runs carry evaluations: verdicts per criterion, validity exclusions and the
+    # zero-violation bound (analysis/testbed.py). Other audits keep their exact form.
+    testbed = summarise_testbed(conditions, [(r.condition, r.result, r.evaluation) for r in runs])
+    if testbed is not None:
+        audit["testbed"] = testbed
+    return audit
 
 
 def _order(rows: Sequence[Mapping[str, Any]], cid: str) -> int:
@@ -441,7 +452,9 @@ def load_audit_inputs(
         for r in range(reps):
             path = audit_dir / "runs" / str(cond["dir"]) / str(r) / "result.json"
             result = RunResult.model_validate(read_json(path)) if path.is_file() else None
-            records.append(RunRecord(str(cond["id"]), r, result))
+            evaluation_file = path.with_name(EVALUATION_FILE)
+            evaluation = read_json(evaluation_file) if evaluation_file.is_file() else None
+            records.append(RunRecord(str(cond["id"]), r, result, evaluation))
     return plan, conditions, records
 
 

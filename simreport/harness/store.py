@@ -20,7 +20,19 @@ from ..core.canonical import content_hash
 from ..core.files import read_json, write_atomic
 from ..core.schema import RunResult
 
-RUN_FILES = ("scenario.json", "manifest.json", "events.jsonl", "result.json")
+RUN_FILES = (
+    "scenario.json",
+    "manifest.json",
+    "events.jsonl",
+    # the agent testbed's evidence layers
+    "records.jsonl",
+    "observations.json",
+    "evidence.json",
+    "completeness.json",
+    "evaluation.json",
+    # result.json last: a run is finished when it is there
+    "result.json",
+)
 
 
 def run_key(

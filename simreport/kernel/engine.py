@@ -8,6 +8,7 @@ result.json is a finished run and one without is not.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import sys
 import traceback
 from collections.abc import Mapping
@@ -162,11 +163,16 @@ def kernel_fingerprint(world: str | None) -> str:
     """sha256 over the kernel's own sources and the world's module: a code change to either makes
     earlier runs out of date (the workflow passes this as a parameter of the run jobs)."""
     here = Path(__file__).resolve().parent
-    files = [p for p in here.glob("*.py")] + [p for p in (here / "providers").glob("*.py")]
+    files = [*here.glob("*.py"), *(here / "providers").glob("*.py")]
     if world is not None and world in WORLDS:
-        module = sys.modules[WORLDS.get(world).__module__]
-        if module.__file__:
-            files.append(Path(module.__file__))
+        world_cls = WORLDS.get(world)
+        for name in (world_cls.__module__, *world_cls.code_packages):
+            module = sys.modules.get(name) or importlib.import_module(name)
+            if module.__file__ is None:
+                continue
+            path = Path(module.__file__)
+            # A package counts with every module in it.
+            files.extend(path.parent.glob("*.py") if path.name == "__init__.py" else [path])
     return _source_hash(files)
 
 
@@ -337,7 +343,15 @@ def _crashed(
         condition=condition,
         replication=rep,
         seed_path=list(scenario.seed_path),
-        status=RunStatus(execution="crashed", validity="unchecked", evidence="partial"),
+        # A world may say what its failure means for the statuses (the agent testbed: a budget
+        # cancels, a failed initialisation violates, a loading failure leaves evidence unchecked).
+        status=RunStatus.model_validate(
+            {
+                "execution": getattr(exc, "execution", None) or "crashed",
+                "validity": getattr(exc, "validity", None) or "unchecked",
+                "evidence": getattr(exc, "evidence", None) or "partial",
+            }
+        ),
         metrics={},
         distributions={},
         integrity=Integrity(complete=False, counters=_counters(ctx)),

@@ -83,6 +83,9 @@ class World(ABC):
     metrics: ClassVar[tuple[str, ...]]
     distributions: ClassVar[tuple[str, ...]] = ()
     min_agents: ClassVar[int] = 1
+    code_packages: ClassVar[tuple[str, ...]] = ()
+    """Packages (dotted names) whose code the world's results depend on, besides its module:
+    their sources join the kernel fingerprint, so editing them makes earlier runs out of date."""
 
     def __init__(self, ctx: RunContext, params: Any) -> None:
         self.ctx = ctx

@@ -352,6 +352,54 @@ def _tests(
     return out
 
 
+def _testbed(audit: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The agent-testbed tables (only for audits whose runs carry evaluations): per criterion,
+    each condition's verdict counts, validity exclusions and the zero-violation bound."""
+    table = audit.get("testbed")
+    if not isinstance(table, Mapping):
+        return None
+    criteria = [str(c) for c in table.get("criteria") or []]
+    conditions = list(table.get("conditions") or [])
+    out = []
+    for criterion in criteria:
+        rows = []
+        for cond in conditions:
+            cell = (cond.get("criteria") or {}).get(criterion) or {}
+            bound = as_float(cell.get("zeroViolationUpperBound"))
+            rows.append(
+                {
+                    "condition": str(cond.get("condition")),
+                    "evaluated": format_number(cond.get("evaluated")),
+                    "excluded": format_number(cond.get("validityExcluded")),
+                    "pass": format_number(cell.get("pass")),
+                    "fail": format_number(cell.get("fail")),
+                    "undecidable": format_number(cell.get("undecidable")),
+                    "not_applicable": format_number(cell.get("notApplicable")),
+                    "rate": format_share(cell.get("violationRate")),
+                    "bound": MISSING if bound is None else f"{100 * bound:.1f}%",
+                }
+            )
+        total = (table.get("totals") or {}).get(criterion) or {}
+        out.append(
+            {
+                "criterion": criterion,
+                "rows": rows,
+                "undecidable": format_number(total.get("undecidable")),
+            }
+        )
+    return {
+        "criteria": out,
+        "excluded": format_number(table.get("validityExcluded")),
+        "undecidable": format_number(table.get("undecidable")),
+        "note": _text(table.get("note"), ""),
+        "not_evaluated": [
+            (str(c.get("condition")), format_number(c.get("notEvaluated")))
+            for c in conditions
+            if c.get("notEvaluated")
+        ],
+    }
+
+
 # --------------------------------------------------------------------------- rendering
 
 
@@ -406,6 +454,7 @@ def context(audit: Mapping[str, Any], svgs: Mapping[str, str]) -> dict[str, Any]
             audit, {name: fig for (kind, name), fig in by_kind.items() if kind == "distribution"}
         ),
         "integrity": [(k, format_number(integrity[k])) for k in sorted(integrity)],
+        "testbed": _testbed(audit),
         "cost": [
             ("LLM calls", format_number(cost.get("llmCalls", 0))),
             ("Prompt tokens", format_number(cost.get("promptTokens", 0))),

@@ -8,5 +8,6 @@ WORLDS: Registry[type[World]] = Registry("world")
 # Each module registers itself on import.
 from . import echo_chamber as echo_chamber  # noqa: E402
 from . import prisoners_dilemma as prisoners_dilemma  # noqa: E402
+from . import refund_desk as refund_desk  # noqa: E402
 
 __all__ = ["WORLDS"]

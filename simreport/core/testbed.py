@@ -1,0 +1,545 @@
+"""The scenario groups of the agent testbed: a simulated world around a system under test (SUT).
+
+Ten groups answer the whole design, from what is tested to how it is judged: `identity`, `sut`,
+`user`, `environment`, `interaction`, `participants`, `events`, `execution`, `evaluationRef` and
+`provenance`. Asset references (`refund-agent@stable`, `env/ecom-seed@3.0.1`) name a versioned file
+in the scenario's asset library; the run resolves every label to an exact version and sha256 and
+records only those.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from .schema import Model
+
+BoundaryItem = Literal["reasoning", "tool-selection", "parameters", "recovery"]
+BOUNDARY_ITEMS: tuple[BoundaryItem, ...] = ("reasoning", "tool-selection", "parameters", "recovery")
+
+DisclosureRule = Literal["upfront", "on-request", "never"]
+Channel = Literal["chat-completions", "internal", "ag-ui", "a2a"]
+DEFAULT_CHANNELS: tuple[Channel, ...] = ("chat-completions",)
+FaultPosition = Literal["not_sent", "sent_not_committed", "committed_response_lost"]
+FAULT_POSITIONS: tuple[FaultPosition, ...] = (
+    "not_sent",
+    "sent_not_committed",
+    "committed_response_lost",
+)
+
+ASSET_REF = re.compile(
+    r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._/-]*)@(?P<selector>[A-Za-z0-9][A-Za-z0-9._+-]*)$"
+)
+"""`<name>@<version or label>`; a name may have folders (`env/ecom-seed`)."""
+
+SEMVER = r"^\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.-]+)?$"
+
+
+def check_asset_ref(value: str) -> str:
+    """An asset reference must name a version or a label: `name@1.2.0` or `name@stable`."""
+    match = ASSET_REF.match(value)
+    if match is None or ".." in match.group("name").split("/"):
+        raise ValueError(
+            f"{value!r} is not an asset reference; expected <name>@<version or label>, "
+            "e.g. refund-agent@2.4.1 or user-policy@stable"
+        )
+    return value
+
+
+def _ref(value: str | None) -> str | None:
+    return check_asset_ref(value) if value is not None else None
+
+
+# --------------------------------------------------------------------------- identity
+
+
+class Identity(Model):
+    """Which scenario this is: its id, version and owner (a changed design is a new version)."""
+
+    id: str = Field(
+        ...,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+        description="Scenario id, stable across versions.",
+    )
+    version: str = Field(..., pattern=SEMVER, description="Scenario version (SemVer).")
+    labels: list[str] = Field(default_factory=list, description="Free labels, e.g. regression.")
+    owner: str | None = Field(None, description="Who answers for the scenario.")
+    risk_level: Literal["low", "medium", "high"] = Field(
+        "medium", description="Risk level; high-risk scenarios need a risk review."
+    )
+
+
+# --------------------------------------------------------------------------- sut
+
+
+class SutConfig(Model):
+    """The system under test: which agent version, reached how, and what belongs to it."""
+
+    agent: str = Field(
+        ...,
+        description=(
+            "Agent asset reference (`refund-agent@2.4.1` or `@stable`). The asset says how the "
+            "agent is reached: the built-in reference agent, an HTTP endpoint or a Python entry "
+            "point."
+        ),
+    )
+    prompt: str | None = Field(
+        None,
+        description=(
+            "Prompt asset reference: the agent's instructions (and persona). The reference agent "
+            "needs one; an HTTP agent gets it as its system message."
+        ),
+    )
+    boundary: list[BoundaryItem] = Field(
+        default_factory=lambda: list(BOUNDARY_ITEMS),
+        min_length=1,
+        description=(
+            "What belongs to the SUT and must never be replaced by a surrogate or a script: "
+            "reasoning, tool-selection, parameters, recovery."
+        ),
+    )
+    entry: str | None = Field(
+        None,
+        description=(
+            "Overrides the agent asset's entry: the base URL of an OpenAI-compatible endpoint "
+            "(HTTP agents) or `module:function` (Python agents)."
+        ),
+    )
+    identity: str = Field(
+        "sim-tester", min_length=1, description="The test identity the harness presents."
+    )
+    timeout_seconds: float = Field(
+        30.0, gt=0, description="How long one call into the agent may take."
+    )
+
+    @field_validator("agent", "prompt")
+    @classmethod
+    def _refs(cls, value: str | None) -> str | None:
+        return _ref(value)
+
+    @field_validator("boundary")
+    @classmethod
+    def _unique(cls, value: list[BoundaryItem]) -> list[BoundaryItem]:
+        if len(set(value)) != len(value):
+            raise ValueError("boundary items must not repeat")
+        return value
+
+
+# --------------------------------------------------------------------------- user
+
+
+class Persona(Model):
+    """How the simulated user comes across; `patience` also sets when they give up."""
+
+    expertise: str = Field("novice", description="Domain expertise (novice, expert, …).")
+    patience: Literal["low", "medium", "high"] = Field(
+        "medium", description="How long they wait before giving up (the user policy's table)."
+    )
+    tone: str = Field("neutral", description="Tone of their messages (neutral, annoyed, …).")
+
+
+class PrivateFacts(Model):
+    """What the user knows; it may differ from the environment's facts (a misremembered amount)."""
+
+    order_number: str | None = Field(None, description="The order number the user has.")
+    paid_amount_minor: int | None = Field(
+        None, ge=0, description="What the user believes they paid, in minor units (cents, fen)."
+    )
+    currency: str = Field("CNY", min_length=3, max_length=3, description="ISO 4217 currency.")
+
+
+class Disclosure(Model):
+    """When the user may reveal each private fact: upfront, on-request (when asked) or never."""
+
+    order_number: DisclosureRule = Field("on-request", description="The order number.")
+    paid_amount: DisclosureRule = Field("upfront", description="The amount they paid.")
+
+
+REACTION_SIGNALS = (
+    "agent.asks_order_number",
+    "agent.confirms_refund",
+    "agent.asks_to_wait",
+    "agent.reply",
+)
+REACTION_VARIABLES = ("wait_ms", "turns", "agent_asks")
+ReactionEffect = Literal["disclose_order_number", "threaten_complaint", "give_up", "ask_status"]
+_CONDITION = re.compile(r"^\s*(?P<var>[a-z_]+)\s*(?P<op>>=|<=|>|<|==)\s*(?P<num>\d+)\s*$")
+
+
+def parse_condition(text: str) -> tuple[str, str | None, int | None]:
+    """(`signal`, None, None) or (`variable`, operator, number) for a reaction rule's `when`."""
+    if text.strip() in REACTION_SIGNALS:
+        return text.strip(), None, None
+    match = _CONDITION.match(text)
+    if match is None or match.group("var") not in REACTION_VARIABLES:
+        raise ValueError(
+            f"cannot read condition {text!r}; expected a signal ("
+            + ", ".join(REACTION_SIGNALS)
+            + ") or `<variable> <op> <number>` with a variable of "
+            + ", ".join(REACTION_VARIABLES)
+        )
+    return match.group("var"), match.group("op"), int(match.group("num"))
+
+
+class ReactionRule(Model):
+    """When something happens (`when`), the user reacts (`effect`) on its `times`-th occurrence."""
+
+    when: str = Field(
+        ...,
+        description=(
+            "A signal read from the agent's messages (agent.asks_order_number, "
+            "agent.confirms_refund, agent.asks_to_wait, agent.reply) or a comparison such as "
+            "`wait_ms > 120000` (variables: wait_ms, turns, agent_asks)."
+        ),
+    )
+    times: int = Field(
+        1, ge=1, description="Fire on the n-th time the condition holds (once per rule)."
+    )
+    effect: ReactionEffect = Field(..., description="The intent the user switches to.")
+
+    @field_validator("when")
+    @classmethod
+    def _readable(cls, value: str) -> str:
+        parse_condition(value)
+        return value
+
+
+class UserBehavior(Model):
+    """The behaviour policy: reaction rules on top of the user policy asset's defaults."""
+
+    reaction_rules: list[ReactionRule] = Field(
+        default_factory=list, description="Checked in order at the start of every user turn."
+    )
+
+
+class UserConfig(Model):
+    """The simulated user: persona, goal, private facts, disclosure rules and reaction rules."""
+
+    policy: str = Field(..., description="User policy asset (patience table, default rules).")
+    simulator: str = Field(
+        ..., description="Simulator config asset: the wording templates of every intent."
+    )
+    persona: Persona = Field(default_factory=Persona, description="Persona.")
+    goal: str = Field(..., min_length=1, description="What the user wants, in their words.")
+    private_facts: PrivateFacts = Field(
+        default_factory=PrivateFacts, description="What the user knows."
+    )
+    disclosure: Disclosure = Field(default_factory=Disclosure, description="Disclosure rules.")
+    behavior: UserBehavior = Field(default_factory=UserBehavior, description="Reaction rules.")
+
+    @field_validator("policy", "simulator")
+    @classmethod
+    def _refs(cls, value: str) -> str:
+        return check_asset_ref(value)
+
+
+# --------------------------------------------------------------------------- environment
+
+
+class ClockConfig(Model):
+    """The business calendar: where business time starts and whether it moves."""
+
+    policy: Literal["virtual", "frozen"] = Field(
+        "virtual",
+        description=(
+            "virtual: business time follows the simulated timeline from `start`; frozen: it "
+            "stays at `start`. Logical time is the harness's scheduler clock either way."
+        ),
+    )
+    start: str = Field(
+        "2026-09-01T10:00:00+08:00",
+        description="Business start time, ISO 8601 with a UTC offset.",
+    )
+
+    @field_validator("start")
+    @classmethod
+    def _aware(cls, value: str) -> str:
+        try:
+            parsed = datetime.fromisoformat(value)
+        except ValueError:
+            raise ValueError(f"{value!r} is not an ISO 8601 date and time") from None
+        if parsed.tzinfo is None:
+            raise ValueError("the start time needs a UTC offset, e.g. +08:00")
+        return value
+
+
+class EnvironmentConfig(Model):
+    """The simulated environment: its initial data, tool contracts, backend and clock."""
+
+    backend_mode: Literal["surrogate"] = Field(
+        "surrogate",
+        description="surrogate: every tool is answered by the fact model (the only built-in mode).",
+    )
+    clock: ClockConfig = Field(default_factory=ClockConfig, description="Business calendar.")
+    data: str = Field(..., description="Environment data asset: orders, refunds, accounts.")
+    tool_contracts: list[str] = Field(
+        ..., min_length=1, description="Tool contract assets: the tools the agent may call."
+    )
+
+    @field_validator("data")
+    @classmethod
+    def _data_ref(cls, value: str) -> str:
+        return check_asset_ref(value)
+
+    @field_validator("tool_contracts")
+    @classmethod
+    def _contract_refs(cls, value: list[str]) -> list[str]:
+        return [check_asset_ref(v) for v in value]
+
+
+# --------------------------------------------------------------------------- interaction
+
+
+class InteractionConfig(Model):
+    """How the parts meet: entity bindings, channels, the one action entry, turn timing."""
+
+    entity_binding: dict[str, str] = Field(
+        default_factory=dict,
+        description=(
+            "User facts bound to environment entities, e.g. {user.orderNumber: env.order.id}: "
+            "checked at load so the user's order, the tool parameters and the data are one entity."
+        ),
+    )
+    channels: list[Channel] = Field(
+        default_factory=lambda: list(DEFAULT_CHANNELS),
+        min_length=1,
+        description="Channels the user sees the agent through (recorded; chat is built in).",
+    )
+    action_entry: str = Field(
+        "create_refund", min_length=1, description="The one tool that submits the business action."
+    )
+    turn_ms: int = Field(
+        20_000, ge=0, description="Logical milliseconds a user takes to read and answer."
+    )
+    tool_call_script: list[str] = Field(
+        default_factory=list,
+        description=(
+            "A fixed tool-call order imposed on the agent (a replayed session). Allowed only when "
+            "tool-selection is outside sut.boundary; otherwise the run is refused with "
+            "sut_boundary_replaced."
+        ),
+    )
+
+
+class Participant(Model):
+    """Another party in the conversation: a real agent or a surrogate."""
+
+    id: str = Field(..., min_length=1, description="Participant id.")
+    role: str = Field(..., min_length=1, description="What it does (e.g. planner, supervisor).")
+    kind: Literal["real", "surrogate"] = Field("surrogate", description="real or surrogate.")
+    replaces: list[BoundaryItem] = Field(
+        default_factory=list,
+        description=(
+            "Parts of the SUT's own work this participant takes over. A surrogate that replaces "
+            "anything inside sut.boundary is refused (sut_boundary_replaced)."
+        ),
+    )
+    entry: str | None = Field(None, description="Where a real participant is reached.")
+
+
+# --------------------------------------------------------------------------- events
+
+
+class FaultAt(Model):
+    """When a fault's window opens: at the n-th call to its target, or at a user turn."""
+
+    call: int | None = Field(
+        None,
+        ge=1,
+        description=(
+            "Strike calls to the target from the n-th on (counted over the run; 1 = the first). "
+            "Defaults to 1 when `turn` is not given either."
+        ),
+    )
+    turn: int | None = Field(None, ge=1, description="The user turn at which the window opens.")
+
+    @model_validator(mode="after")
+    def _default(self) -> FaultAt:
+        if self.call is None and self.turn is None:
+            self.call = 1
+        return self
+
+
+class FaultRecover(Model):
+    """When a fault's window closes and the service must be back to normal."""
+
+    after_hits: int | None = Field(
+        None,
+        ge=1,
+        description="Recover after this many hits (defaults to 1 when `turn` is not given).",
+    )
+    turn: int | None = Field(None, ge=1, description="Recover at the start of this user turn.")
+
+    @model_validator(mode="after")
+    def _default(self) -> FaultRecover:
+        if self.after_hits is None and self.turn is None:
+            self.after_hits = 1
+        return self
+
+
+POSITION_ALIASES = {
+    "unsent": "not_sent",
+    "sent": "sent_not_committed",
+    "uncommitted": "sent_not_committed",
+    "committed": "committed_response_lost",
+    "response_lost": "committed_response_lost",
+}
+"""Short names the design document uses for the three positions."""
+
+
+def _shorthand(value: Any, default_key: str) -> Any:
+    """`turn-2`, `call-1`, `hits-1` → {turn: 2} / {call: 1} / {afterHits: 1}; an integer n →
+    {default_key: n}."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return {default_key: value}
+    if isinstance(value, str):
+        match = re.fullmatch(r"(turn|call|hits?)-(\d+)", value.strip())
+        if match is None:
+            raise ValueError(f"cannot read {value!r}; expected e.g. turn-2 or call-1")
+        key = {"turn": "turn", "call": "call", "hit": "afterHits", "hits": "afterHits"}
+        return {key[match.group(1)]: int(match.group(2))}
+    return value
+
+
+class FaultTrigger(Model):
+    """A planned fault (a plan, not a fact: the fact is the `fault.hit` record when it lands)."""
+
+    id: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+        description="Fault id; defaults to fault-<n> (its position in the list, from 1).",
+    )
+    target: str = Field(..., min_length=1, description="Tool name the fault lands on.")
+    effect: Literal["timeout", "error"] = Field(
+        "timeout", description="What the agent sees: a timeout, or an immediate error."
+    )
+    position: FaultPosition = Field(
+        "committed_response_lost",
+        description=(
+            "Where in the request's life it strikes: not_sent (nothing reached the service), "
+            "sent_not_committed (received, held until recovery) or committed_response_lost "
+            "(the business action took effect, the answer was lost)."
+        ),
+    )
+    at: FaultAt = Field(default_factory=FaultAt, description="When the window opens.")
+    recover: FaultRecover = Field(
+        default_factory=FaultRecover, description="When the window closes."
+    )
+    timeout_ms: int = Field(30_000, ge=0, description="Logical milliseconds a timeout costs.")
+
+    @field_validator("position", mode="before")
+    @classmethod
+    def _position(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            key = value.strip().lower().replace("-", "_").replace(" ", "_")
+            return POSITION_ALIASES.get(key, key)
+        return value
+
+    @field_validator("at", mode="before")
+    @classmethod
+    def _at(cls, value: Any) -> Any:
+        return _shorthand(value, "call")
+
+    @field_validator("recover", mode="before")
+    @classmethod
+    def _recover(cls, value: Any) -> Any:
+        return _shorthand(value, "afterHits")
+
+
+class EventsConfig(Model):
+    """Planned events: fault triggers and how they recover."""
+
+    triggers: list[FaultTrigger] = Field(default_factory=list, description="Planned faults.")
+
+    @field_validator("triggers")
+    @classmethod
+    def _unique(cls, value: list[FaultTrigger]) -> list[FaultTrigger]:
+        for n, trigger in enumerate(value, start=1):
+            if trigger.id is None:
+                trigger.id = f"fault-{n}"
+        ids = [t.id for t in value]
+        if len(set(ids)) != len(ids):
+            raise ValueError("fault ids must be unique")
+        return value
+
+
+# --------------------------------------------------------------------------- execution
+
+
+def _seconds(value: Any) -> Any:
+    if isinstance(value, str):
+        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*", value)
+        if match is None:
+            raise ValueError(f"cannot read duration {value!r}; expected e.g. 90s, 20m or 1h")
+        scale = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[match.group(2)]
+        return float(match.group(1)) * scale
+    return value
+
+
+class Budget(Model):
+    """Limits of one run; running out cancels it (records kept, evidence partial)."""
+
+    max_turns: int = Field(12, ge=1, description="User turns.")
+    max_tool_calls: int = Field(30, ge=1, description="Tool calls by the agent.")
+    wall_clock: float = Field(1200.0, gt=0, description="Real seconds (or a duration such as 20m).")
+
+    @field_validator("wall_clock", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> Any:
+        return _seconds(value)
+
+
+class ExecutionConfig(Model):
+    """How the run is executed: seed, mode, budgets."""
+
+    seed: int | None = Field(
+        None, ge=0, description="The scenario's seed; when given it must equal the top-level seed."
+    )
+    mode: Literal["surrogate"] = Field(
+        "surrogate", description="surrogate (every dependency simulated; the built-in mode)."
+    )
+    budget: Budget = Field(default_factory=Budget, description="Turn, tool-call and time limits.")
+    max_actions_per_turn: int = Field(
+        6, ge=1, description="Agent steps (tool calls) between two user messages."
+    )
+
+
+# --------------------------------------------------------------------------- evaluation, provenance
+
+
+class EvaluationRef(Model):
+    """Versions of what judges the run; the judging itself is the evaluator's, not the run's."""
+
+    assertions: str = Field(..., description="Evaluation spec asset: criteria and observations.")
+    rubric: str | None = Field(None, description="Rubric asset for human or model graders.")
+
+    @field_validator("assertions", "rubric")
+    @classmethod
+    def _refs(cls, value: str | None) -> str | None:
+        return _ref(value)
+
+
+class Provenance(Model):
+    """Where the scenario came from and where its assets live."""
+
+    source: str | None = Field(None, description="Requirement, trace, incident or manual.")
+    reviewed_by: str | None = Field(None, description="Who reviewed it.")
+    incidents: list[str] = Field(default_factory=list, description="Incident references.")
+    asset_library: str = Field(
+        "assets", min_length=1, description="Asset library folder, relative to the scenario."
+    )
+
+
+def _complete_scenario() -> None:
+    """Resolve the Scenario's group annotations when this module was imported before schema.py
+    finished (see the end of schema.py)."""
+    from . import schema
+
+    if not schema.Scenario.__pydantic_complete__:
+        schema.Scenario.model_rebuild(_types_namespace=dict(globals()))
+
+
+_complete_scenario()

@@ -1,0 +1,569 @@
+"""Agents under test, reached only through their public entry.
+
+The harness keeps the conversation as OpenAI-style chat messages (user, assistant with tool calls,
+tool results) and asks the agent for its next step: tool calls, or a reply to the user. Whatever
+the agent decides — which tool, which arguments, how to recover — is its own; the harness only
+executes the calls against the environment and hands back the answers.
+
+- `ReferenceAgent`: the built-in tool-calling agent. Each step is a decision among actions
+  ("check the refund status", "create the refund again", …) made through the scenario's provider,
+  so its behaviour under an ambiguous timeout depends on its prompt wording and the model.
+- `HttpAgent`: an external agent behind an OpenAI-compatible chat completions endpoint with tool
+  calls (`POST <entry>/chat/completions`).
+- `PythonAgent`: an external agent as a `module:function` taking the same request body and
+  returning an assistant message (or a whole chat completion).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import re
+import sys
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..world import Decision, DecisionRequest
+from .assets import PromptAsset, ToolSpec
+from .user import amounts_in, format_amount
+
+Decide = Callable[[DecisionRequest], Decision]
+
+
+class AgentError(Exception):
+    """The agent failed at its entry (crashed, timed out, unreachable, answered nonsense)."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+
+@dataclass
+class ToolCall:
+    id: str
+    name: str
+    arguments: dict[str, Any] | None
+    """None when the agent's arguments were not a JSON object."""
+    raw_arguments: str = ""
+
+
+@dataclass
+class AgentStep:
+    """One step of the agent: tool calls to execute, or a reply to the user (or neither, when
+    the agent produced nothing usable)."""
+
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    reply: str | None = None
+    usage: dict[str, int] = field(default_factory=dict)
+
+    def to_doc(self) -> dict[str, Any]:
+        return {
+            "toolCalls": [
+                {
+                    "id": c.id,
+                    "name": c.name,
+                    "arguments": c.arguments,
+                    "rawArguments": c.raw_arguments,
+                }
+                for c in self.tool_calls
+            ],
+            "reply": self.reply,
+        }
+
+    @classmethod
+    def from_doc(cls, doc: Mapping[str, Any]) -> AgentStep:
+        return cls(
+            tool_calls=[
+                ToolCall(
+                    str(c["id"]), str(c["name"]), c.get("arguments"), str(c.get("rawArguments", ""))
+                )
+                for c in doc.get("toolCalls", [])
+            ],
+            reply=doc.get("reply"),
+        )
+
+
+@dataclass
+class Session:
+    """The conversation as the agent sees it (OpenAI chat format)."""
+
+    system: str | None
+    messages: list[dict[str, Any]] = field(default_factory=list)
+
+    def user(self, text: str) -> None:
+        self.messages.append({"role": "user", "content": text})
+
+    def assistant(self, step: AgentStep) -> None:
+        message: dict[str, Any] = {"role": "assistant", "content": step.reply}
+        if step.tool_calls:
+            message["tool_calls"] = [
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {
+                        "name": c.name,
+                        "arguments": c.raw_arguments
+                        or json.dumps(c.arguments or {}, sort_keys=True),
+                    },
+                }
+                for c in step.tool_calls
+            ]
+        self.messages.append(message)
+
+    def tool(self, call_id: str, body: Mapping[str, Any]) -> None:
+        self.messages.append(
+            {"role": "tool", "tool_call_id": call_id, "content": json.dumps(body, sort_keys=True)}
+        )
+
+    def payload(self) -> list[dict[str, Any]]:
+        head = [{"role": "system", "content": self.system}] if self.system else []
+        return head + [dict(m) for m in self.messages]
+
+
+class AgentAdapter(ABC):
+    """The agent's public entry."""
+
+    adapter = "agent"
+
+    @abstractmethod
+    def step(self, session: Session) -> AgentStep:
+        """The agent's next step given the conversation so far."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections."""
+
+
+# --------------------------------------------------------------------------- reference agent
+
+# The actions the reference agent chooses among. Their words are distinct on purpose: a reader of
+# the prompt (a model, or the offline stand-in) is swayed by which of them the instructions and
+# the situation use.
+ASK = "ask for the order number"
+LOOK_UP = "look up the order"
+CREATE = "submit the refund"
+CREATE_AGAIN = "submit it again"
+CHECK = "check the status"
+REPLY = "send a reply"
+
+
+@dataclass
+class _View:
+    """What the reference agent has gathered from the conversation."""
+
+    order_no: str | None = None
+    user_amount: int | None = None
+    order: dict[str, Any] | None = None
+    refunds: list[dict[str, Any]] | None = None
+    create_outcome: str | None = None
+    created: dict[str, Any] | None = None
+    last_tool: tuple[str, str, dict[str, Any]] | None = None
+    last_user: str = ""
+    steps_this_turn: int = 0
+
+
+class ReferenceAgent(AgentAdapter):
+    """The built-in SUT: an LLM tool-calling agent whose every step is a provider decision."""
+
+    adapter = "reference"
+
+    def __init__(
+        self,
+        prompt: PromptAsset,
+        tools: Sequence[ToolSpec],
+        decide: Decide,
+        *,
+        script: Sequence[str] = (),
+    ) -> None:
+        self.prompt = prompt
+        self.decide = decide
+        self.by_operation: dict[str, ToolSpec] = {t.operation: t for t in tools}
+        self.by_name = {t.name: t for t in tools}
+        order_tool = self.by_operation.get("get_order") or next(iter(tools))
+        param = order_tool.parameters.get("order_no")
+        self.order_pattern = param.pattern if param and param.pattern else r"[A-Z0-9][A-Z0-9-]{5,}"
+        self.script = list(script)
+        self._serial = 0
+
+    # -- reading the conversation
+
+    def _view(self, session: Session) -> _View:
+        view = _View()
+        names: dict[str, str] = {}
+        for message in session.messages:
+            role = message["role"]
+            if role == "user":
+                text = str(message.get("content") or "")
+                view.last_user = text
+                view.steps_this_turn = 0
+                found = re.findall(self.order_pattern.strip("^$"), text)
+                if found:
+                    view.order_no = found[-1]
+                amounts = amounts_in(text)
+                if amounts:
+                    view.user_amount = amounts[-1]
+            elif role == "assistant":
+                for call in message.get("tool_calls") or []:
+                    names[call["id"]] = call["function"]["name"]
+                    view.steps_this_turn += 1
+            elif role == "tool":
+                name = names.get(str(message.get("tool_call_id")), "")
+                body = json.loads(str(message.get("content") or "{}"))
+                operation = self.by_name[name].operation if name in self.by_name else ""
+                outcome = "ok" if body.get("ok") else str(body.get("error", "error"))
+                view.last_tool = (operation, outcome, body)
+                if operation == "get_order" and body.get("ok"):
+                    view.order = body["order"]
+                elif operation == "get_refund" and body.get("ok"):
+                    view.refunds = list(body["refunds"])
+                elif operation == "create_refund":
+                    view.create_outcome = outcome
+                    if body.get("ok"):
+                        view.created = body["refund"]
+        return view
+
+    def _confirmed(self, view: _View) -> dict[str, Any] | None:
+        if view.created is not None and view.created.get("state") == "accepted":
+            return view.created
+        for refund in view.refunds or []:
+            if refund.get("state") == "accepted":
+                return refund
+        return None
+
+    def _processing(self, view: _View) -> bool:
+        return any(r.get("state") == "processing" for r in view.refunds or []) or (
+            view.created is not None and view.created.get("state") == "processing"
+        )
+
+    def _options(self, view: _View) -> tuple[str, ...]:
+        if self._confirmed(view) is not None:
+            return (REPLY, CHECK)
+        if view.order_no is None:
+            return (ASK, LOOK_UP, REPLY)
+        if self._processing(view):
+            return (CHECK, REPLY, CREATE_AGAIN)
+        if view.create_outcome in ("timeout", "connection_failed", "service_unavailable"):
+            if view.refunds == [] and view.last_tool and view.last_tool[0] == "get_refund":
+                return (CREATE_AGAIN, REPLY, CHECK)
+            return (CHECK, CREATE_AGAIN, REPLY)
+        if view.order is None:
+            return (LOOK_UP, CREATE, REPLY)
+        return (CREATE, CHECK, REPLY)
+
+    def _situation(self, view: _View) -> str:
+        lines = [f'The customer wrote: "{view.last_user}"']
+        if view.order_no is None:
+            lines.append(
+                "You do not have the order number yet, and no tool can find the order without "
+                "it: ask for the order number."
+            )
+        else:
+            lines.append(f"The customer gave {view.order_no}.")
+        if view.order is not None:
+            paid = format_amount(int(view.order["paidAmountMinor"]))
+            lines.append(
+                f"Order {view.order['orderNo']}: paid {paid}, state {view.order['state']}."
+            )
+        if view.last_tool is not None:
+            operation, outcome, body = view.last_tool
+            lines.append(_describe(operation, outcome, body))
+        confirmed = self._confirmed(view)
+        if confirmed is not None:
+            lines.append("The refund went through and is accepted: send a reply to say so.")
+        lines.append(f"Steps taken since the customer's last message: {view.steps_this_turn}.")
+        return "\n".join(lines)
+
+    # -- acting
+
+    def _call(self, operation: str, arguments: dict[str, Any]) -> AgentStep:
+        spec = self.by_operation.get(operation)
+        name = spec.name if spec is not None else operation
+        if self.script:
+            # Tool selection is outside the boundary here: the scenario's script names the tool.
+            name = self.script.pop(0)
+            spec = self.by_name.get(name)
+        self._serial += 1
+        args = {k: v for k, v in arguments.items() if v is not None}
+        if spec is not None:
+            args = {k: v for k, v in args.items() if k in spec.parameters}
+        return AgentStep(
+            tool_calls=[
+                ToolCall(f"ref-{self._serial:04d}", name, args, json.dumps(args, sort_keys=True))
+            ]
+        )
+
+    def _reply(self, view: _View) -> str:
+        confirmed = self._confirmed(view)
+        if confirmed is not None:
+            return (
+                f"Your refund of {format_amount(int(confirmed['amountMinor']))} for order "
+                f"{confirmed['orderNo']} has been accepted."
+            )
+        if self._processing(view):
+            return "Your refund request is being processed. Please wait a moment."
+        if view.create_outcome == "timeout":
+            return "I have sent your refund request. Please wait a moment while it goes through."
+        if view.create_outcome is not None:
+            return "Sorry, our refund system is not responding right now. Please wait a moment."
+        if view.order is not None:
+            return f"I found your order {view.order['orderNo']}. I will start the refund now."
+        return "I am sorry for the trouble. I will help you with your refund."
+
+    def step(self, session: Session) -> AgentStep:
+        view = self._view(session)
+        options = self._options(view)
+        request = DecisionRequest(
+            situation=self._situation(view),
+            instructions=self.prompt.instructions,
+            options=options,
+            memory=_memory(session, self.prompt.memory_window),
+            goals=self.prompt.goals,
+            view={"state": options[0]},
+            kind="agent_action",
+        )
+        decision = self.decide(request)
+        if decision.option is None:
+            return AgentStep()
+        amount = int(view.order["paidAmountMinor"]) if view.order is not None else view.user_amount
+        if decision.option == ASK:
+            return AgentStep(reply="Could you please tell me your order number?")
+        if decision.option == LOOK_UP:
+            return self._call("get_order", {"order_no": view.order_no})
+        if decision.option in (CREATE, CREATE_AGAIN):
+            return self._call("create_refund", {"order_no": view.order_no, "amount_minor": amount})
+        if decision.option == CHECK:
+            return self._call("get_refund", {"order_no": view.order_no})
+        return AgentStep(reply=self._reply(view))
+
+
+def _describe(operation: str, outcome: str, body: Mapping[str, Any]) -> str:
+    # Worded without the actions' own words, so the situation states facts and the agent's
+    # instructions decide what to do about them.
+    if outcome == "timeout":
+        return (
+            "Your last call timed out: no response came back, so whether it went through is "
+            "unknown."
+        )
+    if outcome == "connection_failed":
+        return "Your last call could not connect: the request never left."
+    if outcome != "ok":
+        return f"Your last call failed: {body.get('message', outcome)}."
+    if operation == "get_refund":
+        refunds = body.get("refunds") or []
+        if not refunds:
+            return "There is no refund on record for this order."
+        parts = [
+            f"refund {r['refundId']} of {format_amount(int(r['amountMinor']))} ({r['state']})"
+            for r in refunds
+        ]
+        return "On record for this order: " + "; ".join(parts) + "."
+    if operation == "create_refund":
+        refund = body["refund"]
+        return f"Refund {refund['refundId']} was registered ({refund['state']})."
+    return f"The {operation.replace('_', ' ') or 'call'} went through."
+
+
+def _memory(session: Session, window: int) -> tuple[Mapping[str, Any], ...]:
+    items: list[dict[str, Any]] = []
+    for message in session.messages:
+        role = message["role"]
+        if role == "user":
+            items.append({"speaker": "customer", "text": f"Customer: {message['content']}"})
+        elif role == "assistant" and message.get("content"):
+            items.append({"speaker": "you", "text": f"You: {message['content']}"})
+        elif role == "assistant":
+            for call in message.get("tool_calls") or []:
+                fn = call["function"]
+                items.append(
+                    {"speaker": "you", "text": f"You called {fn['name']} {fn['arguments']}."}
+                )
+        elif role == "tool":
+            items.append({"speaker": "tool", "text": f"Tool answered: {message['content']}"})
+    return tuple(items[-window:]) if window > 0 else ()
+
+
+# --------------------------------------------------------------------------- external agents
+
+
+def parse_assistant(doc: Any, serial: Callable[[], str]) -> AgentStep:
+    """An assistant message (or a chat completion holding one) as an agent step."""
+    if isinstance(doc, Mapping) and "choices" in doc:
+        choices = doc.get("choices") or []
+        if not choices or not isinstance(choices[0], Mapping):
+            raise AgentError("sut_bad_response", "the completion has no choices")
+        message = choices[0].get("message")
+        usage = doc.get("usage") or {}
+    else:
+        message, usage = doc, {}
+    if not isinstance(message, Mapping):
+        raise AgentError("sut_bad_response", "the agent's answer is not an assistant message")
+    calls: list[ToolCall] = []
+    for raw in message.get("tool_calls") or []:
+        if not isinstance(raw, Mapping):
+            raise AgentError("sut_bad_response", "a tool call is not an object")
+        fn = raw.get("function") or {}
+        name = str(fn.get("name", ""))
+        arguments_raw = fn.get("arguments", "{}")
+        parsed: dict[str, Any] | None
+        if isinstance(arguments_raw, Mapping):
+            parsed, text = dict(arguments_raw), json.dumps(arguments_raw, sort_keys=True)
+        else:
+            text = str(arguments_raw)
+            try:
+                value = json.loads(text or "{}")
+            except json.JSONDecodeError:
+                value = None
+            parsed = dict(value) if isinstance(value, dict) else None
+        calls.append(ToolCall(str(raw.get("id") or serial()), name, parsed, text))
+    content = message.get("content")
+    reply = str(content) if isinstance(content, str) and content.strip() and not calls else None
+    tokens = {
+        k: int(v)
+        for k, v in usage.items()
+        if k in ("prompt_tokens", "completion_tokens") and isinstance(v, int)
+    }
+    return AgentStep(tool_calls=calls, reply=reply, usage=tokens)
+
+
+class _ChatAgent(AgentAdapter):
+    """An agent that takes an OpenAI-style chat request with tools."""
+
+    def __init__(self, model: str | None, tools: list[dict[str, Any]]) -> None:
+        self.model = model
+        self.tools = tools
+        self._serial = 0
+
+    def _next_id(self) -> str:
+        self._serial += 1
+        return f"call-{self._serial:04d}"
+
+    def request_body(self, session: Session) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "messages": session.payload(),
+            "tools": self.tools,
+            "tool_choice": "auto",
+            "temperature": 0,
+        }
+        if self.model:
+            body["model"] = self.model
+        return body
+
+    @abstractmethod
+    def complete(self, body: dict[str, Any]) -> Any:
+        """Send the request; return the decoded answer."""
+
+    def step(self, session: Session) -> AgentStep:
+        return parse_assistant(self.complete(self.request_body(session)), self._next_id)
+
+
+class HttpAgent(_ChatAgent):
+    """An agent behind an OpenAI-compatible `/chat/completions` endpoint."""
+
+    adapter = "http"
+
+    def __init__(
+        self,
+        entry: str,
+        model: str | None,
+        tools: list[dict[str, Any]],
+        *,
+        timeout: float,
+        api_key_env: str | None = None,
+        traceparent: Callable[[], str] | None = None,
+    ) -> None:
+        import httpx
+
+        super().__init__(model, tools)
+        self.url = entry.rstrip("/") + "/chat/completions"
+        headers = {"content-type": "application/json"}
+        if api_key_env and os.environ.get(api_key_env):
+            headers["authorization"] = f"Bearer {os.environ[api_key_env]}"
+        self._client = httpx.Client(timeout=timeout, headers=headers)
+        self._traceparent = traceparent
+
+    def complete(self, body: dict[str, Any]) -> Any:
+        import httpx
+
+        headers = {"traceparent": self._traceparent()} if self._traceparent else {}
+        try:
+            response = self._client.post(self.url, json=body, headers=headers)
+        except httpx.TimeoutException:
+            raise AgentError("sut_timeout", f"no answer from {self.url} in time") from None
+        except httpx.HTTPError as exc:
+            raise AgentError(
+                "sut_unreachable", f"{self.url}: {type(exc).__name__}: {exc}"
+            ) from None
+        if response.status_code >= 400:
+            raise AgentError(
+                "sut_error",
+                f"{self.url} answered HTTP {response.status_code}: {response.text[:200]}",
+            )
+        try:
+            return response.json()
+        except ValueError:
+            raise AgentError("sut_bad_response", f"{self.url} did not answer JSON") from None
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def resolve_entry(entry: str, search: Path | None) -> Callable[..., Any]:
+    """`module:function` → the function. The scenario's folder is searched first."""
+    module_name, sep, attr = entry.partition(":")
+    if not sep or not module_name or not attr:
+        raise AgentError("manifest_unresolved", f"entry {entry!r} is not module:function")
+    added = False
+    if search is not None and str(search) not in sys.path:
+        sys.path.insert(0, str(search))
+        added = True
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise AgentError("manifest_unresolved", f"cannot import {module_name!r}: {exc}") from None
+    finally:
+        if added:
+            sys.path.remove(str(search))
+    target: Any = module
+    for part in attr.split("."):
+        target = getattr(target, part, None)
+        if target is None:
+            raise AgentError("manifest_unresolved", f"{module_name!r} has no {attr!r}")
+    if not callable(target):
+        raise AgentError("manifest_unresolved", f"{entry!r} is not callable")
+    return target  # type: ignore[no-any-return]
+
+
+class PythonAgent(_ChatAgent):
+    """An agent as a Python function: request body in, assistant message out."""
+
+    adapter = "python"
+
+    def __init__(
+        self, function: Callable[..., Any], model: str | None, tools: list[dict[str, Any]]
+    ) -> None:
+        super().__init__(model, tools)
+        self.function = function
+
+    def complete(self, body: dict[str, Any]) -> Any:
+        try:
+            return self.function(body)
+        except Exception as exc:
+            raise AgentError("sut_crashed", f"{type(exc).__name__}: {exc}") from None
+
+
+class ReplayAgent(AgentAdapter):
+    """Plays back an external agent's recorded steps, in order."""
+
+    adapter = "replay"
+
+    def __init__(self, steps: Sequence[Mapping[str, Any]]) -> None:
+        self._steps = list(steps)
+
+    def step(self, session: Session) -> AgentStep:
+        if not self._steps:
+            raise AgentError("replay_exhausted", "the recorded run has no further agent step")
+        return AgentStep.from_doc(self._steps.pop(0))

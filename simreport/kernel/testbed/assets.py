@@ -1,0 +1,410 @@
+"""The local asset library and the manifest: labels resolve to exact versions and sha256.
+
+Layout of a library (a folder next to the scenario, `provenance.assetLibrary`):
+
+    <library>/<name>/<version>.yaml     one immutable asset version (.yml and .json work too)
+    <library>/<name>/labels.yaml        label → version, e.g. {stable: 1.2.0}
+
+Each asset file says what it is: `kind`, `name`, `version`, optional `status` and `owner`, and its
+`content`, which is validated by the model of its kind. A reference is `<name>@<version>` or
+`<name>@<label>`; the manifest records what it resolved to (name, version, sha256 of the file's
+bytes), never the label. Anything that does not resolve exactly is an `AssetError`: the run fails
+in LOADING with `manifest_unresolved`, and nothing falls back to "any available version".
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+
+from ...core.canonical import content_hash, sha256_bytes
+from ...core.errors import DocumentError
+from ...core.files import parse_document
+from ...core.schema import Model
+from ...core.testbed import ASSET_REF, ReactionRule
+from ...core.validation import issues_from
+
+AssetKind = Literal[
+    "agent",
+    "prompt",
+    "user_policy",
+    "simulator_config",
+    "env_data",
+    "tool_contract",
+    "evaluation_spec",
+    "rubric",
+]
+AssetStatus = Literal["draft", "reviewing", "reviewed", "online", "offline"]
+SUFFIXES = (".yaml", ".yml", ".json")
+LABELS_FILE = "labels.yaml"
+M = TypeVar("M", bound=Model)
+_VERSION = re.compile(r"^\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.-]+)?$")
+
+
+class AssetError(Exception):
+    """An asset reference that does not resolve to one valid, exact version."""
+
+    def __init__(self, ref: str, message: str) -> None:
+        super().__init__(f"{ref}: {message}")
+        self.ref = ref
+        self.message = message
+
+
+# --------------------------------------------------------------------------- content models
+
+
+class AgentAsset(Model):
+    """How the agent under test is reached."""
+
+    adapter: Literal["reference", "http", "python", "scripted"] = Field(
+        description=(
+            "reference: the built-in tool-calling agent driven through the scenario's provider; "
+            "http: an OpenAI-compatible chat endpoint with tool calls; python: a `module:function` "
+            "entry point; scripted: a fixed tool-call order (refused when tool-selection is in "
+            "the boundary)."
+        )
+    )
+    entry: str | None = Field(None, description="Base URL (http) or module:function (python).")
+    model: str | None = Field(None, description="Model name sent to an HTTP agent.")
+    api_key_env: str | None = Field(
+        None, description="Environment variable holding an HTTP agent's API key."
+    )
+    script: list[str] = Field(default_factory=list, description="Tool order of a scripted agent.")
+
+
+class PromptAsset(Model):
+    """The agent's instructions: its wording is part of the agent version under test."""
+
+    instructions: str = Field(min_length=1, description="What the agent is told to do.")
+    persona: dict[str, str] = Field(default_factory=dict, description="Who the agent is.")
+    goals: str | None = Field(None, description="The agent's goal.")
+    memory_window: int = Field(8, ge=0, description="Conversation items the agent remembers.")
+
+
+class PatienceLevel(Model):
+    """How long a user with this patience waits before giving up."""
+
+    give_up_ms: int = Field(ge=0, description="Logical milliseconds of waiting before giving up.")
+
+
+class UserPolicyAsset(Model):
+    """The user simulator's behaviour policy: patience table and default reaction rules."""
+
+    patience: dict[Literal["low", "medium", "high"], PatienceLevel] = Field(
+        description="Persona patience → give-up threshold."
+    )
+    reaction_rules: list[ReactionRule] = Field(
+        default_factory=list, description="Rules every user of this policy follows (checked first)."
+    )
+
+
+class SimulatorConfigAsset(Model):
+    """The user simulator's wording: templates per intent, and how facts are recognised in text."""
+
+    intents: dict[str, list[str]] = Field(
+        description=(
+            "Intent → wording templates. Slots {orderNumber}, {amount}, {goal} are filled from "
+            "the user's knowledge; the provider picks one template."
+        )
+    )
+    order_number_pattern: str = Field(
+        r"[A-Z]\d{4}-\d{4}-\d{4}", description="How an order number looks in text."
+    )
+
+    @field_validator("order_number_pattern")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"not a regular expression: {exc}") from None
+        return value
+
+
+class OrderData(Model):
+    """An order in the environment's fact model."""
+
+    id: str = Field(min_length=1, description="Order number.")
+    account_id: str = Field(min_length=1, description="Owning account.")
+    paid_amount_minor: int = Field(ge=0, description="Amount paid, minor units.")
+    currency: str = Field("CNY", description="ISO 4217 currency.")
+    state: str = Field("delivered", description="Order state.")
+    delivered_at: str | None = Field(None, description="Delivery time (ISO 8601).")
+
+
+class RefundData(Model):
+    """A refund already present when the run starts."""
+
+    id: str = Field(min_length=1, description="Refund id.")
+    order_id: str = Field(min_length=1, description="Order it refunds.")
+    amount_minor: int = Field(ge=0, description="Amount, minor units.")
+    state: Literal["processing", "accepted", "rejected"] = Field(description="Refund state.")
+
+
+class AccountData(Model):
+    """A customer account."""
+
+    id: str = Field(min_length=1, description="Account id.")
+    name: str = Field("", description="Display name.")
+
+
+class BusinessRules(Model):
+    """Rules the environment enforces."""
+
+    refund_window_days: int = Field(7, ge=0, description="Days after delivery a refund is allowed.")
+    reject_over_refund: bool = Field(
+        False,
+        description=(
+            "Reject refunds beyond the amount paid. Off by default: many real back ends lack the "
+            "guard, which is why duplicate refunds happen."
+        ),
+    )
+
+
+class EnvironmentDataAsset(Model):
+    """The environment's initial facts."""
+
+    orders: list[OrderData] = Field(default_factory=list, description="Orders.")
+    refunds: list[RefundData] = Field(default_factory=list, description="Existing refunds.")
+    accounts: list[AccountData] = Field(default_factory=list, description="Accounts.")
+    rules: BusinessRules = Field(default_factory=BusinessRules, description="Business rules.")
+
+
+class ToolParameter(Model):
+    """One parameter of a tool."""
+
+    type: Literal["string", "integer"] = Field(description="JSON type.")
+    required: bool = Field(True, description="Whether the call must give it.")
+    pattern: str | None = Field(None, description="Regular expression a string must match.")
+    description: str = Field("", description="What it means.")
+
+
+OPERATION_ARGUMENTS: dict[str, dict[str, str]] = {
+    "get_order": {"order_no": "string"},
+    "get_refund": {"order_no": "string"},
+    "create_refund": {"order_no": "string", "amount_minor": "integer"},
+}
+
+
+class ToolSpec(Model):
+    """One tool the agent may call, answered by the environment's fact model."""
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$", description="Tool name.")
+    operation: Literal["get_order", "create_refund", "get_refund"] = Field(
+        description="Which fact-model operation answers it."
+    )
+    description: str = Field("", description="What the tool does (shown to the agent).")
+    parameters: dict[str, ToolParameter] = Field(
+        default_factory=dict, description="Parameters by name."
+    )
+    latency_ms: int = Field(500, ge=0, description="Logical milliseconds a normal call costs.")
+
+    @model_validator(mode="after")
+    def _operation_arguments(self) -> ToolSpec:
+        needed = OPERATION_ARGUMENTS[self.operation]
+        for name, type_ in needed.items():
+            param = self.parameters.get(name)
+            if param is None or param.type != type_ or not param.required:
+                raise ValueError(
+                    f"tool {self.name!r} ({self.operation}) needs a required {type_} "
+                    f"parameter {name!r}"
+                )
+        return self
+
+
+class ToolContractAsset(Model):
+    """A versioned set of tool contracts."""
+
+    tools: list[ToolSpec] = Field(min_length=1, description="Tools.")
+
+
+class CriterionSpec(Model):
+    """One evaluation criterion: a built-in check and the observations it needs."""
+
+    key: str = Field(pattern=r"^[a-z][a-z0-9_]*$", description="Criterion key.")
+    check: Literal[
+        "no_duplicate_refund", "correct_amount", "verified_before_retry", "resolved", "no_complaint"
+    ] = Field(description="The built-in check that decides it.")
+    description: str = Field("", description="What it asks.")
+
+
+class EvaluationSpecAsset(Model):
+    """Criteria and the completeness checks the evaluation requires."""
+
+    criteria: list[CriterionSpec] = Field(min_length=1, description="Criteria.")
+    required_checks: list[str] = Field(
+        default_factory=list,
+        description="Completeness checks that must be present for any verdict.",
+    )
+
+
+class RubricAsset(Model):
+    """A rubric for graders outside the run; recorded in the manifest, not read by the run."""
+
+    content: dict[str, Any] = Field(default_factory=dict, description="Free content.")
+
+
+CONTENT_MODELS: dict[str, type[Model]] = {
+    "agent": AgentAsset,
+    "prompt": PromptAsset,
+    "user_policy": UserPolicyAsset,
+    "simulator_config": SimulatorConfigAsset,
+    "env_data": EnvironmentDataAsset,
+    "tool_contract": ToolContractAsset,
+    "evaluation_spec": EvaluationSpecAsset,
+    "rubric": RubricAsset,
+}
+
+
+class AssetHeader(Model):
+    """The envelope every asset file has."""
+
+    kind: AssetKind = Field(description="What the asset is.")
+    name: str = Field(min_length=1, description="Its name (its folder in the library).")
+    version: str = Field(pattern=_VERSION.pattern, description="Its exact version (SemVer).")
+    status: AssetStatus = Field("reviewed", description="Review status; offline is refused.")
+    owner: str | None = Field(None, description="Who maintains it.")
+    content: Any = Field(description="The content, validated by the model of its kind.")
+
+
+# --------------------------------------------------------------------------- resolution
+
+
+@dataclass(frozen=True)
+class ResolvedAsset:
+    """One asset reference resolved to an exact version."""
+
+    slot: str
+    """Where the scenario refers to it (`sut.agent`, `environment.toolContracts.0`, …)."""
+    kind: str
+    name: str
+    version: str
+    sha256: str
+    path: Path
+    content: Model
+
+    def typed(self, model: type[M]) -> M:
+        """The content as the model of its kind (checked)."""
+        if not isinstance(self.content, model):
+            raise TypeError(f"{self.slot} holds a {self.kind} asset, not {model.__name__}")
+        return self.content
+
+    def record(self, root: Path) -> dict[str, Any]:
+        """What the manifest keeps: exact version and digest, never the label."""
+        try:
+            file = self.path.relative_to(root).as_posix()
+        except ValueError:
+            file = self.path.as_posix()
+        return {
+            "kind": self.kind,
+            "name": self.name,
+            "version": self.version,
+            "sha256": self.sha256,
+            "file": file,
+        }
+
+
+class AssetLibrary:
+    """Versioned assets under one folder. `pins` (name → version) replace label resolution, so a
+    replay uses exactly the versions its manifest recorded."""
+
+    def __init__(self, root: Path, pins: Mapping[str, str] | None = None) -> None:
+        self.root = root
+        self.pins = dict(pins or {})
+
+    def resolve(self, ref: str, kind: AssetKind, slot: str) -> ResolvedAsset:
+        match = ASSET_REF.match(ref)
+        if match is None:
+            raise AssetError(ref, "not an asset reference (<name>@<version or label>)")
+        name, selector = match.group("name"), match.group("selector")
+        folder = self.root / name
+        if not folder.is_dir():
+            raise AssetError(ref, f"no asset named {name!r} in the library {self.root}")
+        version = self.pins.get(name) or (
+            selector if _VERSION.match(selector) else self._label(ref, folder, selector)
+        )
+        path = next(
+            (folder / f"{version}{s}" for s in SUFFIXES if (folder / f"{version}{s}").is_file()),
+            None,
+        )
+        if path is None:
+            raise AssetError(ref, f"version {version} of {name!r} does not exist")
+        data = path.read_bytes()
+        try:
+            document = parse_document(data.decode("utf-8"), path)
+        except (UnicodeDecodeError, DocumentError) as exc:
+            raise AssetError(ref, f"{path.name} cannot be read: {exc}") from None
+        header = _validated(AssetHeader, document.data, ref, path)
+        if header.kind != kind:
+            raise AssetError(ref, f"is a {header.kind} asset where a {kind} asset is needed")
+        if header.name != name or header.version != version:
+            raise AssetError(
+                ref,
+                f"{path.name} declares {header.name}@{header.version}, not {name}@{version}",
+            )
+        if header.status == "offline":
+            raise AssetError(ref, f"version {version} is offline")
+        content = _validated(CONTENT_MODELS[kind], header.content, ref, path)
+        return ResolvedAsset(slot, kind, name, version, sha256_bytes(data), path, content)
+
+    def _label(self, ref: str, folder: Path, label: str) -> str:
+        labels_file = folder / LABELS_FILE
+        if not labels_file.is_file():
+            raise AssetError(ref, f"label {label!r} cannot resolve: {labels_file} does not exist")
+        try:
+            labels = parse_document(labels_file.read_text(encoding="utf-8"), labels_file).data
+        except (UnicodeDecodeError, DocumentError) as exc:
+            raise AssetError(ref, f"{labels_file.name} cannot be read: {exc}") from None
+        if not isinstance(labels, Mapping) or label not in labels:
+            raise AssetError(ref, f"label {label!r} is not defined in {labels_file.name}")
+        version = str(labels[label])
+        if not _VERSION.match(version):
+            raise AssetError(ref, f"label {label!r} points at {version!r}, not a version")
+        return version
+
+
+def _validated(model: type[Model], data: Any, ref: str, path: Path) -> Any:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        issue = issues_from(exc)[0]
+        where = f" at {issue.path}" if issue.path else ""
+        raise AssetError(ref, f"{path.name} is not a valid asset{where}: {issue.message}") from None
+
+
+def manifest_facts(
+    scenario_doc: Mapping[str, Any],
+    resolved: Mapping[str, ResolvedAsset],
+    root: Path,
+    *,
+    identity: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    """What the testbed adds to manifest.json: every asset's exact version and digest, the
+    scenario's id, version and digest, and the manifest digest over all of them (plus the seed
+    lineage), so two runs of one manifest can be recognised as such."""
+    records = {slot: asset.record(root) for slot, asset in sorted(resolved.items())}
+    scenario = {
+        "id": identity.get("id") if identity else None,
+        "version": identity.get("version") if identity else None,
+        "sha256": content_hash(dict(scenario_doc)),
+    }
+    locked = {
+        "scenario": scenario,
+        "resolved": {
+            slot: {k: r[k] for k in ("kind", "name", "version", "sha256")}
+            for slot, r in records.items()
+        },
+        "seed": scenario_doc.get("seed"),
+        "seedPath": scenario_doc.get("seedPath"),
+    }
+    return {
+        "assets": {f"{r['name']}@{r['version']}": r["sha256"] for r in records.values()},
+        "resolved": records,
+        "scenarioVersion": scenario,
+        "manifestSha256": content_hash(locked),
+    }

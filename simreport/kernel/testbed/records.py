@@ -1,0 +1,422 @@
+"""Result layers of a testbed run: records → observations → evidence, plus completeness.
+
+Records are the raw, append-only facts (messages, tool calls, state changes, control steps), each
+with a trace and span id and a sha256 over its content. Observations are facts extracted from
+records, each naming the records it was derived from. Evidence groups observations and record
+references by evaluation criterion. Completeness says, per check of the collection contract,
+whether the material is present, missing or not applicable. Nothing missing is ever filled in:
+an observation that cannot be extracted is listed as missing, and metrics built on it are NaN.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from ...core.canonical import canonical_json, content_hash, sha256_text, to_plain
+from ...core.files import write_atomic, write_json
+from .clock import Clocks
+
+RecordType = Literal["message", "tool_call", "state_change", "control"]
+Actor = Literal["user", "agent", "environment", "harness"]
+EXTRACTOR = "simreport.testbed.records/1"
+
+RECORDS_FILE = "records.jsonl"
+OBSERVATIONS_FILE = "observations.json"
+EVIDENCE_FILE = "evidence.json"
+COMPLETENESS_FILE = "completeness.json"
+
+Emit = Callable[[str, str, dict[str, Any]], None]
+
+
+# --------------------------------------------------------------------------- records
+
+
+def record_digest(record: Mapping[str, Any]) -> str:
+    """sha256 over a record's content: everything but its digest and its real-clock readings."""
+    return content_hash({k: v for k, v in record.items() if k not in ("sha256", "clock")})
+
+
+class RecordLog:
+    """The run's records, in order. Every record is mirrored as an event (events.jsonl)."""
+
+    def __init__(self, clocks: Clocks, trace_id: str, emit: Emit | None = None) -> None:
+        self.clocks = clocks
+        self.trace_id = trace_id
+        self.records: list[dict[str, Any]] = []
+        self._emit = emit
+
+    def span(self, key: str) -> str:
+        """A span id, stable for the same key within this trace (W3C: 16 hex digits)."""
+        return sha256_text(f"{self.trace_id}|{key}")[:16]
+
+    def add(
+        self,
+        type_: str,
+        actor: Actor,
+        record_type: RecordType,
+        payload: Mapping[str, Any],
+        *,
+        span_key: str | None = None,
+        duration_ns: int | None = None,
+    ) -> dict[str, Any]:
+        seq = len(self.records) + 1
+        record_id = f"r{seq:06d}"
+        record: dict[str, Any] = {
+            "seq": seq,
+            "recordId": record_id,
+            "recordType": record_type,
+            "type": type_,
+            "actor": actor,
+            "logicalMs": self.clocks.logical_ms,
+            "businessTime": self.clocks.business_time(),
+            "traceId": self.trace_id,
+            "spanId": self.span(span_key or record_id),
+            "payload": to_plain(dict(payload)),
+        }
+        record["sha256"] = record_digest(record)
+        clock: dict[str, Any] = {"wall": self.clocks.wall_time()}
+        if duration_ns is not None:
+            clock["durationNs"] = duration_ns
+        record["clock"] = clock
+        self.records.append(record)
+        if self._emit is not None:
+            # The event carries the four clocks apart: logical and business time here, the
+            # monotonic duration when measured, and the event log's own wall time.
+            event: dict[str, Any] = {
+                "recordId": record_id,
+                "logicalMs": record["logicalMs"],
+                "businessTime": record["businessTime"],
+                "traceId": self.trace_id,
+                "spanId": record["spanId"],
+                "data": record["payload"],
+            }
+            if duration_ns is not None:
+                event["durationNs"] = duration_ns
+            self._emit(type_, actor, event)
+        return record
+
+    def of_type(self, *types: str) -> list[dict[str, Any]]:
+        return [r for r in self.records if r["type"] in types]
+
+    def write(self, run_dir: Path | None) -> None:
+        if run_dir is None:
+            return
+        text = "".join(
+            json.dumps(r, sort_keys=True, separators=(",", ":"), ensure_ascii=False) + "\n"
+            for r in self.records
+        )
+        write_atomic(run_dir / RECORDS_FILE, text)
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    """records.jsonl back as a list (blank lines skipped)."""
+    out: list[dict[str, Any]] = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            out.append(json.loads(line))
+    return out
+
+
+# --------------------------------------------------------------------------- observations
+
+
+@dataclass
+class Observation:
+    fact_key: str
+    value: Any
+    derived_from: list[str]
+    criterion_key: str | None = None
+
+    def to_doc(self, index: int) -> dict[str, Any]:
+        return {
+            "observationId": f"o{index:04d}",
+            "factKey": self.fact_key,
+            "value": to_plain(self.value),
+            "derivedFrom": list(self.derived_from),
+            "extractor": EXTRACTOR,
+        }
+
+
+@dataclass
+class Observations:
+    """Extracted facts by key, and the keys that could not be extracted (with why)."""
+
+    facts: dict[str, Observation] = field(default_factory=dict)
+    missing: dict[str, str] = field(default_factory=dict)
+
+    def add(self, key: str, value: Any, derived_from: Iterable[str]) -> None:
+        self.facts[key] = Observation(key, value, sorted(set(derived_from)))
+
+    def miss(self, key: str, why: str) -> None:
+        self.missing[key] = why
+
+    def get(self, key: str) -> Any:
+        fact = self.facts.get(key)
+        return None if fact is None else fact.value
+
+    def has(self, *keys: str) -> bool:
+        return all(k in self.facts for k in keys)
+
+    def ids(self) -> dict[str, str]:
+        return {key: f"o{i:04d}" for i, key in enumerate(sorted(self.facts), start=1)}
+
+    def to_doc(self) -> dict[str, Any]:
+        return {
+            "extractor": EXTRACTOR,
+            "observations": [
+                self.facts[key].to_doc(i) for i, key in enumerate(sorted(self.facts), start=1)
+            ],
+            "missing": [{"factKey": k, "reason": v} for k, v in sorted(self.missing.items())],
+        }
+
+
+def _ids(records: Iterable[Mapping[str, Any]]) -> list[str]:
+    return [str(r["recordId"]) for r in records]
+
+
+def extract_observations(
+    records: Sequence[Mapping[str, Any]], *, order_id: str | None, action_entry: str
+) -> Observations:
+    """Facts from the records about the order the scenario binds (`order_id`)."""
+    obs = Observations()
+    snapshots = [r for r in records if r["type"] == "environment.snapshot"]
+    if not snapshots:
+        for key in (
+            "refund.count",
+            "refund.amounts_minor",
+            "refund.states",
+            "order.state",
+            "order.paid_amount_minor",
+        ):
+            obs.miss(key, "no final environment snapshot was recorded")
+    elif order_id is None:
+        for key in ("refund.count", "refund.amounts_minor", "refund.states", "order.state"):
+            obs.miss(key, "the scenario binds no order to the user")
+    else:
+        snap = snapshots[-1]
+        state = snap["payload"]
+        src = [snap["recordId"]]
+        refunds = [r for r in state.get("refunds", []) if r.get("orderId") == order_id]
+        order = next((o for o in state.get("orders", []) if o.get("id") == order_id), None)
+        live = [r for r in refunds if r.get("state") != "rejected"]
+        obs.add("refund.count", len(live), src)
+        obs.add("refund.amounts_minor", [int(r["amountMinor"]) for r in live], src)
+        obs.add("refund.states", [str(r["state"]) for r in live], src)
+        if order is None:
+            obs.miss("order.state", f"order {order_id} is not in the snapshot")
+            obs.miss("order.paid_amount_minor", f"order {order_id} is not in the snapshot")
+        else:
+            obs.add("order.state", order.get("state"), src)
+            obs.add("order.paid_amount_minor", int(order["paidAmountMinor"]), src)
+
+    requests = [r for r in records if r["type"] == "tool.request"]
+    responses = {r["payload"]["callId"]: r for r in records if r["type"] == "tool.response"}
+    creates = [r for r in requests if r["payload"]["tool"] == action_entry]
+    obs.add("agent.create_refund_calls", len(creates), _ids(creates))
+    obs.add("agent.tool_calls", len(requests), _ids(requests))
+
+    # An ambiguous outcome: a submission whose answer did not say whether it took effect.
+    ambiguous = [
+        responses[r["payload"]["callId"]]
+        for r in creates
+        if r["payload"]["callId"] in responses
+        and responses[r["payload"]["callId"]]["payload"]["outcome"] == "timeout"
+    ]
+    obs.add("agent.ambiguous_outcomes", len(ambiguous), _ids(ambiguous))
+    if ambiguous:
+        verdicts: list[str] = []
+        used: list[str] = []
+        for amb in ambiguous:
+            later = [r for r in requests if r["seq"] > amb["seq"]]
+            first_check = next((r for r in later if r["payload"]["tool"] != action_entry), None)
+            first_retry = next((r for r in later if r["payload"]["tool"] == action_entry), None)
+            used.append(amb["recordId"])
+            if first_retry is None:
+                verdicts.append("verified" if first_check is not None else "no_follow_up")
+                used.extend(_ids([r for r in (first_check,) if r is not None]))
+            elif first_check is not None and first_check["seq"] < first_retry["seq"]:
+                verdicts.append("verified")
+                used.extend(_ids([first_check, first_retry]))
+            else:
+                verdicts.append("retried_blind")
+                used.append(first_retry["recordId"])
+        obs.add("agent.after_ambiguous", verdicts, used)
+
+    user_msgs = [r for r in records if r["type"] == "user.message"]
+    agent_msgs = [r for r in records if r["type"] == "agent.message"]
+    obs.add("conversation.turns", len(user_msgs), _ids(user_msgs))
+    obs.add("conversation.agent_messages", len(agent_msgs), _ids(agent_msgs))
+    complaints = [r for r in user_msgs if r["payload"].get("intent") == "threaten_complaint"]
+    obs.add("user.complaint", bool(complaints), _ids(complaints) or _ids(user_msgs))
+    confirmed = [
+        r for r in agent_msgs if "agent.confirms_refund" in r["payload"].get("signals", [])
+    ]
+    obs.add("agent.confirmed_refund", bool(confirmed), _ids(confirmed) or _ids(agent_msgs))
+    terminal = [r for r in records if r["type"] == "conversation.closed"]
+    if terminal:
+        obs.add("conversation.closed_by", terminal[-1]["payload"]["closedBy"], _ids(terminal[-1:]))
+        goal = terminal[-1]["payload"].get("goalReached")
+        obs.add("user.goal_reached", bool(goal), _ids(terminal[-1:]))
+    else:
+        obs.miss("conversation.closed_by", "the conversation never closed")
+        obs.miss("user.goal_reached", "the conversation never closed")
+
+    hits = [r for r in records if r["type"].startswith("fault.")]
+    if hits:
+        stages: dict[str, list[str]] = {}
+        for r in hits:
+            stages.setdefault(str(r["payload"]["faultId"]), []).append(r["type"][len("fault.") :])
+        obs.add("fault.stages", stages, _ids(hits))
+    return obs
+
+
+# --------------------------------------------------------------------------- completeness
+
+CheckStatus = Literal["present", "missing", "not_applicable"]
+
+
+def completeness(records: Sequence[Mapping[str, Any]], *, faults_planned: bool) -> dict[str, Any]:
+    """Each check of the collection contract: present, missing or not applicable, with detail."""
+    checks: dict[str, dict[str, Any]] = {}
+
+    def put(key: str, status: CheckStatus, detail: Mapping[str, Any]) -> None:
+        checks[key] = {"status": status, "detail": dict(detail)}
+
+    user = [r for r in records if r["type"] == "user.message"]
+    agent = [r for r in records if r["type"] == "agent.message"]
+    put(
+        "required_message",
+        "present" if user and agent else "missing",
+        {"userMessages": len(user), "agentMessages": len(agent)},
+    )
+    requests = {r["payload"]["callId"] for r in records if r["type"] == "tool.request"}
+    answered = {r["payload"]["callId"] for r in records if r["type"] == "tool.response"}
+    dangling = sorted(requests - answered)
+    put(
+        "tool_result",
+        "not_applicable" if not requests else ("missing" if dangling else "present"),
+        {"calls": len(requests), "unanswered": dangling},
+    )
+    snapshots = [r for r in records if r["type"] == "environment.snapshot"]
+    put("state_snapshot", "present" if snapshots else "missing", {"snapshots": len(snapshots)})
+    if faults_planned:
+        planned = {r["payload"]["faultId"] for r in records if r["type"] == "fault.planned"}
+        closed = {
+            r["payload"]["faultId"]
+            for r in records
+            if r["type"] in ("fault.recovered", "fault.failed")
+        }
+        open_ = sorted(planned - closed)
+        put(
+            "fault_recovery",
+            "missing" if open_ or not planned else "present",
+            {"planned": sorted(planned), "unsettled": open_},
+        )
+    else:
+        put("fault_recovery", "not_applicable", {"planned": []})
+    closed_conv = [r for r in records if r["type"] == "conversation.closed"]
+    put(
+        "conversation_closed",
+        "present" if closed_conv else "missing",
+        {"closedBy": closed_conv[-1]["payload"]["closedBy"] if closed_conv else None},
+    )
+    untraced = [r["recordId"] for r in records if not r.get("traceId") or not r.get("spanId")]
+    put("trace_refs", "missing" if untraced else "present", {"untraced": untraced})
+    return {"checks": checks}
+
+
+def completeness_missing(doc: Mapping[str, Any]) -> list[str]:
+    return sorted(k for k, v in doc["checks"].items() if v["status"] == "missing")
+
+
+# --------------------------------------------------------------------------- evidence
+
+# The observations each built-in check needs; without them its verdict is "undecidable".
+CHECK_NEEDS: dict[str, tuple[str, ...]] = {
+    "no_duplicate_refund": ("refund.count",),
+    "correct_amount": ("refund.amounts_minor", "order.paid_amount_minor"),
+    "verified_before_retry": ("agent.ambiguous_outcomes",),
+    "resolved": ("refund.states", "user.goal_reached"),
+    "no_complaint": ("user.complaint",),
+}
+# Observations that add to a check's evidence when present (not required).
+CHECK_EXTRA: dict[str, tuple[str, ...]] = {
+    "verified_before_retry": ("agent.after_ambiguous",),
+    "no_duplicate_refund": ("agent.create_refund_calls",),
+    "resolved": ("agent.confirmed_refund",),
+}
+
+
+def build_evidence(obs: Observations, criteria: Sequence[tuple[str, str]]) -> dict[str, Any]:
+    """criterion → the observations and record references that bear on it, and what is missing.
+    `criteria` is (criterion key, built-in check) pairs from the evaluation spec."""
+    ids = obs.ids()
+    out: dict[str, Any] = {}
+    for key, check in criteria:
+        needs = CHECK_NEEDS[check]
+        present = [k for k in (*needs, *CHECK_EXTRA.get(check, ())) if k in obs.facts]
+        missing = [k for k in needs if k not in obs.facts]
+        refs = sorted({ref for k in present for ref in obs.facts[k].derived_from})
+        out[key] = {
+            "check": check,
+            "observationIds": [ids[k] for k in present],
+            "factKeys": present,
+            "evidenceRefs": refs,
+            "missing": missing,
+            "sufficient": not missing,
+        }
+    return {"criteria": out}
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+def metrics_from(obs: Observations) -> dict[str, float]:
+    """The audit metrics. A metric whose observations are missing is NaN, never zero; one that
+    does not apply (no refund, no ambiguous outcome) is NaN too."""
+    nan = math.nan
+    count = obs.get("refund.count")
+    amounts = obs.get("refund.amounts_minor")
+    paid = obs.get("order.paid_amount_minor")
+    after = obs.get("agent.after_ambiguous")
+    states = obs.get("refund.states")
+    goal = obs.get("user.goal_reached")
+    complaint = obs.get("user.complaint")
+    turns = obs.get("conversation.turns")
+    return {
+        "duplicateRefunds": float(max(count - 1, 0)) if count is not None else nan,
+        "correctAmount": (
+            float(all(a == paid for a in amounts)) if amounts and paid is not None else nan
+        ),
+        "verifiedBeforeRetry": (float("retried_blind" not in after) if after else nan),
+        "resolved": (
+            float(bool(goal) and "accepted" in states)
+            if states is not None and goal is not None
+            else nan
+        ),
+        "turns": float(turns) if turns is not None else nan,
+        "complaint": float(bool(complaint)) if complaint is not None else nan,
+    }
+
+
+def write_layers(
+    run_dir: Path | None,
+    obs: Observations,
+    evidence: Mapping[str, Any],
+    complete: Mapping[str, Any],
+) -> None:
+    if run_dir is None:
+        return
+    write_json(run_dir / OBSERVATIONS_FILE, obs.to_doc())
+    write_json(run_dir / EVIDENCE_FILE, dict(evidence))
+    write_json(run_dir / COMPLETENESS_FILE, dict(complete))
+
+
+def canonical_records(records: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Each record's content as canonical JSON (real-clock readings left out), for comparison."""
+    return [canonical_json({k: v for k, v in r.items() if k != "clock"}) for r in records]

@@ -1,0 +1,421 @@
+"""The user simulator: a state machine chooses the intent, the provider chooses the wording, and
+two checks run before any message is sent.
+
+Three layers, governed separately:
+- persona (expertise, patience, tone): configuration, rendered into the wording prompt;
+- cognitive state: what the user knows (private facts, what the agent told them); it may differ
+  from the environment's facts;
+- behaviour: reaction rules and a patience clock drive a state machine that picks the next intent
+  (give the order number, ask for the status, threaten a complaint, close…).
+
+The wording of an intent comes from the simulator config's templates, filled from the user's
+knowledge; the provider picks one (the offline provider reads the prompt like any other decision).
+Before sending, a fact check (no order number or amount outside what the user knows) and a
+disclosure check (the order number only when the rules allow) run on the chosen wording. A
+failing wording is blocked, counted and another is chosen; a user who cannot say what the state
+machine asks within the rules, or a reaction rule that cannot be carried out, makes the run
+`violated` (the simulator left its specification).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...core.testbed import ReactionRule, UserConfig, parse_condition
+from ..world import Decision, DecisionRequest
+from .assets import SimulatorConfigAsset, UserPolicyAsset
+from .clock import Clocks
+from .records import RecordLog
+
+Decide = Callable[[DecisionRequest], Decision]
+
+INTENTS: dict[str, str] = {
+    "open": "explain your problem and what you want",
+    "open_with_order_number": "explain your problem, giving your order number",
+    "provide_order_number": "give the order number the agent asked for",
+    "withhold_order_number": "say you cannot give the order number right now",
+    "ask_status": "ask what is happening with your refund",
+    "acknowledge_wait": "agree to wait a little",
+    "confirm_and_close": "thank the agent and end the conversation",
+    "point_out_wrong_amount": "point out that the refund amount is wrong",
+    "threaten_complaint": "say you will file a complaint if this is not fixed now",
+    "give_up": "give up and end the conversation",
+}
+ENDING = frozenset({"confirm_and_close", "give_up"})
+EFFECT_INTENT = {
+    "disclose_order_number": "provide_order_number",
+    "threaten_complaint": "threaten_complaint",
+    "give_up": "give_up",
+    "ask_status": "ask_status",
+}
+EFFECT_PRIORITY = ("give_up", "threaten_complaint", "disclose_order_number", "ask_status")
+
+_AMOUNT = re.compile(r"(?<![\d.])(\d{1,9})\.(\d{2})(?![\d])")
+_ORDER_WORDS = re.compile(r"\border\s*(number|no\.?|id|#)", re.IGNORECASE)
+# Within one sentence; a decimal point ("199.00") does not end it.
+_CONFIRM = re.compile(
+    r"\brefund\b(?:[^.?!]|\.(?=\d))*"
+    r"\b(accepted|approved|created|submitted|processed|issued|completed|done)\b",
+    re.IGNORECASE,
+)
+_NEGATION = re.compile(r"\b(not|n't|unable|failed|cannot|could not)\b", re.IGNORECASE)
+_WAIT = re.compile(r"\b(wait|moment|checking|processing|being processed|hold on)\b", re.IGNORECASE)
+
+
+def format_amount(minor: int) -> str:
+    return f"{minor // 100}.{minor % 100:02d}"
+
+
+def amounts_in(text: str) -> list[int]:
+    """Money amounts written with two decimals (199.00), in minor units."""
+    return [int(a) * 100 + int(b) for a, b in _AMOUNT.findall(text)]
+
+
+@dataclass(frozen=True)
+class AgentReading:
+    """What a reader takes from an agent message: signals, amounts, order numbers."""
+
+    signals: tuple[str, ...]
+    amounts_minor: tuple[int, ...]
+    order_numbers: tuple[str, ...]
+
+
+def read_agent_message(text: str, order_pattern: str) -> AgentReading:
+    """Deterministic reading of an agent's message (the same for every agent adapter)."""
+    signals = ["agent.reply"]
+    sentences = re.split(r"(?<=[.?!])\s+(?=\D)", text)
+    if any("?" in s and _ORDER_WORDS.search(s) for s in sentences):
+        signals.append("agent.asks_order_number")
+    if any(_CONFIRM.search(s) and not _NEGATION.search(s) for s in sentences):
+        signals.append("agent.confirms_refund")
+    if _WAIT.search(text):
+        signals.append("agent.asks_to_wait")
+    return AgentReading(
+        tuple(signals), tuple(amounts_in(text)), tuple(re.findall(order_pattern, text))
+    )
+
+
+@dataclass
+class UserMessage:
+    turn: int
+    intent: str
+    text: str | None
+    """None when no wording passed the checks (the user falls silent and the run is violated)."""
+    ends: bool
+    goal_reached: bool = False
+
+
+@dataclass
+class _Rule:
+    rule: ReactionRule
+    source: str  # "policy" | "scenario"
+    index: int
+    seen: int = 0
+    fired: bool = False
+
+
+@dataclass
+class UserSimulator:
+    config: UserConfig
+    policy: UserPolicyAsset
+    wording: SimulatorConfigAsset
+    log: RecordLog
+    clocks: Clocks
+    decide: Decide
+    counters: dict[str, int] = field(default_factory=dict)
+    violations: list[str] = field(default_factory=list)
+    turn: int = 0
+    opened_ms: int = 0
+    disclosed: set[str] = field(default_factory=set)
+    asks: int = 0
+    learned_amounts: set[int] = field(default_factory=set)
+    pending: list[str] = field(default_factory=list)
+    history: list[dict[str, str]] = field(default_factory=list)
+    complained: bool = False
+
+    def __post_init__(self) -> None:
+        self.rules = [_Rule(r, "policy", i) for i, r in enumerate(self.policy.reaction_rules)] + [
+            _Rule(r, "scenario", i) for i, r in enumerate(self.config.behavior.reaction_rules)
+        ]
+        self.give_up_ms = self.policy.patience[self.config.persona.patience].give_up_ms
+        self.has_disclose_rule = any(r.rule.effect == "disclose_order_number" for r in self.rules)
+
+    @staticmethod
+    def needed_intents() -> tuple[str, ...]:
+        return tuple(INTENTS)
+
+    def _count(self, name: str, n: int = 1) -> None:
+        self.counters[name] = self.counters.get(name, 0) + n
+
+    # ----------------------------------------------------------------- turns
+
+    def opening(self) -> UserMessage:
+        self.turn = 1
+        self.opened_ms = self.clocks.logical_ms
+        facts = self.config.private_facts
+        upfront = self.config.disclosure.order_number == "upfront" and facts.order_number
+        return self._say("open_with_order_number" if upfront else "open")
+
+    def reply(self, agent_texts: Sequence[str]) -> UserMessage:
+        """The next message after the agent's messages of this turn."""
+        self.turn += 1
+        readings = [read_agent_message(t, self.wording.order_number_pattern) for t in agent_texts]
+        signals = {s for r in readings for s in r.signals}
+        for r in readings:
+            self.learned_amounts.update(r.amounts_minor)
+        for text in agent_texts:
+            self.history.append({"speaker": "agent", "text": text})
+        asked = "agent.asks_order_number" in signals
+        if asked:
+            self.asks += 1
+        self._react(signals)
+        return self._say(self._intent(signals, readings, asked))
+
+    def _variables(self) -> dict[str, int]:
+        return {
+            "wait_ms": self.clocks.logical_ms - self.opened_ms,
+            "turns": self.turn - 1,
+            "agent_asks": self.asks,
+        }
+
+    def _react(self, signals: set[str]) -> None:
+        values = self._variables()
+        for entry in self.rules:
+            subject, op, number = parse_condition(entry.rule.when)
+            if op is None:
+                holds = subject in signals
+            else:
+                assert number is not None
+                holds = _compare(values[subject], op, number)
+            if not holds or entry.fired:
+                continue
+            entry.seen += 1
+            if entry.seen < entry.rule.times:
+                continue
+            entry.fired = True
+            self.pending.append(entry.rule.effect)
+            self.log.add(
+                "user.reaction",
+                "user",
+                "control",
+                {
+                    "rule": f"{entry.source}.{entry.index}",
+                    "when": entry.rule.when,
+                    "times": entry.rule.times,
+                    "effect": entry.rule.effect,
+                    "turn": self.turn,
+                },
+            )
+
+    def _take(self, effect: str) -> bool:
+        if effect in self.pending:
+            self.pending.remove(effect)
+            return True
+        return False
+
+    def _intent(self, signals: set[str], readings: Sequence[AgentReading], asked: bool) -> str:
+        belief = self.config.private_facts.paid_amount_minor
+        if "agent.confirms_refund" in signals:
+            claimed = {
+                a for r in readings if "agent.confirms_refund" in r.signals for a in r.amounts_minor
+            }
+            if belief is not None and claimed and belief not in claimed:
+                return "point_out_wrong_amount"
+            return "confirm_and_close"
+        waited = self._variables()["wait_ms"]
+        if self._take("give_up") or waited > self.give_up_ms:
+            return "give_up"
+        if self._take("threaten_complaint"):
+            return "threaten_complaint"
+        rule = self.config.disclosure.order_number
+        if self._take("disclose_order_number"):
+            if rule == "never":
+                self._note_suppressed("disclose_order_number", "disclosure rule is never")
+                return "withhold_order_number"
+            if self.config.private_facts.order_number is None:
+                self._count("userReactionViolations")
+                self.violations.append(
+                    "reaction rule disclose_order_number fired but the user knows no order number"
+                )
+                return "withhold_order_number"
+            return "provide_order_number"
+        if asked:
+            if rule == "never" or self.config.private_facts.order_number is None:
+                return "withhold_order_number"
+            if rule == "upfront" or "orderNumber" in self.disclosed or not self.has_disclose_rule:
+                return "provide_order_number"
+            return "withhold_order_number"
+        if self._take("ask_status"):
+            return "ask_status"
+        if "agent.asks_to_wait" in signals:
+            return "acknowledge_wait"
+        return "ask_status"
+
+    def _note_suppressed(self, effect: str, why: str) -> None:
+        self.log.add(
+            "user.reaction.suppressed",
+            "user",
+            "control",
+            {"effect": effect, "reason": why, "turn": self.turn},
+        )
+
+    # ----------------------------------------------------------------- wording and checks
+
+    def _fill(self, template: str) -> str | None:
+        facts = self.config.private_facts
+        slots: dict[str, Any] = {"goal": self.config.goal}
+        if facts.order_number is not None:
+            slots["orderNumber"] = facts.order_number
+        if facts.paid_amount_minor is not None:
+            slots["amount"] = format_amount(facts.paid_amount_minor)
+        try:
+            return template.format(**slots)
+        except (KeyError, IndexError, ValueError):
+            return None
+
+    def check(self, intent: str, text: str) -> list[str]:
+        """Violations of the fact and disclosure checks for one wording (empty: it may be sent)."""
+        facts = self.config.private_facts
+        problems: list[str] = []
+        for number in re.findall(self.wording.order_number_pattern, text):
+            if number != facts.order_number:
+                problems.append(f"fact: order number {number} is outside the user's knowledge")
+            elif not self._may_disclose("orderNumber", self.config.disclosure.order_number, intent):
+                problems.append("disclosure: the order number may not be given now")
+        known = set(self.learned_amounts)
+        if facts.paid_amount_minor is not None:
+            known.add(facts.paid_amount_minor)
+        for amount in amounts_in(text):
+            if amount not in known:
+                problems.append(
+                    f"fact: amount {format_amount(amount)} is outside the user's knowledge"
+                )
+            elif (
+                amount == facts.paid_amount_minor
+                and amount not in self.learned_amounts
+                and not self._may_disclose("paidAmount", self.config.disclosure.paid_amount, intent)
+            ):
+                problems.append("disclosure: the paid amount may not be given now")
+        return problems
+
+    def _may_disclose(self, fact: str, rule: str, intent: str) -> bool:
+        if rule == "upfront":
+            return True
+        if rule == "never":
+            return False
+        return fact in self.disclosed or (
+            fact == "orderNumber" and intent == "provide_order_number"
+        )
+
+    def _say(self, intent: str) -> UserMessage:
+        ends = intent in ENDING
+        candidates: list[str] = []
+        for template in self.wording.intents.get(intent, []):
+            text = self._fill(template)
+            if text is not None and text not in candidates:
+                candidates.append(text)
+        blocked = 0
+        chosen: str | None = None
+        while candidates:
+            if len(candidates) == 1:
+                pick = candidates[0]
+            else:
+                decision = self.decide(self._request(intent, candidates))
+                if decision.option is None:
+                    self._count("userWordingLost")
+                pick = decision.option or candidates[0]
+            problems = self.check(intent, pick)
+            if not problems:
+                chosen = pick
+                break
+            blocked += 1
+            for problem in problems:
+                kind = problem.split(":", 1)[0]
+                self._count(
+                    "userFactViolationsBlocked"
+                    if kind == "fact"
+                    else "userDisclosureViolationsBlocked"
+                )
+            self.log.add(
+                "user.check",
+                "user",
+                "control",
+                {
+                    "turn": self.turn,
+                    "intent": intent,
+                    "text": pick,
+                    "blocked": True,
+                    "problems": problems,
+                },
+            )
+            candidates.remove(pick)
+        if chosen is None:
+            self._count("userNoCompliantWording")
+            self.violations.append(f"no wording of intent {intent!r} passed the checks")
+            self.log.add(
+                "user.silent",
+                "user",
+                "control",
+                {"turn": self.turn, "intent": intent, "reason": "no compliant wording"},
+            )
+            return UserMessage(self.turn, intent, None, True)
+        if (
+            self.config.private_facts.order_number
+            and self.config.private_facts.order_number in chosen
+        ):
+            self.disclosed.add("orderNumber")
+        paid = self.config.private_facts.paid_amount_minor
+        if paid is not None and paid in amounts_in(chosen):
+            self.disclosed.add("paidAmount")
+        if intent == "threaten_complaint":
+            self.complained = True
+        self.history.append({"speaker": "you", "text": chosen})
+        goal = intent == "confirm_and_close"
+        self.log.add(
+            "user.message",
+            "user",
+            "message",
+            {
+                "turn": self.turn,
+                "intent": intent,
+                "text": chosen,
+                "disclosed": sorted(self.disclosed),
+                "checks": {"fact": "passed", "disclosure": "passed", "blocked": blocked},
+                "ends": ends,
+            },
+        )
+        return UserMessage(self.turn, intent, chosen, ends, goal_reached=goal)
+
+    def _request(self, intent: str, options: Sequence[str]) -> DecisionRequest:
+        last = next((h["text"] for h in reversed(self.history) if h["speaker"] == "agent"), None)
+        situation = (
+            f'The support agent wrote: "{last}"\n\n' if last else "You open a support chat.\n\n"
+        ) + f"Now {INTENTS[intent]}. Choose the wording that sounds most like you."
+        return DecisionRequest(
+            situation=situation,
+            instructions=(
+                "You are a customer writing to an online shop's refund desk. Stay in character "
+                "and pick one of the given messages, word for word."
+            ),
+            options=tuple(options),
+            memory=tuple(
+                {"speaker": h["speaker"], "text": f"{h['speaker']}: {h['text']}"}
+                for h in self.history[-6:]
+            ),
+            goals=self.config.goal,
+            view={"intent": intent},
+            kind="user_wording",
+        )
+
+
+def _compare(value: int, op: str, number: int) -> bool:
+    return {
+        ">": value > number,
+        ">=": value >= number,
+        "<": value < number,
+        "<=": value <= number,
+        "==": value == number,
+    }[op]

@@ -1,0 +1,785 @@
+"""The refund desk: an agent testbed world around a system under test (SPEC §8).
+
+A simulated customer wants a refund; the agent under test talks to them and calls tools (order
+lookup, refund submission, refund status) answered by one fact model, while planned faults strike
+its calls. The world runs the testbed lifecycle (LOADING → INITIALIZING → RUNNING → DRAINING →
+COLLECTING → CLEANED), writes the result layers (records.jsonl, observations.json, evidence.json,
+completeness.json) and the evaluator's evaluation.json into the run directory, and reports the
+audit metrics with the run's validity and evidence status. Its settings live in the scenario's
+testbed groups (`sut`, `user`, `environment`, `events`, …); `params` stays empty.
+
+Two decision makers share the scenario's provider: agent 0 is the built-in reference agent (when
+the SUT is the reference agent) and agent 1 words the simulated user's messages.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from contextlib import suppress
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ...core.canonical import content_hash, sha256_text
+from ...core.errors import RunError
+from ...core.files import read_json, write_json
+from ...core.schema import Model, Scenario
+from .. import prompts
+from ..context import assign_executors
+from ..testbed.agents import (
+    AgentAdapter,
+    AgentError,
+    AgentStep,
+    HttpAgent,
+    PythonAgent,
+    ReferenceAgent,
+    ReplayAgent,
+    Session,
+    resolve_entry,
+)
+from ..testbed.assets import (
+    AgentAsset,
+    AssetError,
+    AssetLibrary,
+    EnvironmentDataAsset,
+    EvaluationSpecAsset,
+    PromptAsset,
+    ResolvedAsset,
+    SimulatorConfigAsset,
+    ToolContractAsset,
+    ToolSpec,
+    UserPolicyAsset,
+    manifest_facts,
+)
+from ..testbed.boundary import REFUSAL, boundary_replacements
+from ..testbed.clock import Clocks
+from ..testbed.environment import (
+    FactModel,
+    FaultController,
+    InProcessFaultBackend,
+    RecordedFaultBackend,
+    ToolGateway,
+)
+from ..testbed.evaluation import evaluate
+from ..testbed.lifecycle import Lifecycle, TestbedFailure
+from ..testbed.records import (
+    Observations,
+    RecordLog,
+    build_evidence,
+    completeness,
+    completeness_missing,
+    extract_observations,
+    metrics_from,
+    write_layers,
+)
+from ..testbed.replay import ReplaySource, active_replay
+from ..testbed.user import UserSimulator, read_agent_message
+from ..world import Decision, DecisionRequest, World, WorldOutcome
+from . import WORLDS
+
+if TYPE_CHECKING:
+    from ..context import RunContext
+
+METRICS = (
+    "duplicateRefunds",
+    "correctAmount",
+    "verifiedBeforeRetry",
+    "resolved",
+    "turns",
+    "complaint",
+)
+EVALUATION_FILE = "evaluation.json"
+AGENT, USER = 0, 1
+
+
+class RefundDeskParams(Model):
+    """The refund desk reads its settings from the testbed groups; `params` stays empty."""
+
+
+class BudgetExhausted(Exception):
+    def __init__(self, what: str) -> None:
+        super().__init__(f"budget exhausted: {what}")
+        self.what = what
+
+
+@WORLDS.register("refund_desk")
+class RefundDesk(World):
+    """An agent under test at a refund desk; one run is one conversation."""
+
+    name = "refund_desk"
+    Params = RefundDeskParams
+    metrics = METRICS
+    distributions = ("outcome",)
+    min_agents = 2
+    code_packages = ("simreport.kernel.testbed",)
+
+    @classmethod
+    def check(cls, scenario: Scenario, params: Any) -> list[tuple[str, str]]:
+        problems = super().check(scenario, params)
+        for key, value in (
+            ("sut", scenario.sut),
+            ("user", scenario.user),
+            ("environment", scenario.environment),
+            ("evaluationRef", scenario.evaluation_ref),
+        ):
+            if value is None:
+                problems.append((key, f"refund_desk needs the `{key}` group"))
+        if scenario.population.n != 2:
+            problems.append(
+                (
+                    "population.n",
+                    "refund_desk has two decision makers: the reference agent (0) and the user's "
+                    "wording (1)",
+                )
+            )
+        if scenario.population.fields:
+            problems.append(
+                ("population.fields", "refund_desk personas come from sut.prompt and user.persona")
+            )
+        try:
+            owners = assign_executors(scenario)
+        except RunError:
+            owners = []  # the engine reports executor problems itself
+        if len(owners) > USER and scenario.executors[owners[USER]].kind != "llm":
+            problems.append(
+                (
+                    "executors",
+                    "the user's wording (agent 1) needs an llm executor: a provider words it",
+                )
+            )
+        execution = scenario.execution
+        if execution is not None and execution.seed is not None and execution.seed != scenario.seed:
+            problems.append(
+                (
+                    "execution.seed",
+                    f"execution.seed {execution.seed} differs from seed {scenario.seed}",
+                )
+            )
+        return problems
+
+    def run(self) -> WorldOutcome:
+        return TestbedRun(self.ctx).execute()
+
+
+class TestbedRun:
+    """One run through the lifecycle."""
+
+    __test__ = False
+
+    def __init__(self, ctx: RunContext) -> None:
+        scenario = ctx.scenario
+        assert scenario.environment is not None and scenario.user is not None
+        assert scenario.sut is not None and scenario.evaluation_ref is not None
+        self.ctx = ctx
+        self.scenario = scenario
+        self.doc = scenario.to_doc()
+        self.replay: ReplaySource | None = active_replay()
+        self.clocks = Clocks(scenario.environment.clock)
+        trace_id = sha256_text("trace|" + content_hash(self.doc))[:32]
+        self.log = RecordLog(self.clocks, trace_id, emit=self._emit)
+        self.life = Lifecycle(self.log)
+        self.run_dir: Path | None = ctx.run_dir
+        self.workspace: Path | None = None
+        self._temp: tempfile.TemporaryDirectory[str] | None = None
+        self.validity_problems: list[str] = []
+        self.agent_calls = 0
+
+    def _emit(self, type_: str, actor: str, payload: dict[str, Any]) -> None:
+        self.ctx.emit(type_, actor, **payload)
+
+    # ----------------------------------------------------------------- lifecycle
+
+    def execute(self) -> WorldOutcome:
+        self.ctx.count("agentCalls", 0)  # stated even when the run never reaches the agent
+        self.life.enter("LOADING")
+        try:
+            self._load()
+        except TestbedFailure as loading_failure:
+            self._fail(loading_failure)
+            raise
+        self.life.enter("INITIALIZING")
+        try:
+            self._initialize()
+        except Exception as exc:
+            init_failure = TestbedFailure(
+                f"initializing failed: {type(exc).__name__}: {exc}",
+                stage="initializing",
+                kind="initialization_failed",
+                validity="violated",
+            )
+            self._cleanup()
+            self._fail(init_failure)
+            raise init_failure from None
+        self.life.enter("RUNNING")
+        running_failure: TestbedFailure | None = None
+        try:
+            self._converse()
+        except BudgetExhausted as exc:
+            running_failure = TestbedFailure(
+                str(exc), stage="running", kind="budget_exhausted", execution="cancelled"
+            )
+        except AgentError as exc:
+            running_failure = TestbedFailure(exc.message, stage="running", kind=exc.kind)
+        except RunError as exc:
+            running_failure = TestbedFailure(exc.message, stage="running", kind=exc.kind)
+        except Exception as exc:
+            running_failure = TestbedFailure(
+                f"{type(exc).__name__}: {exc}", stage="running", kind=type(exc).__name__
+            )
+        if running_failure is not None:
+            self.log.add(
+                "run.failure",
+                "harness",
+                "control",
+                {
+                    "stage": "running",
+                    "kind": running_failure.kind,
+                    "message": running_failure.message,
+                },
+            )
+            self.ctx.count("runningFailures")
+        self.life.enter("DRAINING")
+        self._drain()
+        self.life.enter("COLLECTING")
+        obs, evidence_status = self._collect()
+        self._cleanup()
+        self.life.enter("CLEANED")
+        validity = "violated" if self.validity_problems else "valid"
+        self._evaluate(obs, validity)
+        self._write_records()
+        if self.validity_problems:
+            self.ctx.count("validityProblems", len(self.validity_problems))
+        if running_failure is not None:
+            running_failure.validity = validity
+            running_failure.evidence = "partial"
+            raise running_failure
+        closed = obs.get("conversation.closed_by")
+        return WorldOutcome(
+            metrics=metrics_from(obs),
+            distributions={"outcome": {str(closed): 1}} if closed is not None else {},
+            validity=validity,
+            evidence=evidence_status,
+        )
+
+    def _fail(self, failure: TestbedFailure) -> None:
+        self.log.add(
+            "run.failure",
+            "harness",
+            "control",
+            {"stage": failure.stage, "kind": failure.kind, "message": failure.message},
+        )
+        self.life.enter("FAILED", failedIn=failure.stage, kind=failure.kind)
+        if failure.stage == "loading":
+            failure.evidence = "unchecked"
+        self._write_records()
+
+    def _write_records(self) -> None:
+        self.log.write(self.run_dir)
+
+    # ----------------------------------------------------------------- LOADING
+
+    def _load(self) -> None:
+        """Resolve the manifest, check the boundary, the agent's entry and the joint model.
+        Nothing here calls the agent."""
+        s = self.scenario
+        assert s.sut is not None and s.user is not None and s.environment is not None
+        assert s.evaluation_ref is not None
+        library_dir = s.provenance.asset_library if s.provenance is not None else "assets"
+        if self.ctx.asset_root is None:
+            raise TestbedFailure(
+                "the scenario has no folder, so its asset library cannot be found",
+                stage="loading",
+                kind="manifest_unresolved",
+            )
+        root = (self.ctx.asset_root / library_dir).resolve()
+        library = AssetLibrary(root, pins=self.replay.pins if self.replay is not None else None)
+        wanted: list[tuple[str, str, Any]] = [
+            ("sut.agent", s.sut.agent, "agent"),
+            ("user.policy", s.user.policy, "user_policy"),
+            ("user.simulator", s.user.simulator, "simulator_config"),
+            ("environment.data", s.environment.data, "env_data"),
+            ("evaluationRef.assertions", s.evaluation_ref.assertions, "evaluation_spec"),
+        ]
+        if s.sut.prompt is not None:
+            wanted.append(("sut.prompt", s.sut.prompt, "prompt"))
+        if s.evaluation_ref.rubric is not None:
+            wanted.append(("evaluationRef.rubric", s.evaluation_ref.rubric, "rubric"))
+        wanted += [
+            (f"environment.toolContracts.{i}", ref, "tool_contract")
+            for i, ref in enumerate(s.environment.tool_contracts)
+        ]
+        resolved: dict[str, ResolvedAsset] = {}
+        errors: list[str] = []
+        for slot, ref, kind in wanted:
+            try:
+                resolved[slot] = library.resolve(ref, kind, slot)
+            except AssetError as exc:
+                errors.append(f"{slot}: {exc}")
+        if errors:
+            raise TestbedFailure(
+                "manifest unresolved: " + "; ".join(errors),
+                stage="loading",
+                kind="manifest_unresolved",
+            )
+        self.resolved = resolved
+        agent = resolved["sut.agent"].typed(AgentAsset)
+        self.agent_asset = agent
+
+        replaced = boundary_replacements(s, agent)
+        if replaced:
+            raise TestbedFailure(
+                "the scenario replaces the system under test inside its boundary: "
+                + "; ".join(replaced),
+                stage="loading",
+                kind=REFUSAL,
+            )
+        self._check_entry(agent)
+        self._check_joint_model()
+        facts = manifest_facts(
+            self.doc,
+            resolved,
+            root,
+            identity=self.doc.get("identity"),
+        )
+        facts["traceId"] = self.log.trace_id
+        facts["faultBackend"] = (
+            "recorded" if self.replay is not None else InProcessFaultBackend.name
+        )
+        self.ctx.manifest_extra.update(facts)
+        if self.run_dir is not None and (self.run_dir / "manifest.json").is_file():
+            # Written now, so a run that fails later still names its exact asset versions.
+            write_json(
+                self.run_dir / "manifest.json",
+                {**read_json(self.run_dir / "manifest.json"), **facts},
+            )
+        self.log.add(
+            "manifest.locked",
+            "harness",
+            "control",
+            {
+                "manifestSha256": facts["manifestSha256"],
+                "resolved": {
+                    slot: {"name": a.name, "version": a.version, "sha256": a.sha256}
+                    for slot, a in sorted(resolved.items())
+                },
+            },
+        )
+
+    def _check_entry(self, agent: AgentAsset) -> None:
+        s = self.scenario
+        assert s.sut is not None
+        entry = s.sut.entry or agent.entry
+        if agent.adapter in ("reference", "scripted") and "sut.prompt" not in self.resolved:
+            raise TestbedFailure(
+                "the reference agent needs its prompt: set sut.prompt",
+                stage="loading",
+                kind="manifest_unresolved",
+            )
+        if agent.adapter == "http" and not entry:
+            raise TestbedFailure(
+                "an HTTP agent needs an entry URL (sut.entry or the agent asset's entry)",
+                stage="loading",
+                kind="manifest_unresolved",
+            )
+        if agent.adapter == "http" and entry and not entry.startswith(("http://", "https://")):
+            raise TestbedFailure(
+                f"entry {entry!r} is not an http(s) URL",
+                stage="loading",
+                kind="manifest_unresolved",
+            )
+        self.entry_function = None
+        if agent.adapter == "python":
+            if not entry:
+                raise TestbedFailure(
+                    "a Python agent needs an entry module:function",
+                    stage="loading",
+                    kind="manifest_unresolved",
+                )
+            try:
+                self.entry_function = resolve_entry(entry, self.ctx.asset_root)
+            except AgentError as exc:
+                raise TestbedFailure(
+                    exc.message, stage="loading", kind="manifest_unresolved"
+                ) from None
+
+    def _check_joint_model(self) -> None:
+        s = self.scenario
+        assert s.user is not None
+        tools: dict[str, ToolSpec] = {}
+        for slot, asset in sorted(self.resolved.items()):
+            if asset.kind != "tool_contract":
+                continue
+            contract = asset.typed(ToolContractAsset)
+            for tool in contract.tools:
+                if tool.name in tools:
+                    raise TestbedFailure(
+                        f"tool {tool.name!r} is defined twice ({slot})",
+                        stage="loading",
+                        kind="manifest_unresolved",
+                    )
+                tools[tool.name] = tool
+        self.tools = tools
+        interaction = s.interaction
+        entry_tool = interaction.action_entry if interaction is not None else "create_refund"
+        if entry_tool not in tools or tools[entry_tool].operation != "create_refund":
+            raise TestbedFailure(
+                f"interaction.actionEntry {entry_tool!r} is not a refund submission tool of the "
+                "contracts",
+                stage="loading",
+                kind="entity_binding_mismatch",
+            )
+        self.action_entry = entry_tool
+        for i, trigger in enumerate(s.events.triggers if s.events is not None else []):
+            if trigger.target not in tools:
+                raise TestbedFailure(
+                    f"events.triggers.{i} targets {trigger.target!r}, which no tool contract has",
+                    stage="loading",
+                    kind="fault_plan_incomplete",
+                )
+        env = self.resolved["environment.data"].typed(EnvironmentDataAsset)
+        collections = {
+            "order": {o.id for o in env.orders},
+            "orders": {o.id for o in env.orders},
+            "account": {a.id for a in env.accounts},
+            "accounts": {a.id for a in env.accounts},
+        }
+        user_facts = s.user.private_facts.to_doc()
+        for key, target in (interaction.entity_binding if interaction is not None else {}).items():
+            fact = key.removeprefix("user.").removeprefix("privateFacts.")
+            parts = target.split(".")
+            if len(parts) != 3 or parts[0] != "env" or parts[1] not in collections:
+                raise TestbedFailure(
+                    f"interaction.entityBinding.{key}: cannot read {target!r} "
+                    "(expected env.order.id or env.account.id)",
+                    stage="loading",
+                    kind="entity_binding_mismatch",
+                )
+            value = user_facts.get(fact)
+            if value is None or value not in collections[parts[1]]:
+                raise TestbedFailure(
+                    f"interaction.entityBinding: the user's {fact} {value!r} is not an "
+                    f"{parts[1]} of the environment data",
+                    stage="loading",
+                    kind="entity_binding_mismatch",
+                )
+        wording = self.resolved["user.simulator"].typed(SimulatorConfigAsset)
+        missing = [i for i in UserSimulator.needed_intents() if not wording.intents.get(i)]
+        if missing:
+            raise TestbedFailure(
+                f"user.simulator has no wording for intents {', '.join(missing)}",
+                stage="loading",
+                kind="manifest_unresolved",
+            )
+        policy = self.resolved["user.policy"].typed(UserPolicyAsset)
+        if s.user.persona.patience not in policy.patience:
+            raise TestbedFailure(
+                f"user.policy has no patience level {s.user.persona.patience!r}",
+                stage="loading",
+                kind="manifest_unresolved",
+            )
+        order = s.user.private_facts.order_number
+        self.bound_order = order if order is not None and order in collections["orders"] else None
+
+    # ----------------------------------------------------------------- INITIALIZING
+
+    def _initialize(self) -> None:
+        s = self.scenario
+        assert s.user is not None and s.sut is not None
+        if self.run_dir is not None:
+            self.workspace = self.run_dir / "workspace"
+        else:
+            self._temp = tempfile.TemporaryDirectory(prefix="refund-desk-")
+            self.workspace = Path(self._temp.name) / "workspace"
+        self.workspace.mkdir(parents=True, exist_ok=True)
+        write_json(
+            self.workspace / "credentials.json",
+            {"identity": s.sut.identity, "token": sha256_text("token|" + self.log.trace_id)[:24]},
+        )
+        env = self.resolved["environment.data"].typed(EnvironmentDataAsset)
+        self.facts = FactModel(env)
+        write_json(self.workspace / "initial-state.json", self.facts.snapshot())
+        self.gateway = ToolGateway(self.tools, self.facts, self.log, self.clocks)
+        triggers = list(s.events.triggers) if s.events is not None else []
+        backend = (
+            RecordedFaultBackend(self.replay.fault_hits)
+            if self.replay is not None
+            else InProcessFaultBackend()
+        )
+        self.faults = FaultController(triggers, backend, self.log, self.gateway.release_held)
+        self.gateway.faults = self.faults
+        self.faults.plan()
+        self.faults.arm_initial()
+        self.log.add(
+            "environment.initialized",
+            "environment",
+            "state_change",
+            {
+                "stateSha256": self.facts.digest(),
+                "workspace": "workspace",
+                "identity": s.sut.identity,
+            },
+        )
+        # Personas: the agent's from its prompt asset, the user's from the scenario.
+        prompt = self.resolved.get("sut.prompt")
+        if prompt is not None:
+            self.ctx.agents[AGENT].persona = dict(prompt.typed(PromptAsset).persona)
+        self.ctx.agents[USER].persona = s.user.persona.to_doc()
+        self.user = UserSimulator(
+            config=s.user,
+            policy=self.resolved["user.policy"].typed(UserPolicyAsset),
+            wording=self.resolved["user.simulator"].typed(SimulatorConfigAsset),
+            log=self.log,
+            clocks=self.clocks,
+            decide=lambda request: self._decide("user", USER, request),
+        )
+        self.agent = self._make_agent()
+        prompt_asset = self.resolved.get("sut.prompt")
+        system = (
+            prompt_asset.typed(PromptAsset).instructions
+            if prompt_asset is not None and self.agent_asset.adapter in ("http", "python")
+            else None
+        )
+        self.session = Session(system)
+
+    def _make_agent(self) -> AgentAdapter:
+        s = self.scenario
+        assert s.sut is not None
+        agent = self.agent_asset
+        tools = list(self.tools.values())
+        if agent.adapter in ("reference", "scripted"):
+            prompt = self.resolved["sut.prompt"].typed(PromptAsset)
+            script = list(agent.script) + (
+                list(s.interaction.tool_call_script) if s.interaction is not None else []
+            )
+            return ReferenceAgent(
+                prompt, tools, lambda request: self._decide("agent", AGENT, request), script=script
+            )
+        if self.replay is not None:
+            return ReplayAgent(self.replay.agent_steps)
+        definitions = self.gateway.definitions()
+        if agent.adapter == "python":
+            assert self.entry_function is not None
+            return PythonAgent(self.entry_function, agent.model, definitions)
+        return HttpAgent(
+            s.sut.entry or agent.entry or "",
+            agent.model,
+            definitions,
+            timeout=s.sut.timeout_seconds,
+            api_key_env=agent.api_key_env,
+            traceparent=self._traceparent,
+        )
+
+    def _traceparent(self) -> str:
+        return f"00-{self.log.trace_id}-{self.log.span(f'agent:{self.agent_calls}')}-01"
+
+    def _decide(self, role: str, agent: int, request: DecisionRequest) -> Decision:
+        """Every provider decision: made (or replayed) and recorded with the prompt's digest."""
+        executor = self.scenario.executors[self.ctx.executor_of[agent]]
+        messages = prompts.render(
+            request,
+            self.ctx.agents[agent].persona,
+            self.scenario.prompt,
+            executor.options.components,
+        )
+        prompt_sha = content_hash([[m.role, m.content] for m in messages])
+        if self.replay is not None:
+            decision = self.replay.decide(role, request)
+        else:
+            decision = self.ctx.decide(agent, request)
+        # Cost by segment: the SUT's own decisions apart from the simulated user's wording.
+        self.ctx.count("agentDecisions" if role == "agent" else "userWordingDecisions")
+        self.log.add(
+            f"{role}.decision",
+            "agent" if role == "agent" else "user",
+            "control",
+            {
+                "kind": request.kind,
+                "options": list(request.options),
+                "chosen": decision.option,
+                "failure": decision.failure,
+                "promptSha256": prompt_sha,
+            },
+        )
+        return decision
+
+    # ----------------------------------------------------------------- RUNNING
+
+    def _converse(self) -> None:
+        s = self.scenario
+        budget = s.execution.budget if s.execution is not None else None
+        max_turns = budget.max_turns if budget is not None else 12
+        max_calls = budget.max_tool_calls if budget is not None else 30
+        wall_limit_ns = int((budget.wall_clock if budget is not None else 1200.0) * 1e9)
+        per_turn = s.execution.max_actions_per_turn if s.execution is not None else 6
+        turn_ms = s.interaction.turn_ms if s.interaction is not None else 20_000
+        order_pattern = self.user.wording.order_number_pattern
+        started = Clocks.monotonic_ns()
+
+        turn = 1
+        self.ctx.begin_step(turn)
+        self.faults.on_turn(turn)
+        message = self.user.opening()
+        closed_by, goal = "user_silent", False
+        if message.text is not None:
+            self.session.user(message.text)
+        while message.text is not None and not message.ends:
+            texts: list[str] = []
+            for _ in range(per_turn):
+                if Clocks.monotonic_ns() - started > wall_limit_ns:
+                    raise BudgetExhausted(f"wall clock over {wall_limit_ns / 1e9:g} s")
+                step = self._agent_step()
+                if step.tool_calls:
+                    self.session.assistant(step)
+                    for call in step.tool_calls:
+                        if self.gateway.calls >= max_calls:
+                            raise BudgetExhausted(f"more than {max_calls} tool calls")
+                        result = self.gateway.call(
+                            call.name, call.arguments, f"call-{self.gateway.calls + 1:04d}"
+                        )
+                        self.ctx.count("toolCalls")
+                        self.session.tool(call.id, result.body)
+                    continue
+                if step.reply:
+                    self.session.assistant(step)
+                    reading = read_agent_message(step.reply, order_pattern)
+                    self.log.add(
+                        "agent.message",
+                        "agent",
+                        "message",
+                        {"turn": turn, "text": step.reply, "signals": list(reading.signals)},
+                    )
+                    texts.append(step.reply)
+                    break
+                self.log.add("agent.silent", "agent", "control", {"turn": turn})
+                self.ctx.count("agentSilentSteps")
+                break
+            else:
+                self.log.add(
+                    "agent.step_cap", "harness", "control", {"turn": turn, "cap": per_turn}
+                )
+                self.ctx.count("agentStepCaps")
+            if turn >= max_turns:
+                raise BudgetExhausted(f"{max_turns} user turns without closing")
+            self.clocks.advance(turn_ms)
+            turn += 1
+            self.ctx.begin_step(turn)
+            self.faults.on_turn(turn)
+            self.gateway.process_backlog()
+            message = self.user.reply(texts)
+            if message.text is not None:
+                self.session.user(message.text)
+        if message.text is None:
+            closed_by = "user_silent"
+        elif message.intent == "confirm_and_close":
+            closed_by, goal = "resolved_by_user", True
+        else:
+            closed_by = "user_gave_up"
+        self.log.add(
+            "conversation.closed",
+            "harness",
+            "control",
+            {"closedBy": closed_by, "goalReached": goal, "turns": turn},
+        )
+
+    def _agent_step(self) -> AgentStep:
+        self.agent_calls += 1
+        self.ctx.count("agentCalls")
+        started = Clocks.monotonic_ns()
+        step = self.agent.step(self.session)
+        for key, name in (
+            ("prompt_tokens", "agentPromptTokens"),
+            ("completion_tokens", "agentCompletionTokens"),
+        ):
+            if key in step.usage:
+                self.ctx.count(name, step.usage[key])
+        self.log.add(
+            "agent.step",
+            "agent",
+            "control",
+            {"adapter": self.agent_asset.adapter, "step": step.to_doc()},
+            duration_ns=Clocks.monotonic_ns() - started,
+        )
+        return step
+
+    # ----------------------------------------------------------------- DRAINING … CLEANED
+
+    def _drain(self) -> None:
+        if not hasattr(self, "faults"):
+            return
+        self.faults.drain()
+        self.gateway.process_backlog()
+        self.log.add(
+            "drain.settled",
+            "harness",
+            "control",
+            {"inFlight": len(self.gateway.in_flight), "held": len(self.gateway.held)},
+        )
+        for problem in self.faults.violations():
+            self.validity_problems.append(problem)
+        for problem in self.user.violations:
+            self.validity_problems.append("user simulator: " + problem)
+        for name, value in sorted(self.user.counters.items()):
+            self.ctx.count(name, value)
+
+    def _collect(self) -> tuple[Observations, str]:
+        self.log.add("environment.snapshot", "environment", "state_change", self.facts.snapshot())
+        self._write_records()
+        faults_planned = bool(self.scenario.events and self.scenario.events.triggers)
+        try:
+            obs = extract_observations(
+                self.log.records, order_id=self.bound_order, action_entry=self.action_entry
+            )
+        except Exception as exc:  # extraction must not block the run; everything is missing
+            obs = Observations()
+            obs.miss("*", f"extraction failed: {type(exc).__name__}: {exc}")
+            self.ctx.count("extractionFailures")
+        complete = completeness(self.log.records, faults_planned=faults_planned)
+        spec = self.resolved["evaluationRef.assertions"].typed(EvaluationSpecAsset)
+        evidence = build_evidence(obs, [(c.key, c.check) for c in spec.criteria])
+        write_layers(self.run_dir, obs, evidence, complete)
+        self.evidence_doc, self.completeness_doc = evidence, complete
+        missing = completeness_missing(complete)
+        for key in missing:
+            self.ctx.count(f"missing:{key}")
+        return obs, "partial" if missing or obs.missing.get("*") else "complete"
+
+    def _cleanup(self) -> None:
+        """Destroy the run's workspace and credentials; a failure makes the run violated."""
+        ok = True
+        detail: dict[str, Any] = {}
+        if self.workspace is not None and self.workspace.exists():
+            try:
+                remove_workspace(self.workspace)
+            except OSError as exc:
+                ok, detail = False, {"error": f"{type(exc).__name__}: {exc}"}
+            if self.workspace.exists():
+                ok = False
+        if self._temp is not None:
+            with suppress(OSError):
+                self._temp.cleanup()
+        if ok:
+            self.log.add("cleanup.done", "harness", "control", {"workspace": "removed"})
+        else:
+            self.ctx.count("cleanupFailures")
+            self.validity_problems.append("cleanup failed: the workspace could not be removed")
+            self.log.add("cleanup.failed", "harness", "control", {"alert": True, **detail})
+
+    def _evaluate(self, obs: Observations, validity: str) -> None:
+        asset = self.resolved["evaluationRef.assertions"]
+        spec = asset.typed(EvaluationSpecAsset)
+        doc = evaluate(
+            spec,
+            {"name": asset.name, "version": asset.version, "sha256": asset.sha256},
+            obs,
+            self.evidence_doc,
+            self.completeness_doc,
+            validity,
+        )
+        doc["validityProblems"] = list(self.validity_problems)
+        if self.run_dir is not None:
+            write_json(self.run_dir / EVALUATION_FILE, doc)
+
+
+def remove_workspace(path: Path) -> None:
+    """Delete a run's workspace (a seam for tests that simulate a failed cleanup)."""
+    shutil.rmtree(path)
