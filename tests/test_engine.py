@@ -279,3 +279,22 @@ def test_fingerprint_covers_a_worlds_code_packages(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(refund, "code_packages", ())
     assert kernel_fingerprint("refund_desk") != with_testbed
     assert kernel_fingerprint("prisoners_dilemma") == pd
+
+
+class _Spent(Provider):
+    name = "spent"
+
+    def complete(self, request: ChatRequest) -> ChatResponse:
+        raise ProviderError("the run's call budget (0) is spent", kind="BudgetExhausted")
+
+
+def test_a_spent_budget_stops_the_run_as_a_failure(tmp_path: Path) -> None:
+    if "test-spent" not in PROVIDERS:
+        PROVIDERS.register("test-spent")(lambda config: _Spent(config))
+    result = run_scenario(_pd(llm={"provider": "test-spent"}), tmp_path / "run")
+    assert result.status.execution == "crashed"
+    assert result.failure is not None
+    assert (result.failure.type, result.failure.stage) == ("BudgetExhausted", "running")
+    assert "budget" in result.failure.message
+    assert result.integrity.counters["llmFailures"] == 4  # one step's decisions, then it stops
+    assert (tmp_path / "run" / "events.jsonl").exists()

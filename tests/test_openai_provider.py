@@ -479,10 +479,15 @@ def test_a_run_against_the_server_then_from_the_cache_then_with_the_server_dead(
     finally:
         server.stop()
 
-    # 3. New prompts (another seed) with the server gone: the run completes, decisions are lost.
+    # 3. New prompts (another seed) with the server gone: once the first step's calls have failed
+    # after their retries, the run stops as a failed run that says why (and is not left to retry
+    # every remaining decision against a dead endpoint).
     third = run_scenario(_pd_scenario(url, seed=4), tmp_path / "dead")
-    assert third.failure is None and third.status.execution == "completed"
-    assert third.integrity.counters["llmFailures"] == 12
+    assert third.status.execution == "crashed"
+    assert third.failure is not None
+    assert third.failure.type == "ConnectionFailed" and third.failure.stage == "running"
+    assert url in third.failure.message and "could not connect" in third.failure.message
+    assert third.integrity.counters["llmFailures"] == 4  # the first step's four decisions
     assert not third.integrity.complete and third.status.evidence == "partial"
     events = [
         json.loads(line)
@@ -490,7 +495,7 @@ def test_a_run_against_the_server_then_from_the_cache_then_with_the_server_dead(
         if line.strip()
     ]
     failures = [e for e in events if e["type"] == "llm_failure"]
-    assert len(failures) == 12
+    assert len(failures) == 4
     payload = failures[0]["payload"]
     assert payload["error"] == "ConnectionFailed"
     assert url in payload["message"] and "could not connect" in payload["message"]

@@ -16,7 +16,14 @@ from . import prompts
 from .events import EventLog
 from .personas import sample_personas
 from .policies import Policy
-from .providers.base import ChatRequest, ChatResponse, Provider, ProviderError, estimate_tokens
+from .providers.base import (
+    FATAL_KINDS,
+    ChatRequest,
+    ChatResponse,
+    Provider,
+    ProviderError,
+    estimate_tokens,
+)
 from .rules import RULES
 from .world import Agent, Decision, DecisionRequest
 
@@ -158,6 +165,9 @@ class RunContext:
             responses = self.provider.complete_many(llm_requests)
             for slot, request_, response in zip(llm_slots, llm_requests, responses, strict=True):
                 results[slot] = self._read_response(items[slot], request_, response)
+            fatal = [r for r in responses if isinstance(r, ProviderError) and r.kind in FATAL_KINDS]
+            if fatal:
+                raise RunError(fatal[0].message, stage="running", kind=fatal[0].kind)
         out = [r for r in results if r is not None]
         for (agent_index, request), decision in zip(items, out, strict=True):
             self.emit(

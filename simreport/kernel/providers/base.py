@@ -37,6 +37,15 @@ class ChatResponse:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+# Failures after which no further call of the run can succeed: the endpoint is gone (after its
+# retries), the run's budget is spent, the key or the configuration is missing, or a replay has no
+# recorded answer. The run stops as crashed with this failure rather than limping on with every
+# remaining decision lost (and every call retried).
+FATAL_KINDS = frozenset(
+    {"ConnectionFailed", "BudgetExhausted", "MissingApiKey", "BadConfig", "CacheMiss"}
+)
+
+
 class ProviderError(RunError):
     """A call failed (network, HTTP status, budget, timeout). Counted; the decision is lost."""
 
