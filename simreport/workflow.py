@@ -274,8 +274,6 @@ def run_condition(
     )
     workers = workflow.workers or default_workers(cores)
     results = execute_jobs(jobs, _shared_pool(workers) if len(jobs) > 1 else None)
-    for job in jobs:
-        workflow.store.keep(job.key, Path(job.out_dir), results[job.index])
     counts = {
         "replications": len(slots),
         "computed": len(jobs),

@@ -63,6 +63,8 @@ class RunJob:
     asset_root: str
     provider: str | None
     key: str = ""
+    store: str | None = None
+    """Root of the run store that keeps this run once it completes."""
 
 
 def run_dir(out_dir: Path, condition: Condition, replication: int) -> Path:
@@ -140,9 +142,6 @@ def run_audit(
             record(job.index, _run_guarded(job))
     else:
         _run_pooled(jobs, workers, record)
-    if store is not None:
-        for job in jobs:
-            store.keep(job.key, Path(job.out_dir), results[job.index])
 
     ordered = [(condition, r, results[i]) for i, (condition, r) in enumerate(slots)]
     return AuditRun(out_dir=out, conditions=conditions, results=ordered)
@@ -200,6 +199,7 @@ def plan_jobs(
                     asset_root=str(loaded.asset_root),
                     provider=provider,
                     key=key,
+                    store=str(store.root) if store is not None else None,
                 )
             )
     return slots, jobs, results
@@ -235,6 +235,9 @@ def _execute(job: RunJob) -> dict[str, Any]:
         asset_root=Path(job.asset_root),
         provider=job.provider,
     )
+    if job.store is not None:
+        # Stored by the worker that ran it, so storing costs the calling process nothing.
+        RunStore(job.store).keep(job.key, Path(job.out_dir), result)
     return result.to_doc()
 
 

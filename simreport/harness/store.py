@@ -55,6 +55,27 @@ def run_key(
     )
 
 
+def _link_or_copy(source: Path, target: Path) -> None:
+    """A hard link where the filesystem allows one, else a copy. Sharing the inode is safe
+    because simreport never rewrites a run file in place: every write replaces the file."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
+
+
+def _place(source: Path, target: Path) -> None:
+    """Put `source` at `target` atomically (linked or copied under a temporary name first)."""
+    staging = target.with_name(f".{target.name}.{os.getpid()}.{id(target)}.tmp")
+    try:
+        _link_or_copy(source, staging)
+        os.replace(staging, target)
+    except OSError:
+        with contextlib.suppress(OSError):
+            staging.unlink()
+        write_atomic(target, source.read_bytes())
+
+
 class RunStore:
     """Finished runs under `root/<key[:2]>/<key>/`."""
 
@@ -75,7 +96,7 @@ class RunStore:
         (target / "result.json").unlink(missing_ok=True)
         for name in RUN_FILES:
             if (source / name).exists():
-                write_atomic(target / name, (source / name).read_bytes())
+                _place(source / name, target / name)
         return result
 
     def keep(self, key: str, run_dir: Path, result: RunResult) -> None:
@@ -90,7 +111,7 @@ class RunStore:
         try:
             for name in RUN_FILES:
                 if (run_dir / name).exists():
-                    shutil.copyfile(run_dir / name, staging / name)
+                    _link_or_copy(run_dir / name, staging / name)
             os.replace(staging, final)  # atomic: readers see a whole run or none
         except OSError:
             # Another process stored the same run first, or the disk refused: either way the
