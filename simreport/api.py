@@ -64,12 +64,17 @@ def run(
     *,
     seed: int | None = None,
     provider: str | None = None,
+    model: str | None = None,
+    base_url: str | None = None,
 ) -> RunResult:
     """Run one scenario file into `out`. Input errors raise; run failures come back as data."""
     from .kernel import load_scenario, run_scenario
 
     loaded = load_scenario(scenario_path)
     scenario: Scenario = loaded.scenario
+    update = {k: v for k, v in (("model", model), ("base_url", base_url)) if v is not None}
+    if update:
+        scenario = scenario.model_copy(update={"llm": scenario.llm.model_copy(update=update)})
     if seed is not None:
         if seed < 0:
             raise InputError("seed must not be negative", expected="an integer ≥ 0")
@@ -92,18 +97,23 @@ def audit(
     replications: int | None = None,
     concurrency: int | None = None,
     provider: str | None = None,
+    model: str | None = None,
+    base_url: str | None = None,
     include_incomplete: bool | None = None,
     progress: Callable[[int, int], None] | None = None,
     analyse: bool = True,
 ) -> Any:
-    """Run every replication of every condition of a plan, then analyse and report when the
-    analysis layer is available. Returns the harness's AuditRun."""
+    """Run every replication of every condition of a plan, then analyse and report. `provider`,
+    `model` and `base_url` override every run's model access (recorded in plan.json, every
+    manifest and the report). Returns the harness's AuditRun."""
     from .harness import load_plan, run_audit
+    from .harness.runner import validate_llm_override
 
     loaded = load_plan(plan_path, replications=replications, concurrency=concurrency)
+    llm = validate_llm_override(loaded, {"model": model, "baseUrl": base_url})
     target = Path(out) if out is not None else Path("results") / loaded.plan_id
     result = run_audit(
-        loaded, target, provider=provider, concurrency=concurrency, progress=progress
+        loaded, target, provider=provider, concurrency=concurrency, progress=progress, llm=llm
     )
     if analyse:
         _analyse_if_available(target, include_incomplete)

@@ -67,7 +67,14 @@ def cmd_schema(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from .api import run
 
-    result = run(args.scenario, args.out, seed=args.seed, provider=args.provider)
+    result = run(
+        args.scenario,
+        args.out,
+        seed=args.seed,
+        provider=args.provider,
+        model=args.model,
+        base_url=args.base_url,
+    )
     if result.failure is not None:
         failure = result.failure
         print(f"run failed in {failure.stage}: {failure.type}: {failure.message}", file=sys.stderr)
@@ -115,6 +122,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
         replications=args.replications,
         concurrency=args.concurrency,
         provider=args.provider,
+        model=args.model,
+        base_url=args.base_url,
         include_incomplete=include,
         progress=_progress_bar(),
     )
@@ -184,6 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True)
     p.add_argument("--seed", type=int)
     p.add_argument("--provider")
+    p.add_argument("--model", help="override llm.model")
+    p.add_argument("--base-url", help="override llm.baseUrl (HTTP providers)")
     p.add_argument("--allow-failure", action="store_true", help="exit 0 even when the run failed")
     p.set_defaults(func=cmd_run)
 
@@ -198,7 +209,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="audit directory (default results/<plan-id>)")
     p.add_argument("--replications", type=int)
     p.add_argument("--concurrency", type=int)
-    p.add_argument("--provider")
+    p.add_argument("--provider", help="override every run's provider")
+    p.add_argument("--model", help="override every run's model (plans without `models`)")
+    p.add_argument("--base-url", help="override every run's llm.baseUrl")
     p.add_argument("--include-incomplete", action="store_true")
     p.set_defaults(func=cmd_audit)
 

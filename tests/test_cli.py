@@ -264,3 +264,20 @@ def test_console_script_reports_bad_input_without_traceback(study: Path) -> None
     assert "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
     assert not (study / "results").exists()
+
+
+def test_model_and_base_url_overrides(study: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = study / "out"
+    assert main(["audit", str(study / "audit.yaml"), "--out", str(out), "--model", "tiny-x"]) == 0
+    manifest = json.loads((out / "runs" / "base" / "0" / "manifest.json").read_text())
+    assert manifest["model"] == "tiny-x"
+    audit = json.loads((out / "audit.json").read_text())
+    assert audit["options"]["llmOverride"] == {"model": "tiny-x"}
+    assert "tiny-x" in (out / "report.html").read_text()
+    capsys.readouterr()
+    (study / "models.yaml").write_text(PLAN + "models: [offline-small, offline-large]\n")
+    err = _fail(
+        capsys, ["audit", str(study / "models.yaml"), "--out", str(study / "m"), "--model", "x"]
+    )
+    assert "cannot replace a plan that lists `models`" in err
+    assert not (study / "m").exists()

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.canonical import pretty_json
+from ..core.errors import InputError
 from ..core.files import read_json, write_atomic, write_json
 from ..core.schema import RunResult, Scenario
 from ..kernel import kernel_fingerprint, run_scenario
@@ -103,6 +104,7 @@ def run_audit(
     progress: Progress | None = None,
     reuse: bool = False,
     store: RunStore | None = None,
+    llm: Mapping[str, Any] | None = None,
 ) -> AuditRun:
     """Write plan.json and conditions.json, then run every replication of every condition.
 
@@ -116,11 +118,15 @@ def run_audit(
     """
     out = Path(out_dir)
     conditions = build_conditions(loaded)
-    _write_if_changed(out / "plan.json", pretty_json(plan_document(loaded, provider)))
+    llm = validate_llm_override(loaded, llm)
+    plan_doc = plan_document(loaded, provider)
+    if llm:
+        plan_doc["llmOverride"] = dict(llm)
+    _write_if_changed(out / "plan.json", pretty_json(plan_doc))
     _write_if_changed(out / "conditions.json", pretty_json(conditions_document(loaded, conditions)))
 
     slots, jobs, results = plan_jobs(
-        loaded, conditions, out, provider=provider, reuse=reuse, store=store
+        loaded, conditions, out, provider=provider, reuse=reuse, store=store, llm=llm
     )
     total = len(slots)
     done = len(results)
@@ -145,6 +151,38 @@ def run_audit(
 
     ordered = [(condition, r, results[i]) for i, (condition, r) in enumerate(slots)]
     return AuditRun(out_dir=out, conditions=conditions, results=ordered)
+
+
+def validate_llm_override(
+    loaded: LoadedPlan, llm: Mapping[str, Any] | None
+) -> dict[str, Any] | None:
+    """Check `llm` overrides (document keys such as model, baseUrl) against the plan: they must
+    be `llm` keys, must not replace a plan's own `models`, and the result must validate."""
+    if not llm:
+        return None
+    fields = {k: v for k, v in llm.items() if v is not None}
+    if not fields:
+        return None
+    if "model" in fields and loaded.plan.models:
+        raise InputError(
+            "a model override cannot replace a plan that lists `models`",
+            file=loaded.plan_file,
+            path="models",
+            expected="no model override for this plan",
+        )
+    doc = loaded.base.to_doc()
+    unknown = sorted(set(fields) - set(doc["llm"]))
+    if unknown:
+        raise InputError(
+            f"unknown llm override {', '.join(unknown)}",
+            path="llm",
+            expected="keys of the scenario's llm section: " + ", ".join(sorted(doc["llm"])),
+        )
+    try:
+        Scenario.model_validate({**doc, "llm": {**doc["llm"], **fields}})
+    except ValueError as exc:
+        raise InputError(f"invalid llm override: {exc}", path="llm") from None
+    return fields
 
 
 def plan_jobs(

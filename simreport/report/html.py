@@ -123,6 +123,11 @@ def _plan_summary(audit: Mapping[str, Any]) -> list[tuple[str, str]]:
         ("Metrics", ", ".join(metrics) if metrics else "none"),
         ("Expected directions", directions or "none (no hypothesis directions)"),
         ("Provider override", _text(options.get("providerOverride"), "none")),
+        (
+            "Model override",
+            ", ".join(f"{k}: {v}" for k, v in sorted((options.get("llmOverride") or {}).items()))
+            or "none",
+        ),
         ("Plan hash", _text(plan.get("hash"))),
     ]
 

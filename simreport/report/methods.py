@@ -233,6 +233,7 @@ def context(audit: Mapping[str, Any]) -> dict[str, Any]:
     n_bases = sum(1 for c in conditions if c.get("isBase"))
     title = plan.get("title") or plan.get("id") or "untitled audit"
     axes = _axes(plan, base)
+    override_model = (options.get("llmOverride") or {}).get("model")
     return {
         "title": str(title),
         "plan_id": md_code(str(plan.get("id") or "unnamed")),
@@ -261,7 +262,9 @@ def context(audit: Mapping[str, Any]) -> dict[str, Any]:
         "seed_path": md_code(canonical_json(base.get("seedPath") or [])),
         "first_seed_path": md_code(canonical_json([*(base.get("seedPath") or []), 0])),
         "models": [md_code(str(m)) for m in plan.get("models") or []],
-        "model": md_code(str(llm["model"])) if llm.get("model") else None,
+        "model": md_code(str(override_model or llm["model"]))
+        if (override_model or llm.get("model"))
+        else None,
         "offline": (options.get("providerOverride") or llm.get("provider")) == "offline",
         "via": _provider_phrase(llm.get("provider"), options.get("providerOverride")),
         "scenario_temperature": md_code(canonical_json(temperature))
