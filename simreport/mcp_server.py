@@ -304,6 +304,8 @@ def run_plan(
     replications: int | None,
     concurrency: int | None,
     provider: str | None,
+    model: str | None = None,
+    base_url: str | None = None,
 ) -> dict[str, Any]:
     """Run a plan into `root/<plan id>`, analyse it and report; return the summary."""
     from .api import audit
@@ -317,6 +319,8 @@ def run_plan(
         replications=replications,
         concurrency=concurrency,
         provider=provider,
+        model=model,
+        base_url=base_url,
     )
     results = [r for _, _, r in run.results]
     failed = sum(1 for r in results if r.failure is not None)
@@ -487,6 +491,14 @@ def build_server(results_root: str | Path = DEFAULT_RESULTS) -> "MCPServer[Any]"
             str | None,
             Field(description="Force every run onto this provider, e.g. 'offline'."),
         ] = None,
+        model: Annotated[
+            str | None,
+            Field(description="Force every run onto this model (plans without `models`)."),
+        ] = None,
+        base_url: Annotated[
+            str | None,
+            Field(description="Force every run's llm.baseUrl (HTTP providers)."),
+        ] = None,
     ) -> dict[str, Any]:
         """Run an audit plan into <results root>/<plan id>, then analyse and report it. Runs
         synchronously: returns when every run has finished, with the number of runs, failures,
@@ -498,6 +510,8 @@ def build_server(results_root: str | Path = DEFAULT_RESULTS) -> "MCPServer[Any]"
                 replications=replications,
                 concurrency=concurrency,
                 provider=provider,
+                model=model,
+                base_url=base_url,
             )
 
     return server

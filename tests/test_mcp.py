@@ -98,6 +98,8 @@ def test_lists_the_tools(server: Server) -> None:
         "replications",
         "concurrency",
         "provider",
+        "model",
+        "base_url",
     }
     assert tools["get_audit"].annotations is not None
     assert tools["get_audit"].annotations.read_only_hint is True
