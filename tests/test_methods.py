@@ -15,8 +15,6 @@ import pytest
 from browser import needs_chromium, render
 from markdown_it import MarkdownIt
 
-import simreport
-from simreport.analysis.audit import analyse_dir
 from simreport.core.errors import InputError
 from simreport.core.files import write_json
 from simreport.report.methods import (
@@ -43,19 +41,8 @@ HOSTILE = (
 # --------------------------------------------------------------------------- fixtures
 
 
-@pytest.fixture(scope="module")
-def audit_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A real small audit: the prisoner's dilemma example with two replications."""
-    out = tmp_path_factory.mktemp("methods") / "pd"
-    simreport.audit(EXAMPLE_PLAN, out=out, replications=2, analyse=False)
-    analyse_dir(out)
-    return out
-
-
-@pytest.fixture(scope="module")
-def audit(audit_dir: Path) -> dict[str, Any]:
-    loaded: dict[str, Any] = json.loads((audit_dir / "audit.json").read_text(encoding="utf-8"))
-    return loaded
+# `audit_dir` and `audit` (a real small audit of the prisoner's dilemma example) come from
+# conftest.py.
 
 
 @pytest.fixture(scope="module")

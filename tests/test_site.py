@@ -17,11 +17,8 @@ from typing import Any
 import pytest
 from browser import needs_chromium, render
 
-import simreport
-from simreport.analysis.audit import analyse_dir
 from simreport.core.errors import InputError
 from simreport.core.files import write_json
-from simreport.report import write_report
 from simreport.report.methods import write_methods
 from simreport.report.site import render_index, serve, site_entry, write_site
 
@@ -32,21 +29,8 @@ HOSTILE_TITLE = "<script>alert(1)</script> & \"quotes\" 'too'"
 # --------------------------------------------------------------------------- fixtures
 
 
-@pytest.fixture(scope="module")
-def audit_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A real small audit with its report and methods pages."""
-    out = tmp_path_factory.mktemp("site") / "pd"
-    simreport.audit(EXAMPLE_PLAN, out=out, replications=2, analyse=False)
-    analyse_dir(out)
-    write_report(out)
-    write_methods(out)
-    return out
-
-
-@pytest.fixture(scope="module")
-def audit(audit_dir: Path) -> dict[str, Any]:
-    loaded: dict[str, Any] = json.loads((audit_dir / "audit.json").read_text(encoding="utf-8"))
-    return loaded
+# `audit_dir` and `audit` (a real small audit of the prisoner's dilemma example, with its report
+# and methods pages) come from conftest.py.
 
 
 @pytest.fixture(scope="module")

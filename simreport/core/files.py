@@ -98,10 +98,12 @@ def parse_document(text: str, path: Path) -> Document:
     return Document(path, data, lines)
 
 
-def write_atomic(path: str | Path, data: str | bytes) -> None:
+def write_atomic(path: str | Path, data: str | bytes, *, durable: bool = True) -> None:
     """Write a file so that readers see either the old content or the whole new content.
 
     The temporary file sits in the same directory so the final rename stays on one filesystem.
+    `durable` also flushes it to disk before the rename (a cache whose entries can be fetched
+    again may skip that).
     """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -110,8 +112,9 @@ def write_atomic(path: str | Path, data: str | bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(payload)
-            handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
         # mkstemp creates 0600; results and pages are meant to be read by others (web servers).
         os.chmod(tmp, 0o644)
         os.replace(tmp, target)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from typing import Any, Literal
 
 from ...core.canonical import canonical_json, sha256_text
 from ...core.errors import InputError
+from ...core.files import write_atomic
 from ...core.schema import LLMConfig
 from .base import ChatRequest, ChatResponse, Provider, ProviderError
 
@@ -160,18 +160,8 @@ class ResponseCache:
                 "extra": response.extra,
             },
         }
-        target = self.path_of(key)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}.", suffix=".tmp", dir=target.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(json.dumps(entry, sort_keys=True, ensure_ascii=False))
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, target)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
+        text = json.dumps(entry, sort_keys=True, ensure_ascii=False)
+        write_atomic(self.path_of(key), text, durable=False)
 
     # ----------------------------------------------------------------- maintenance
 

@@ -1,0 +1,29 @@
+"""Fixtures shared by several test modules."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+EXAMPLE_PLAN = Path(__file__).resolve().parents[1] / "examples" / "prisoners_dilemma" / "audit.yaml"
+
+
+@pytest.fixture(scope="session")
+def audit_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real small audit (the prisoner's dilemma example, two replications) with its
+    audit.json, report and methods pages. Tests must not change it; copy it first."""
+    import simreport
+
+    out = tmp_path_factory.mktemp("example") / "pd"
+    simreport.audit(EXAMPLE_PLAN, out=out, replications=2)
+    return out
+
+
+@pytest.fixture(scope="module")
+def audit(audit_dir: Path) -> dict[str, Any]:
+    """The example audit's audit.json, loaded afresh for each module."""
+    loaded: dict[str, Any] = json.loads((audit_dir / "audit.json").read_text(encoding="utf-8"))
+    return loaded
