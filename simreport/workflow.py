@@ -33,7 +33,8 @@ from .harness import (
     plan_document,
     plan_jobs,
 )
-from .kernel import kernel_fingerprint
+from .harness.runner import validate_llm_override
+from .kernel import input_hashes, kernel_fingerprint
 
 DEFAULT_STORE = ".store"
 
@@ -133,20 +134,18 @@ def load_workflow(config: Mapping[str, Any], root: str | Path = ".") -> Workflow
             )
         seen[loaded.plan_id] = plan_file
         llm = LLMOverride(local.get("provider"), local.get("model"), local.get("baseUrl"))
-        if llm.model is not None and loaded.plan.models:
-            raise InputError(
-                "a `model` override cannot replace a plan that lists `models`",
-                file=plan_file,
-                path="models",
-                expected="no model override for this plan",
-            )
+        fields = validate_llm_override(loaded, llm.llm_fields()) or {}
+        include = local.get("includeIncomplete")
         plans.append(
             _plan_target(
                 loaded,
                 results_dir / loaded.plan_id,
                 provider=llm.provider,
-                llm=llm.llm_fields(),
-                include_incomplete=bool(local.get("includeIncomplete", False)),
+                llm=fields,
+                # Unset in the config: the plan's own setting holds.
+                include_incomplete=(
+                    loaded.plan.include_incomplete if include is None else bool(include)
+                ),
             )
         )
     workers = config.get("workers")
@@ -189,6 +188,7 @@ def _plan_target(
                 "provider": provider,
                 "llm": llm,
                 "kernel": fingerprints[world],
+                "inputs": input_hashes(condition.scenario, loaded.asset_root),
             }
         )
         outputs = [
@@ -241,6 +241,10 @@ def _shared_pool(workers: int) -> ProcessPoolExecutor | None:
     if workers <= 1:
         return None
     with _POOL_LOCK:
+        # A worker that died breaks the pool for good; the next job gets a fresh one.
+        if _POOL is not None and getattr(_POOL, "_broken", False):
+            _POOL.shutdown(wait=False, cancel_futures=True)
+            _POOL = None
         if _POOL is None:
             _POOL = ProcessPoolExecutor(
                 max_workers=workers, mp_context=multiprocessing.get_context("spawn")

@@ -180,6 +180,7 @@ def test_conditions_rows_count_runs(audit: dict[str, Any]) -> None:
         "runs": 96,
         "failed": 2,
         "incomplete": 1,
+        "violated": 0,
         "excluded": 3,
         "used": 93,
     }
@@ -378,3 +379,55 @@ def test_analyse_dir_on_a_real_audit(tmp_path: Path) -> None:
         "axis:linguistic_framing",
     } <= set(frame.columns)
     assert audit["plan"]["hash"] == json.loads((tmp_path / "pd" / "plan.json").read_text())["hash"]
+
+
+def test_factorial_sensitivity_prefers_cells_that_move_one_axis() -> None:
+    """A cell that moves both axes does not lend its effect to either of them."""
+    plan = {
+        **PLAN,
+        "models": [],
+        "design": "full_factorial",
+        "base": {"params": {"framing": "neutral", "window": 3}},
+        "axes": [
+            {**PLAN["axes"][0], "levels": ["neutral", "moral"]},
+            {**PLAN["axes"][1], "levels": [3, 1]},
+        ],
+    }
+    cells = {
+        "framing=neutral|window=3": ({"framing": "neutral", "window": 3}, 0.0),
+        "framing=neutral|window=1": ({"framing": "neutral", "window": 1}, 0.3),
+        "framing=moral|window=3": ({"framing": "moral", "window": 3}, 0.6),
+        "framing=moral|window=1": ({"framing": "moral", "window": 1}, 5.0),
+    }
+    conditions = [{"id": "base", "dir": "base", "isBase": True, "baseId": "base", "levels": {}}]
+    conditions += [
+        {
+            "id": cid,
+            "dir": cid,
+            "isBase": False,
+            "baseId": "base",
+            "levels": levels,
+            "axis": "framing|window",
+            "level": levels,
+        }
+        for cid, (levels, _) in cells.items()
+    ]
+    rng = np.random.default_rng(5)
+    records = []
+    shifts = {"base": 0.0, **{cid: shift for cid, (_, shift) in cells.items()}}
+    for cid, shift in shifts.items():
+        for r in range(10):
+            res = _result(
+                "base",
+                r,
+                rng,
+                condition=cid,
+                metrics={"score": float(rng.normal(shift, 1.0)), "rate": 0.5},
+            )
+            records.append(RunRecord(cid, r, res))
+    audit = analyse(plan, conditions, records)
+    ranked = {e["axis"]: e for e in audit["sensitivity"]}
+    assert ranked["framing"]["condition"] == "framing=moral|window=3"
+    assert ranked["window"]["condition"] == "framing=neutral|window=1"
+    assert ranked["framing"]["isolated"] and ranked["window"]["isolated"]
+    assert all(e["condition"] != "framing=moral|window=1" for e in audit["sensitivity"])

@@ -281,3 +281,16 @@ def test_model_and_base_url_overrides(study: Path, capsys: pytest.CaptureFixture
     )
     assert "cannot replace a plan that lists `models`" in err
     assert not (study / "m").exists()
+
+
+def test_model_override_refused_when_an_axis_varies_the_model(
+    study: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (study / "d1.yaml").write_text(
+        "baseScenario: scenario.yaml\naxes:\n  - {template: model_substrate, levels: [m-x, m-y]}\n"
+    )
+    err = _fail(
+        capsys, ["audit", str(study / "d1.yaml"), "--out", str(study / "o"), "--model", "m-z"]
+    )
+    assert "would cancel axis 'model_substrate'" in err and "axes.0.target" in err
+    assert not (study / "o").exists()

@@ -111,3 +111,50 @@ def test_missing_declared_metric_is_invalid(tmp_path: Path) -> None:
     result = run_scenario(scenario, tmp_path / "run", asset_root=FIXTURES)
     assert result.failure is not None
     assert "absent" in result.failure.message
+
+
+def test_the_run_store_notices_a_changed_simulator(tmp_path: Path) -> None:
+    """A simulator's files are part of a run's identity: edit the script and stored runs no
+    longer stand in for new ones."""
+    from simreport.harness import RunStore, load_plan, run_audit
+
+    shutil.copy(FIXTURES / "sim_ok.py", tmp_path / "sim.py")
+    (tmp_path / "audit.yaml").write_text(
+        "base:\n"
+        "  simulator: {command: [python3, sim.py], metrics: [hitRate]}\n"
+        "  params: {rate: 0.5}\n"
+        "replications: 2\n"
+        "metrics: [hitRate]\n"
+    )
+    store = RunStore(tmp_path / "store")
+    first = run_audit(load_plan(tmp_path / "audit.yaml"), tmp_path / "a", store=store)
+    again = run_audit(load_plan(tmp_path / "audit.yaml"), tmp_path / "b", store=store)
+    assert [r.metrics for *_, r in again.results] == [r.metrics for *_, r in first.results]
+    script = (tmp_path / "sim.py").read_text()
+    (tmp_path / "sim.py").write_text(
+        script.replace('"hitRate": hits / 100', '"hitRate": 100 + hits / 100')
+    )
+    changed = run_audit(load_plan(tmp_path / "audit.yaml"), tmp_path / "c", store=store)
+    assert all(r.metrics["hitRate"] > 99 for *_, r in changed.results)
+
+
+def test_an_audit_whose_runs_all_failed_still_analyses_and_reports(tmp_path: Path) -> None:
+    """No run reports anything: the declared metrics are still compared (with notes), and the
+    report renders even without figure files drawn by a workflow."""
+    from simreport.analysis.audit import analyse_dir
+    from simreport.harness import load_plan, run_audit
+    from simreport.report import write_report
+
+    shutil.copy(FIXTURES / "sim_fail.py", tmp_path / "sim.py")
+    (tmp_path / "audit.yaml").write_text(
+        "base:\n"
+        "  simulator: {command: [python3, sim.py], metrics: [hitRate, missRate]}\n"
+        "replications: 2\n"
+    )
+    run_audit(load_plan(tmp_path / "audit.yaml"), tmp_path / "out")
+    audit = analyse_dir(tmp_path / "out")
+    assert audit["metrics"] == ["hitRate", "missRate"]
+    assert audit["summary"]["failed"] == 2
+    assert "nothing to test" in audit["notes"]["hitRate"]
+    report = write_report(tmp_path / "out", draw_figures=False)
+    assert "hitRate" in report.read_text()

@@ -327,6 +327,42 @@ def test_the_api_key_is_sent_but_never_shown(server: FakeLLM) -> None:
     assert provider.describe()["apiKeyEnv"] == KEY_ENV
 
 
+@pytest.mark.parametrize(
+    "reply",
+    [
+        Reply(status=200, body=f"<html>debug: Authorization: Bearer {SECRET}</html>".encode()),
+        Reply(status=200, body=json.dumps({"echo": f"Bearer {SECRET}"}).encode()),
+        Reply(status=500, body=f"upstream saw Bearer {SECRET}".encode()),
+    ],
+    ids=["2xx-not-json", "2xx-no-choices", "5xx-after-retries"],
+)
+def test_no_provider_error_carries_the_api_key(server: FakeLLM, reply: Reply) -> None:
+    server.push(*[reply] * 5)
+    provider = _provider(server, env={KEY_ENV: SECRET}, retries=0)
+    with pytest.raises(ProviderError) as caught:
+        provider.complete(_request())
+    failures = provider.complete_many([_request("a"), _request("b")])
+    provider.close()
+    assert SECRET not in caught.value.message and SECRET not in str(caught.value)
+    for failure in failures:
+        assert SECRET not in str(getattr(failure, "message", failure))
+
+
+def test_a_2xx_body_echoing_the_key_leaves_no_key_in_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SIMREPORT_CACHE_MODE", "live")
+    monkeypatch.setenv("SIMREPORT_LLM_RETRIES", "0")
+    monkeypatch.setenv(KEY_ENV, SECRET)
+    with FakeLLM() as server:
+        server.push(*[Reply(status=200, body=f"<p>Bearer {SECRET}</p>".encode())] * 200)
+        result = run_scenario(_pd_scenario(server.url), tmp_path / "run")
+    assert result.integrity.counters["llmFailures"] > 0
+    events = (tmp_path / "run" / "events.jsonl").read_text()
+    assert "llm_failure" in events and "[redacted]" in events
+    assert _files_containing(tmp_path, SECRET) == []
+
+
 def test_a_missing_api_key_names_the_variable_and_fails_before_any_call(server: FakeLLM) -> None:
     with pytest.raises(ProviderError) as caught:
         OpenAIProvider(_config(server.url, apiKeyEnv=KEY_ENV), env={})

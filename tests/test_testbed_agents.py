@@ -96,6 +96,15 @@ class _Handler(BaseHTTPRequestHandler):
         self.server.requests.append(
             {"path": self.path, "headers": dict(self.headers), "body": body}
         )
+        if self.server.echo is not None:
+            # A debugging server that echoes the request's Authorization header.
+            status, json_body = self.server.echo
+            text = f"debug: authorization={self.headers.get('authorization')}"
+            data = json.dumps({"error": text}).encode() if json_body else text.encode()
+            self.send_response(status)
+            self.end_headers()
+            self.wfile.write(data)
+            return
         if self.server.status != 200:
             self.send_response(self.server.status)
             self.end_headers()
@@ -121,6 +130,8 @@ class _Handler(BaseHTTPRequestHandler):
 class _AgentServer(ThreadingHTTPServer):
     requests: list[dict[str, Any]]
     status: int
+    echo: tuple[int, bool] | None
+    """(status, whether the body is JSON) of a reply echoing the Authorization header."""
 
 
 @pytest.fixture
@@ -128,6 +139,7 @@ def agent_server() -> Iterator[_AgentServer]:
     server = _AgentServer(("127.0.0.1", 0), _Handler)
     server.requests = []
     server.status = 200
+    server.echo = None
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -327,6 +339,97 @@ def test_http_agent_failures_become_agent_errors(agent_server: _AgentServer) -> 
         agent.step(Session(None))
     assert info.value.kind == "sut_error"
     agent.close()
+
+
+SECRET = "sk-agent-secret-1234567890-DO-NOT-LEAK"
+
+
+@pytest.mark.parametrize(
+    ("echo", "kind"),
+    [((401, True), "sut_error"), ((500, False), "sut_error"), ((200, False), "sut_bad_response")],
+    ids=["401-json", "500-text", "200-not-json"],
+)
+def test_http_agent_errors_never_carry_the_api_key(
+    agent_server: _AgentServer,
+    monkeypatch: pytest.MonkeyPatch,
+    echo: tuple[int, bool],
+    kind: str,
+) -> None:
+    monkeypatch.setenv("SIMREPORT_TEST_AGENT_KEY", SECRET)
+    agent_server.echo = echo
+    agent = HttpAgent(
+        url(agent_server), None, [], timeout=5, api_key_env="SIMREPORT_TEST_AGENT_KEY"
+    )
+    with pytest.raises(AgentError) as info:
+        agent.step(Session(None))
+    agent.close()
+    assert agent_server.requests[-1]["headers"]["authorization"] == f"Bearer {SECRET}"
+    assert info.value.kind == kind
+    assert SECRET not in info.value.message and SECRET not in str(info.value)
+    if echo[0] >= 400:
+        assert "[redacted]" in info.value.message
+
+
+def test_http_agent_redacts_the_key_from_transport_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SIMREPORT_TEST_AGENT_KEY", SECRET)
+    # A key that also appears in the URL (a query token) must not surface in the error either.
+    agent = HttpAgent(
+        f"http://127.0.0.1:9/{SECRET}/v1",
+        None,
+        [],
+        timeout=2,
+        api_key_env="SIMREPORT_TEST_AGENT_KEY",
+    )
+    with pytest.raises(AgentError) as info:
+        agent.step(Session(None))
+    agent.close()
+    assert info.value.kind in ("sut_unreachable", "sut_timeout")
+    assert SECRET not in info.value.message
+
+
+def test_an_http_agent_echoing_its_key_leaves_no_key_in_the_run(
+    tmp_path: Path, agent_server: _AgentServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SIMREPORT_TEST_AGENT_KEY", SECRET)
+    agent_server.echo = (401, False)
+    root = copy_example(tmp_path)
+    add_agent(root, "ext-agent", {"adapter": "http", "apiKeyEnv": "SIMREPORT_TEST_AGENT_KEY"})
+    doc = scenario_doc(sut__agent="ext-agent@1.0.0", sut__entry=url(agent_server))
+    result = run_scenario(validate_scenario(doc), tmp_path / "run", asset_root=root)
+    assert result.failure is not None and result.failure.type == "sut_error"
+    assert "[redacted]" in result.failure.message
+    leaked = [
+        p
+        for p in (tmp_path / "run").rglob("*")
+        if p.is_file() and SECRET.encode() in p.read_bytes()
+    ]
+    assert leaked == []
+
+
+def test_the_agent_adapter_is_closed_in_cleanup(
+    tmp_path: Path, agent_server: _AgentServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from simreport.kernel.worlds import refund_desk
+
+    made: list[HttpAgent] = []
+
+    class Tracked(HttpAgent):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    monkeypatch.setattr(refund_desk, "HttpAgent", Tracked)
+    root = copy_example(tmp_path)
+    add_agent(root, "ext-agent", {"adapter": "http", "model": "ext-model"})
+    doc = scenario_doc(sut__agent="ext-agent@1.0.0", sut__entry=url(agent_server))
+    result = run_scenario(validate_scenario(doc), tmp_path / "run", asset_root=root)
+    assert result.failure is None, result.failure
+    assert len(made) == 1 and made[0]._client.is_closed
+    # A failing agent is closed too.
+    agent_server.status = 500
+    result = run_scenario(validate_scenario(doc), tmp_path / "failed", asset_root=root)
+    assert result.failure is not None
+    assert len(made) == 2 and made[1]._client.is_closed
 
 
 def test_an_http_agent_runs_the_refund_desk(tmp_path: Path, agent_server: _AgentServer) -> None:

@@ -112,14 +112,14 @@ def test_other_audits_have_no_testbed_section() -> None:
     assert "Agent testbed" not in render_report(audit)
 
 
-def _result(validity: str) -> RunResult:
+def _result(validity: str, evidence: str = "complete", complete: bool = True) -> RunResult:
     return RunResult.model_validate(
         {
             "condition": "c",
             "replication": 0,
             "seedPath": [0],
-            "status": {"execution": "completed", "validity": validity, "evidence": "complete"},
-            "integrity": {"complete": True, "counters": {}},
+            "status": {"execution": "completed", "validity": validity, "evidence": evidence},
+            "integrity": {"complete": complete, "counters": {}},
         }
     )
 
@@ -157,3 +157,23 @@ def test_zero_violation_bound_matches_the_design_table() -> None:
     for n, bound in ((10, 0.26), (30, 0.095), (100, 0.030), (300, 0.010), (1000, 0.003)):
         value = zero_violation_upper_bound(n)
         assert value is not None and math.isclose(value, bound, rel_tol=0.03)
+
+
+def test_runs_with_incomplete_evidence_are_excluded_from_the_bound() -> None:
+    conditions = [{"id": "base"}]
+    runs = [
+        ("base", _result("valid"), _evaluation(a="pass")),
+        ("base", _result("valid", evidence="partial"), _evaluation(a="pass")),
+        ("base", _result("valid", complete=False), _evaluation(a="pass")),
+        ("base", _result("violated", evidence="partial"), _evaluation(a="undecidable")),
+    ]
+    summary = summarise_testbed(conditions, runs)
+    assert summary is not None
+    (base,) = summary["conditions"]
+    assert base["evaluated"] == 1
+    assert base["validityExcluded"] == 1
+    assert base["evidenceExcluded"] == 2
+    assert base["criteria"]["a"]["pass"] == 1 and base["criteria"]["a"]["decided"] == 1
+    assert base["criteria"]["a"]["zeroViolationUpperBound"] == zero_violation_upper_bound(1)
+    assert summary["evidenceExcluded"] == 2 and summary["validityExcluded"] == 1
+    assert summary["totals"]["a"]["pass"] == 1

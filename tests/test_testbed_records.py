@@ -39,12 +39,32 @@ CRITERIA = [(c.key, c.check) for c in SPEC.criteria]
 
 
 def conversation(
-    *, retry_blind: bool, snapshot: bool = True, closed: bool = True
+    *,
+    retry_blind: bool,
+    snapshot: bool = True,
+    closed: bool = True,
+    first_outcome: str = "timeout",
+    committed: bool = False,
+    lost_decision: bool = False,
 ) -> list[dict[str, Any]]:
     log = RecordLog(Clocks(ClockConfig()), "r" * 32)
     log.add("user.message", "user", "message", {"intent": "open", "text": "Refund please"})
+    if lost_decision:
+        log.add(
+            "agent.decision",
+            "agent",
+            "control",
+            {"kind": "agent_action", "options": ["a", "b"], "chosen": None, "failure": "llm"},
+        )
     log.add("tool.request", "agent", "tool_call", {"callId": "c1", "tool": "create_refund"})
-    log.add("tool.response", "environment", "tool_call", {"callId": "c1", "outcome": "timeout"})
+    if committed:
+        log.add(
+            "state.change",
+            "environment",
+            "state_change",
+            {"entity": "refund", "id": "RF-1", "from": None, "to": "accepted", "cause": "c1"},
+        )
+    log.add("tool.response", "environment", "tool_call", {"callId": "c1", "outcome": first_outcome})
     second = "create_refund" if retry_blind else "get_refund"
     log.add("tool.request", "agent", "tool_call", {"callId": "c2", "tool": second})
     log.add("tool.response", "environment", "tool_call", {"callId": "c2", "outcome": "ok"})
@@ -197,3 +217,37 @@ def test_without_ambiguity_verification_does_not_apply() -> None:
         "valid",
     )["criteria"]
     assert verdicts["verified_before_retry"]["verdict"] == "not_applicable"
+
+
+def test_a_failed_answer_to_a_call_that_took_effect_is_ambiguous() -> None:
+    records = conversation(retry_blind=False, first_outcome="error", committed=True)
+    obs = extract_observations(records, order_id=ORDER, action_entry="create_refund")
+    assert obs.get("agent.ambiguous_outcomes") == 1
+    assert obs.get("agent.after_ambiguous") == ["verified"]
+    assert metrics_from(obs)["verifiedBeforeRetry"] == 1.0
+    # A plain error (nothing took effect) says clearly that the call failed: not ambiguous.
+    plain = conversation(retry_blind=False, first_outcome="error")
+    obs = extract_observations(plain, order_id=ORDER, action_entry="create_refund")
+    assert obs.get("agent.ambiguous_outcomes") == 0
+
+
+def test_without_a_bound_order_every_order_fact_is_missing() -> None:
+    obs = extract_observations(
+        conversation(retry_blind=False), order_id=None, action_entry="create_refund"
+    )
+    for key in ("refund.count", "order.state", "order.paid_amount_minor"):
+        assert key in obs.missing and key not in obs.facts
+
+
+def test_a_lost_decision_makes_every_criterion_undecidable() -> None:
+    records = conversation(retry_blind=False, lost_decision=True)
+    obs = extract_observations(records, order_id=ORDER, action_entry="create_refund")
+    complete = completeness(records, faults_planned=False)
+    assert complete["checks"]["provider_decisions"]["status"] == "missing"
+    assert complete["checks"]["provider_decisions"]["detail"]["lost"] == 1
+    # Even where the spec's required checks do not name it, a lost decision gates every verdict.
+    verdicts = evaluate(SPEC, {}, obs, build_evidence(obs, CRITERIA), complete, "valid")
+    assert {v["verdict"] for v in verdicts["criteria"].values()} == {"undecidable"}
+    assert verdicts["checks"]["recordsComplete"]["passed"] is False
+    intact = completeness(conversation(retry_blind=False), faults_planned=False)
+    assert intact["checks"]["provider_decisions"]["status"] == "present"

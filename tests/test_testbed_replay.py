@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from simreport.kernel import load_scenario, run_scenario
+from simreport.kernel import load_scenario, run_scenario, validate_scenario
 from simreport.kernel.testbed.records import read_records, record_digest
 from simreport.kernel.testbed.replay import (
     ReplaySource,
@@ -107,10 +107,24 @@ def test_compare_records_reports_length_differences() -> None:
 def test_replay_source_answers_recorded_choices_only_when_offered() -> None:
     from simreport.kernel.world import DecisionRequest
 
-    source = ReplaySource(decisions={"agent": [{"chosen": "b"}, {"chosen": "z"}]})
+    source = ReplaySource(
+        decisions={
+            "agent": [
+                {"chosen": "b"},
+                {"chosen": "z"},
+                {"chosen": None, "failure": "llm"},
+                {"chosen": None, "failure": "parse", "raw": "nonsense"},
+            ]
+        }
+    )
     request = DecisionRequest("s", "i", ("a", "b"))
     assert source.decide("agent", request).option == "b"
     assert source.decide("agent", request).failure == "replay_mismatch"
+    # A recorded lost decision is replayed as lost, with its recorded failure kind.
+    lost = source.decide("agent", request)
+    assert (lost.option, lost.failure) == (None, "llm")
+    parse = source.decide("agent", request)
+    assert (parse.option, parse.failure, parse.raw) == (None, "parse", "nonsense")
     assert source.decide("agent", request).failure == "replay_exhausted"
 
 
@@ -133,3 +147,72 @@ def test_replay_refuses_a_directory_without_records(tmp_path: Path) -> None:
 
     with pytest.raises(InputError):
         replay_run(tmp_path)
+
+
+def _llm_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, lose_first: bool, key: bool
+) -> Path:
+    from llm_server import FakeLLM
+
+    monkeypatch.setenv("SIMREPORT_CACHE_MODE", "live")
+    lost = {"n": 0}
+
+    def answer(body: dict[str, object], options: list[str]) -> str:
+        if lose_first and "ask for the order number" in options and not lost["n"]:
+            lost["n"] += 1
+            return "no such option at all"
+        return options[0] if options else "ok"
+
+    loaded = load_scenario(EXAMPLE / "scenario.yaml")
+    llm: dict[str, object] = {"provider": "openai", "model": "test", "temperature": 0}
+    if key:
+        monkeypatch.setenv("SIMREPORT_TEST_REPLAY_KEY", "sk-replay-secret")
+        llm["apiKeyEnv"] = "SIMREPORT_TEST_REPLAY_KEY"
+    out = tmp_path / "run"
+    with FakeLLM(answer=answer) as server:
+        llm["baseUrl"] = server.url
+        doc = {**loaded.scenario.to_doc(), "llm": llm}
+        result = run_scenario(validate_scenario(doc), out, asset_root=loaded.asset_root)
+    assert result.failure is None, result.failure
+    return out
+
+
+def test_replay_aligns_a_run_with_a_lost_decision(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = _llm_run(tmp_path, monkeypatch, lose_first=True, key=False)
+    records = read_records(out / "records.jsonl")
+    assert any(r["type"] == "agent.decision" and r["payload"]["chosen"] is None for r in records)
+    # The server is gone: the replay answers from the records alone.
+    report = replay_run(out, tmp_path / "replayed")
+    assert report.ok, report.summary()
+    replayed = json.loads((tmp_path / "replayed" / "result.json").read_text())
+    original = json.loads((out / "result.json").read_text())
+    assert replayed["status"] == original["status"]
+    assert replayed["integrity"]["counters"]["parseFailures"] == 1
+
+
+def test_replay_needs_no_api_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = _llm_run(tmp_path, monkeypatch, lose_first=False, key=True)
+    monkeypatch.delenv("SIMREPORT_TEST_REPLAY_KEY")
+    report = replay_run(out)
+    assert report.ok, report.summary()
+
+
+def test_a_replay_that_cannot_run_is_an_error_not_a_mismatch(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "refund_desk"
+    shutil.copytree(EXAMPLE, root)
+    out = make_run(tmp_path, root)
+    shutil.rmtree(root / "assets")  # the asset library is gone: the replay cannot load
+    report = replay_run(out)
+    assert not report.ok
+    assert report.error is not None and "manifest_unresolved" in report.error
+    assert report.first_difference is None
+    assert "replay failed" in report.summary() and "records differ" not in report.summary()
+    parser = argparse.ArgumentParser(prog="simreport")
+    register_cli(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["replay", str(out)])
+    assert args.func(args) == 2
+    assert "replay failed" in capsys.readouterr().out

@@ -316,8 +316,22 @@ def add_asset(root: Path, name: str, version: str, kind: str, content: dict[str,
             ]
         },
         {"executors": [{"kind": "rule", "rule": "random", "agents": [0]}, {"agents": "rest"}]},
+        {
+            "sut__boundary": ["tool-selection"],
+            "executors": [{"kind": "rule", "rule": "random", "agents": [0]}, {"agents": "rest"}],
+        },
+        {
+            "sut__boundary": ["parameters"],
+            "executors": [{"kind": "rule", "rule": "random", "agents": [0]}, {"agents": "rest"}],
+        },
     ],
-    ids=["tool-call-script", "surrogate-participant", "rule-executor"],
+    ids=[
+        "tool-call-script",
+        "surrogate-participant",
+        "rule-executor",
+        "rule-executor-tool-selection-only",
+        "rule-executor-parameters-only",
+    ],
 )
 def test_a_surrogate_inside_the_boundary_is_refused_at_load(
     tmp_path: Path, overrides: dict[str, Any]
@@ -413,8 +427,29 @@ def test_a_failed_initialisation_crashes_and_violates(
         ({"sut__prompt": None}, "manifest_unresolved"),
         ({"user__privateFacts__orderNumber": "B2026-0000-0000"}, "entity_binding_mismatch"),
         ({"events__triggers__0__target": "cancel_order"}, "fault_plan_incomplete"),
+        (
+            {"events__triggers__0__at": {"turn": 2}, "events__triggers__0__recover": {"turn": 2}},
+            "fault_plan_incomplete",
+        ),
+        (
+            {"events__triggers__0__at": {"turn": 3}, "events__triggers__0__recover": {"turn": 1}},
+            "fault_plan_incomplete",
+        ),
+        (
+            {"interaction__entityBinding": {"tool.order_no": "env.order.id"}},
+            "entity_binding_mismatch",
+        ),
     ],
-    ids=["unknown-label", "wrong-kind", "no-prompt", "unbound-order", "unknown-fault-target"],
+    ids=[
+        "unknown-label",
+        "wrong-kind",
+        "no-prompt",
+        "unbound-order",
+        "unknown-fault-target",
+        "recover-turn-equals-at-turn",
+        "recover-turn-before-at-turn",
+        "binding-key-not-a-user-fact",
+    ],
 )
 def test_loading_refuses_an_inconsistent_scenario(
     tmp_path: Path, overrides: dict[str, Any], kind: str
@@ -463,3 +498,114 @@ def test_a_turn_window_fault_in_the_design_documents_form(tmp_path: Path) -> Non
         else:
             assert stages[-1] == "failed" and result.status.validity == "violated"
     assert hits > 0
+
+
+def test_a_binding_key_in_the_tool_form_is_refused_with_a_clear_message(tmp_path: Path) -> None:
+    doc = scenario_doc(interaction__entityBinding={"tool.order_no": "env.order.id"})
+    result, _ = run(tmp_path, doc)
+    assert result.failure is not None
+    assert (result.failure.stage, result.failure.type) == ("loading", "entity_binding_mismatch")
+    message = result.failure.message
+    assert "tool.order_no" in message and "user.orderNumber" in message
+    assert "None" not in message
+
+
+def test_a_recover_turn_after_the_at_turn_loads(tmp_path: Path) -> None:
+    doc = scenario_doc(
+        events__triggers__0__at={"turn": 1},
+        events__triggers__0__recover={"turn": 2},
+        user__disclosure__orderNumber="upfront",
+    )
+    result, _ = run(tmp_path, doc)
+    assert result.failure is None or result.failure.stage != "loading"
+
+
+# --------------------------------------------------------------------------- lost decisions
+
+
+def _lost_first_agent_decision(body: dict[str, Any], options: list[str]) -> str:
+    """A model that answers nonsense to the agent's first decision and the first option after."""
+    if "ask for the order number" in options and not _LOST["agent"]:
+        _LOST["agent"] += 1
+        return "no such option at all"
+    return options[0] if options else "ok"
+
+
+_LOST: dict[str, int] = {"agent": 0}
+
+
+def run_with_a_lost_agent_decision(
+    tmp: Path, monkeypatch: pytest.MonkeyPatch, name: str = "lost", **overrides: Any
+) -> tuple[RunResult, Path]:
+    from llm_server import FakeLLM
+
+    monkeypatch.setenv("SIMREPORT_CACHE_MODE", "live")
+    monkeypatch.setitem(_LOST, "agent", 0)
+    with FakeLLM(answer=_lost_first_agent_decision) as server:
+        llm = {"provider": "openai", "model": "test", "baseUrl": server.url, "temperature": 0}
+        llm.update(overrides)
+        return run(tmp, scenario_doc(llm=llm), name=name)
+
+
+def test_a_lost_decision_is_not_the_agents_behaviour(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result, out = run_with_a_lost_agent_decision(tmp_path, monkeypatch)
+    assert result.integrity.counters["parseFailures"] == 1
+    lost = [
+        r for r in records(out) if r["type"] == "agent.decision" and r["payload"]["chosen"] is None
+    ]
+    assert len(lost) == 1 and lost[0]["payload"]["failure"] == "parse"
+    kinds = types(out)
+    assert "agent.silent" not in kinds  # a lost decision is not the agent falling silent
+    assert "agent.decision_lost" in kinds
+    assert "agentSilentSteps" not in result.integrity.counters
+    assert result.status.evidence == "partial"
+    assert result.integrity.complete is False
+    checks = read(out, "completeness.json")["checks"]
+    assert checks["provider_decisions"]["status"] == "missing"
+    evaluation = read(out, "evaluation.json")
+    assert {c["verdict"] for c in evaluation["criteria"].values()} == {"undecidable"}
+    assert evaluation["checks"]["recordsComplete"]["passed"] is False
+
+
+def test_the_engine_never_reports_complete_evidence_when_decisions_were_lost(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    original = refund_desk.TestbedRun._collect
+
+    def claims_complete(self: Any) -> Any:
+        obs, _ = original(self)
+        return obs, "complete"
+
+    monkeypatch.setattr(refund_desk.TestbedRun, "_collect", claims_complete)
+    result, _ = run_with_a_lost_agent_decision(tmp_path, monkeypatch)
+    assert result.integrity.counters["parseFailures"] == 1
+    assert result.status.evidence == "partial"
+    assert result.integrity.complete is False
+
+
+# --------------------------------------------------------------------------- evidence status
+
+
+def test_evidence_is_partial_when_an_observation_is_missing(tmp_path: Path) -> None:
+    doc = scenario_doc(
+        interaction__entityBinding={},
+        user__privateFacts__orderNumber="B2026-0000-0001",
+    )
+    result, out = run(tmp_path, doc)
+    assert result.failure is None
+    missing = {m["factKey"] for m in read(out, "observations.json")["missing"]}
+    assert {"refund.count", "order.paid_amount_minor"} <= missing
+    assert result.status.evidence == "partial"
+    assert result.integrity.complete is False
+
+
+def test_an_error_after_the_refund_took_effect_is_ambiguous(tmp_path: Path) -> None:
+    doc = scenario_doc(events__triggers__0__effect="error")
+    result, out = run(tmp_path, doc)
+    assert result.failure is None
+    facts = {o["factKey"]: o["value"] for o in read(out, "observations.json")["observations"]}
+    assert facts["agent.ambiguous_outcomes"] == 1
+    assert "agent.after_ambiguous" in facts
+    assert result.metrics["verifiedBeforeRetry"] in (0.0, 1.0)

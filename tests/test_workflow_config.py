@@ -79,3 +79,16 @@ def test_two_plans_with_one_id_are_refused(tmp_path: Path) -> None:
         )
     with pytest.raises(InputError, match="two plans have the id 'same'"):
         load_workflow({"plans": [str(tmp_path / "a/audit.yaml"), str(tmp_path / "b/audit.yaml")]})
+
+
+def test_include_incomplete_unset_keeps_the_plans_own(tmp_path: Path) -> None:
+    plan = tmp_path / "audit.yaml"
+    plan.write_text(
+        f"baseScenario: {ROOT / 'examples/prisoners_dilemma/scenario.yaml'}\n"
+        "includeIncomplete: true\n"
+    )
+    assert load_workflow({"plans": [str(plan)]}).plans[0].include_incomplete is True
+    config = {"plans": [str(plan)], "includeIncomplete": None}
+    assert load_workflow(config).plans[0].include_incomplete is True
+    config = {"plans": [str(plan)], "includeIncomplete": False}
+    assert load_workflow(config).plans[0].include_incomplete is False

@@ -74,6 +74,7 @@ def analyse(
     provider_override: str | None = None,
     llm_override: Mapping[str, Any] | None = None,
     category_order: Mapping[str, Sequence[str]] | None = None,
+    declared_metrics: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Compute every quantity of audit.json (SPEC §6). `category_order` gives each target
     distribution's categories in the order the plan wrote them (JSON objects lose it)."""
@@ -91,11 +92,13 @@ def analyse(
     base_doc = plan.get("base") or {}
 
     if not metrics:
-        # A plan without `metrics` compares every metric the runs report.
-        seen: set[str] = set()
-        for record in runs:
-            if record.result is not None:
-                seen.update(record.result.metrics)
+        # A plan without `metrics` compares every metric its world declares, or failing a
+        # declaration, every metric the runs report.
+        seen: set[str] = set(declared_metrics or ())
+        if not seen:
+            for record in runs:
+                if record.result is not None:
+                    seen.update(record.result.metrics)
         metrics = sorted(seen)
 
     by_condition: dict[str, list[RunRecord]] = defaultdict(list)
@@ -173,8 +176,18 @@ def analyse(
     integrity: dict[str, int] = defaultdict(int)
     cost = {"llmCalls": 0, "promptTokens": 0, "completionTokens": 0}
     run_rows = []
+    # Finished and complete, yet out of the statistics: the run broke its own rules (validity
+    # violated) or its evidence is partial (the agent testbed sets both).
+    violated = 0
     for record in sorted(runs, key=lambda r: (_order(condition_rows, r.condition), r.replication)):
         res = record.result
+        if (
+            res is not None
+            and res.failure is None
+            and res.integrity.complete
+            and (res.status.validity == "violated" or res.status.evidence == "partial")
+        ):
+            violated += 1
         if res is not None:
             for k, v in res.integrity.counters.items():
                 integrity[k] += v
@@ -228,6 +241,7 @@ def analyse(
             "runs": len(run_rows),
             "failed": failed,
             "incomplete": incomplete,
+            "violated": violated,
             "excluded": excluded,
             "used": len(run_rows) - excluded,
         },
@@ -298,7 +312,12 @@ def _sensitivity(
     tests: Mapping[str, Sequence[Mapping[str, Any]]],
     base_doc: Mapping[str, Any],
 ) -> list[dict[str, Any]]:
-    """Per axis, the largest |d| at any of its levels across all metrics, ranked."""
+    """Per axis, the largest |d| at any of its levels across all metrics, ranked.
+
+    In a full factorial design a cell moves several axes at once, so its d is not one axis's
+    effect: an axis is judged on the cells where it is the only axis off its base value
+    (`isolated`), and only when it has none on every cell that moves it (`isolated` false).
+    """
     by_id = {c["id"]: c for c in conditions}
     best: dict[str, dict[str, Any]] = {
         str(a["id"]): {
@@ -307,6 +326,7 @@ def _sensitivity(
             "maxAbsD": None,
             "metric": None,
             "condition": None,
+            "isolated": None,
         }
         for a in axes
     }
@@ -316,16 +336,25 @@ def _sensitivity(
             d = row.get("cohenD")
             if d is None or (isinstance(d, float) and math.isnan(d)):
                 continue
-            cond = by_id[row["condition"]]
-            for axis_id, value in (cond.get("levels") or {}).items():
-                if axis_id not in best:
-                    continue
-                base_value = _base_value(base_doc, targets[axis_id])
-                if len(cond.get("levels") or {}) > 1 and not _differs(value, base_value):
-                    continue  # in a factorial cell, only axes moved off the base count
-                entry = best[axis_id]
-                if entry["maxAbsD"] is None or abs(d) > entry["maxAbsD"]:
-                    entry.update(maxAbsD=abs(d), metric=metric, condition=row["condition"])
+            levels = by_id[row["condition"]].get("levels") or {}
+            moved = [
+                axis_id
+                for axis_id, value in levels.items()
+                if axis_id in best
+                and (len(levels) == 1 or _differs(value, _base_value(base_doc, targets[axis_id])))
+            ]
+            for axis_id in moved:
+                entry, isolated = best[axis_id], len(moved) == 1
+                if entry["isolated"] and not isolated:
+                    continue  # an isolated estimate beats any confounded one
+                if (
+                    entry["maxAbsD"] is None
+                    or (isolated and not entry["isolated"])
+                    or abs(d) > entry["maxAbsD"]
+                ):
+                    entry.update(
+                        maxAbsD=abs(d), metric=metric, condition=row["condition"], isolated=isolated
+                    )
     ranked = sorted(
         best.values(),
         key=lambda e: (e["maxAbsD"] is None, -(e["maxAbsD"] or 0.0), e["axis"]),
@@ -441,7 +470,8 @@ def load_audit_inputs(
     plan = {
         k: v
         for k, v in plan_doc.items()
-        if k not in {"planFile", "providerOverride", "llmOverride", "categoryOrder"}
+        if k
+        not in {"planFile", "providerOverride", "llmOverride", "categoryOrder", "declaredMetrics"}
     }
     conditions = read_json(cond_file)
     if isinstance(conditions, dict):
@@ -477,6 +507,7 @@ def analyse_dir(
         provider_override=override,
         llm_override=plan_doc.get("llmOverride"),
         category_order=plan_doc.get("categoryOrder"),
+        declared_metrics=plan_doc.get("declaredMetrics"),
     )
     write_json(root / "audit.json", audit)
     write_runs_table(root / "runs.parquet", audit, conditions)

@@ -2,8 +2,11 @@
 because their conditions did not hold, and the zero-violation upper bound.
 
 A pure function of the conditions, the run results and the runs' evaluations (evaluation.json,
-read at the I/O edge). Verdicts are counted over runs whose validity is not `violated`; violated
-runs are counted apart as validity exclusions (their criteria were never judged). When a
+read at the I/O edge). Verdicts are counted over runs whose validity is not `violated` and whose
+evidence is complete; violated runs are counted apart as validity exclusions (their criteria were
+never judged), and runs with partial or unchecked evidence or an incomplete integrity (a lost
+provider decision, a missing observation, a crash) apart as evidence exclusions: missing evidence
+is never a pass or a fail. When a
 criterion has n decided runs (pass or fail) and none failed, the one-sided 95% upper bound on
 its violation rate is 1 − 0.05^(1/n) — valid only for a fixed n of independent runs and no
 selective exclusion, which the exclusion and undecidable counts beside it let a reader judge.
@@ -22,7 +25,8 @@ VERDICTS = ("pass", "fail", "undecidable", "not_applicable")
 BOUND_NOTE = (
     "Zero-violation bound: with n decided runs and no failure, the one-sided 95% upper bound on "
     "the violation rate is 1 − 0.05^(1/n). It assumes a fixed number of independent runs and no "
-    "selective exclusion; runs excluded for validity and undecidable verdicts are listed beside it."
+    "selective exclusion; runs excluded for validity or incomplete evidence and undecidable "
+    "verdicts are listed beside it."
 )
 
 EvaluatedRun = tuple[str, RunResult | None, Mapping[str, Any] | None]
@@ -69,15 +73,20 @@ def summarise_testbed(
 
     totals: dict[str, dict[str, int]] = {c: _counts() for c in criteria}
     rows = []
-    excluded_total = 0
+    excluded_total = evidence_excluded_total = 0
     for cond in conditions:
         cid = str(cond["id"])
         items = by_condition.get(cid, [])
         counts: dict[str, dict[str, int]] = {c: _counts() for c in criteria}
-        evaluated = violated = not_evaluated = 0
+        evaluated = violated = incomplete = not_evaluated = 0
         for _, result, evaluation in items:
             if result is not None and result.status.validity == "violated":
                 violated += 1
+                continue
+            if result is not None and (
+                not result.integrity.complete or result.status.evidence != "complete"
+            ):
+                incomplete += 1
                 continue
             if evaluation is None:
                 not_evaluated += 1
@@ -89,12 +98,14 @@ def summarise_testbed(
                     counts[key][verdict] += 1
                     totals[key][verdict] += 1
         excluded_total += violated
+        evidence_excluded_total += incomplete
         rows.append(
             {
                 "condition": cid,
                 "runs": len(items),
                 "evaluated": evaluated,
                 "validityExcluded": violated,
+                "evidenceExcluded": incomplete,
                 "notEvaluated": not_evaluated,
                 "criteria": {key: _criterion_row(counts[key]) for key in criteria},
             }
@@ -104,6 +115,7 @@ def summarise_testbed(
         "conditions": rows,
         "totals": {key: _criterion_row(totals[key]) for key in criteria},
         "validityExcluded": excluded_total,
+        "evidenceExcluded": evidence_excluded_total,
         "undecidable": sum(totals[key]["undecidable"] for key in criteria),
         "note": BOUND_NOTE,
     }

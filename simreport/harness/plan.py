@@ -250,7 +250,7 @@ def _one_of(names: tuple[str, ...], what: str) -> str:
     )
 
 
-def _covers(owner: str, target: str) -> bool:
+def paths_overlap(owner: str, target: str) -> bool:
     """Whether setting `owner` also sets `target` (or the other way round)."""
     return owner == target or target.startswith(owner + ".") or owner.startswith(target + ".")
 
@@ -262,7 +262,7 @@ def _check_axis_targets(plan: AuditPlan, plan_file: Path, document: Document) ->
     for i, axis in enumerate(plan.axes):
         path = f"axes.{i}.target"
         for owner, why in owned.items():
-            if _covers(owner, axis.target):
+            if paths_overlap(owner, axis.target):
                 raise PlanError(
                     f"axis {axis.id!r} targets {axis.target!r}, which the harness sets: {why}",
                     file=plan_file,
@@ -276,7 +276,7 @@ def _check_axis_targets(plan: AuditPlan, plan_file: Path, document: Document) ->
     # each other.
     for i, axis in enumerate(plan.axes):
         for other in plan.axes[:i]:
-            if _covers(other.target, axis.target):
+            if paths_overlap(other.target, axis.target):
                 path = f"axes.{i}.target"
                 raise PlanError(
                     f"axes {other.id!r} and {axis.id!r} both set {axis.target!r} in a "

@@ -25,9 +25,9 @@ from ..core.canonical import pretty_json
 from ..core.errors import InputError
 from ..core.files import read_json, write_atomic, write_json
 from ..core.schema import RunResult, Scenario
-from ..kernel import kernel_fingerprint, run_scenario
+from ..kernel import input_hashes, kernel_fingerprint, run_scenario
 from .conditions import Condition, build_conditions, replication_scenarios
-from .plan import LoadedPlan
+from .plan import LoadedPlan, paths_overlap
 from .store import RunStore, run_key
 
 Progress = Callable[[int, int], None]
@@ -85,6 +85,9 @@ def plan_document(loaded: LoadedPlan, provider: str | None = None) -> dict[str, 
     # target distribution's categories (e.g. a scale from "strongly oppose" to "strongly support").
     targets = loaded.hypothesis.target_distribution if loaded.hypothesis is not None else None
     doc["categoryOrder"] = {name: list(dist) for name, dist in (targets or {}).items()}
+    # What the world (or simulator) declares it reports: the metrics compared when the plan
+    # lists none, even if every run failed and reported nothing.
+    doc["declaredMetrics"] = sorted(loaded.metrics_available)
     return doc
 
 
@@ -165,11 +168,22 @@ def validate_llm_override(
         return None
     if "model" in fields and loaded.plan.models:
         raise InputError(
-            "a model override cannot replace a plan that lists `models`",
+            "a `model` override cannot replace a plan that lists `models`",
             file=loaded.plan_file,
             path="models",
             expected="no model override for this plan",
         )
+    for i, axis in enumerate(loaded.plan.axes):
+        for key in fields:
+            if paths_overlap(f"llm.{key}", axis.target):
+                # The override would silently undo the axis: every level would run the same.
+                raise InputError(
+                    f"an llm.{key} override would cancel axis {axis.id!r}, which varies "
+                    f"{axis.target}",
+                    file=loaded.plan_file,
+                    path=f"axes.{i}.target",
+                    expected=f"no llm.{key} override for this plan",
+                )
     doc = loaded.base.to_doc()
     unknown = sorted(set(fields) - set(doc["llm"]))
     if unknown:
@@ -202,6 +216,10 @@ def plan_jobs(
     jobs: list[RunJob] = []
     results: dict[int, RunResult] = {}
     fingerprints: dict[str | None, str] = {}
+    # Conditions share the plan's asset folder; their input files differ only where an axis
+    # points a condition at other files, so hash per distinct set of referenced files.
+    conditions = list(conditions)
+    inputs = {c.id: input_hashes(c.scenario, loaded.asset_root) for c in conditions}
     for condition in conditions:
         world = condition.scenario.world
         if world not in fingerprints:
@@ -220,6 +238,7 @@ def plan_jobs(
                 replication=r,
                 provider=provider,
                 fingerprint=fingerprints[world],
+                inputs=inputs[condition.id],
             )
             reused = _reusable(target, scenario, provider, condition.id, r) if reuse else None
             if reused is None and store is not None:
@@ -247,16 +266,30 @@ def execute_jobs(jobs: list[RunJob], executor: ProcessPoolExecutor | None) -> di
     """Run jobs in a caller-owned pool (shared by concurrent callers) or, without one, here."""
     if executor is None:
         return {job.index: _run_guarded(job) for job in jobs}
-    futures = {job.index: (job, executor.submit(_execute, job)) for job in jobs}
     out: dict[int, RunResult] = {}
-    for index, (job, future) in futures.items():
+    futures: list[tuple[RunJob, Future[dict[str, Any]]]] = []
+    unfinished: list[RunJob] = []
+    for job in jobs:
         try:
-            out[index] = RunResult.model_validate(future.result())
+            futures.append((job, executor.submit(_execute, job)))
+        except (BrokenProcessPool, RuntimeError):  # broken, or shut down after breaking
+            unfinished.append(job)
+    for job, future in futures:
+        try:
+            out[job.index] = RunResult.model_validate(future.result())
         except BrokenProcessPool:
-            # The shared pool is gone; finish this run here rather than lose it.
-            out[index] = _run_guarded(job)
+            unfinished.append(job)
         except Exception as exc:
-            out[index] = _harness_failure(job, type(exc).__name__, str(exc) or type(exc).__name__)
+            out[job.index] = _harness_failure(
+                job, type(exc).__name__, str(exc) or type(exc).__name__
+            )
+    if unfinished:
+        # The shared pool broke (a worker died). Finish in fresh pools of our own, never in this
+        # process: a run that kills its process is recorded as crashed and takes nothing along.
+        def record(index: int, result: RunResult) -> None:
+            out[index] = result
+
+        _run_pooled(sorted(unfinished, key=lambda j: j.index), 1, record)
     return out
 
 

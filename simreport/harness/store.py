@@ -42,8 +42,10 @@ def run_key(
     replication: int,
     provider: str | None,
     fingerprint: str,
+    inputs: dict[str, str] | None = None,
 ) -> str:
-    """The store key of one replication."""
+    """The store key of one replication. `inputs` are the sha256 of the files the run reads
+    besides its scenario (a simulator's script, an asset library)."""
     return content_hash(
         {
             "scenario": scenario,
@@ -51,6 +53,7 @@ def run_key(
             "replication": replication,
             "provider": provider,
             "kernel": fingerprint,
+            "inputs": inputs or {},
         }
     )
 

@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from .engine import (
         KERNEL_VERSION,
         LoadedScenario,
+        input_hashes,
         kernel_fingerprint,
         load_scenario,
         read_result,
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
 __all__ = [
     "KERNEL_VERSION",
     "LoadedScenario",
+    "input_hashes",
     "kernel_fingerprint",
     "load_scenario",
     "read_result",

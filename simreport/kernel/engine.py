@@ -36,6 +36,7 @@ from .external import simulator_assets
 from .policies import POLICIES
 from .providers import PROVIDERS, make_provider
 from .rules import RULES
+from .testbed.replay import active_replay
 from .world import World, WorldOutcome
 from .worlds import WORLDS
 
@@ -176,6 +177,23 @@ def kernel_fingerprint(world: str | None) -> str:
     return _source_hash(files)
 
 
+def input_hashes(scenario: Scenario, asset_root: str | Path | None) -> dict[str, str]:
+    """sha256 of every file outside the scenario document that a run of it reads: an external
+    simulator's files, and for agent-testbed scenarios every file of the asset library. A change
+    to any of them makes earlier runs out of date (workflow keys and the run store include it)."""
+    root = Path(asset_root).resolve() if asset_root is not None else None
+    found = {
+        name: sha256_bytes(path.read_bytes())
+        for name, path in simulator_assets(scenario, root).items()
+    }
+    if root is not None and scenario.sut is not None:
+        library = root / (scenario.provenance.asset_library if scenario.provenance else "assets")
+        if library.is_dir():
+            for path in sorted(p for p in library.rglob("*") if p.is_file()):
+                found[str(path.relative_to(root))] = sha256_bytes(path.read_bytes())
+    return found
+
+
 # --------------------------------------------------------------------------- running
 
 
@@ -241,7 +259,10 @@ def run_scenario(
                 policy_cls.Options.model_validate(scenario.policy.options), scenario.population.n
             )
             uses_llm = any(e.kind == "llm" for e in scenario.executors)
-            llm = make_provider(scenario.llm) if uses_llm else None
+            # A testbed replay answers every decision from the recorded run and makes no call:
+            # it builds no provider (and so needs no API key).
+            replaying = active_replay() is not None
+            llm = make_provider(scenario.llm) if uses_llm and not replaying else None
             ctx = RunContext(
                 scenario,
                 params,
@@ -301,7 +322,8 @@ def _completed(
     outcome: WorldOutcome,
 ) -> RunResult:
     lost = ctx.lost_decisions
-    evidence = outcome.evidence or ("complete" if lost == 0 else "partial")
+    # A lost decision is missing evidence whatever the world says: never "complete".
+    evidence = "partial" if lost > 0 else (outcome.evidence or "complete")
     complete = lost == 0 and evidence == "complete"
     metrics, distributions = outcome.metrics, outcome.distributions
     return RunResult(
@@ -370,6 +392,7 @@ def read_result(run_dir: str | Path) -> RunResult:
 __all__ = [
     "KERNEL_VERSION",
     "LoadedScenario",
+    "input_hashes",
     "kernel_fingerprint",
     "load_scenario",
     "read_result",

@@ -99,7 +99,12 @@ def _plan_summary(audit: Mapping[str, Any]) -> list[tuple[str, str]]:
     runs = (
         f"{summary.get('runs', 0)} in all, {summary.get('used', 0)} used in the statistics; "
         f"{summary.get('failed', 0)} failed, {summary.get('incomplete', 0)} incomplete, "
-        f"{summary.get('excluded', 0)} excluded"
+        + (
+            f"{summary['violated']} invalid or without complete evidence, "
+            if summary.get("violated")
+            else ""
+        )
+        + f"{summary.get('excluded', 0)} excluded"
     )
     design = str(plan.get("design", ""))
     return [
@@ -376,6 +381,7 @@ def _testbed(audit: Mapping[str, Any]) -> dict[str, Any] | None:
                     "condition": str(cond.get("condition")),
                     "evaluated": format_number(cond.get("evaluated")),
                     "excluded": format_number(cond.get("validityExcluded")),
+                    "evidence_excluded": format_number(cond.get("evidenceExcluded")),
                     "pass": format_number(cell.get("pass")),
                     "fail": format_number(cell.get("fail")),
                     "undecidable": format_number(cell.get("undecidable")),
@@ -395,6 +401,7 @@ def _testbed(audit: Mapping[str, Any]) -> dict[str, Any] | None:
     return {
         "criteria": out,
         "excluded": format_number(table.get("validityExcluded")),
+        "evidence_excluded": format_number(table.get("evidenceExcluded")),
         "undecidable": format_number(table.get("undecidable")),
         "note": _text(table.get("note"), ""),
         "not_evaluated": [
@@ -491,8 +498,15 @@ def write_report(audit_dir: str | Path, *, draw_figures: bool = True) -> Path:
         )
     figure_dir = root / FIGURE_DIR
     if not draw_figures:
-        names = figures.figure_names(audit)
-        svgs = {name: (figure_dir / name).read_text(encoding="utf-8") for name in names}
+        drawn: dict[str, str] | None = None
+        svgs = {}
+        for name in figures.figure_names(audit):
+            path = figure_dir / name
+            if path.is_file():
+                svgs[name] = path.read_text(encoding="utf-8")
+            else:  # not among the figure files: draw it here (same drawing, same bytes)
+                drawn = drawn if drawn is not None else figures.figure_files(audit)
+                svgs[name] = drawn[name]
         report = root / "report.html"
         write_atomic(report, _render(audit, svgs))
         return report

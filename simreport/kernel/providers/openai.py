@@ -351,6 +351,10 @@ class ChatEndpoint:
         """`text` with the API key blanked out (a server may echo request headers)."""
         return text.replace(self._secret, "[redacted]") if self._secret else text
 
+    def redact_bytes(self, raw: bytes) -> bytes:
+        """A body with the API key blanked out, before any of it is parsed or quoted."""
+        return raw.replace(self._secret.encode(), b"[redacted]") if self._secret else raw
+
     def close(self) -> None:
         self._client.close()
 
@@ -366,18 +370,21 @@ def _transport_failure(exc: httpx.TransportError) -> tuple[str, str]:
     return "ConnectionFailed", f"connection failed ({type(exc).__name__}: {detail})"
 
 
-def _error_detail(response: httpx.Response) -> str:
+def _error_detail(response: httpx.Response, redact: Callable[[str], str]) -> str:
+    """The server's error text, with the key blanked out before it is cut short (so no part of
+    it survives the cut)."""
+    text = redact(response.text)
     try:
-        data = response.json()
+        data = json.loads(text)
     except ValueError:
-        return response.text[:200].strip()
+        return text[:200].strip()
     if isinstance(data, dict):
         error = data.get("error")
         if isinstance(error, dict) and isinstance(error.get("message"), str):
             return str(error["message"])[:200]
         if isinstance(error, str):
             return error[:200]
-    return response.text[:200].strip()
+    return text[:200].strip()
 
 
 # --------------------------------------------------------------------------- provider
@@ -418,7 +425,20 @@ class OpenAIProvider(Provider):
 
     def complete(self, request: ChatRequest) -> ChatResponse:
         with self._slots:
-            return self._complete(request)
+            try:
+                return self._complete(request)
+            except ProviderError as exc:
+                raise self._redacted(exc) from None
+
+    def _redacted(self, error: ProviderError) -> ProviderError:
+        """`error` with the API key blanked out of its message: every failure of a request passes
+        here, so no path (a body quoted in a message, an exception's text) can carry the key."""
+        if not self._api_key or self._api_key not in error.message:
+            return error
+        message = error.message.replace(self._api_key, "[redacted]")
+        clean = ProviderError(message, kind=error.kind)
+        clean.stage = error.stage
+        return clean
 
     def complete_many(self, requests: Sequence[ChatRequest]) -> list[ChatResponse | ProviderError]:
         """All requests overlapped up to the concurrency limit; results in request order."""
@@ -525,12 +545,12 @@ class OpenAIProvider(Provider):
             else:
                 status = response.status_code
                 if 200 <= status < 300:
-                    result = parse_completion(response.content, request)
+                    result = parse_completion(endpoint.redact_bytes(response.content), request)
                     with self._lock:
                         self._unsupported |= dropped
                         self.tokens_spent += result.prompt_tokens + result.completion_tokens
                     return result
-                detail = endpoint.redact(_error_detail(response))
+                detail = _error_detail(response, endpoint.redact)
                 message = f"HTTP {status}" + (f": {detail}" if detail else "")
                 sent = features & ({SEED} | ({STRUCTURED} if request.options else set()))
                 if status == 400 and sent:

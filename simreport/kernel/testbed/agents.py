@@ -60,9 +60,12 @@ class AgentStep:
     tool_calls: list[ToolCall] = field(default_factory=list)
     reply: str | None = None
     usage: dict[str, int] = field(default_factory=dict)
+    lost: str | None = None
+    """The failure kind when the provider's decision for this step was lost (the call failed,
+    the answer was unreadable, the prompt too long): not the agent's behaviour, and not silence."""
 
     def to_doc(self) -> dict[str, Any]:
-        return {
+        doc: dict[str, Any] = {
             "toolCalls": [
                 {
                     "id": c.id,
@@ -74,6 +77,9 @@ class AgentStep:
             ],
             "reply": self.reply,
         }
+        if self.lost is not None:
+            doc["lost"] = self.lost
+        return doc
 
     @classmethod
     def from_doc(cls, doc: Mapping[str, Any]) -> AgentStep:
@@ -85,6 +91,7 @@ class AgentStep:
                 for c in doc.get("toolCalls", [])
             ],
             reply=doc.get("reply"),
+            lost=doc.get("lost"),
         )
 
 
@@ -327,7 +334,7 @@ class ReferenceAgent(AgentAdapter):
         )
         decision = self.decide(request)
         if decision.option is None:
-            return AgentStep()
+            return AgentStep(lost=decision.failure or "lost")
         amount = int(view.order["paidAmountMinor"]) if view.order is not None else view.user_amount
         if decision.option == ASK:
             return AgentStep(reply="Could you please tell me your order number?")
@@ -480,12 +487,26 @@ class HttpAgent(_ChatAgent):
         super().__init__(model, tools)
         self.url = entry.rstrip("/") + "/chat/completions"
         headers = {"content-type": "application/json"}
-        if api_key_env and os.environ.get(api_key_env):
-            headers["authorization"] = f"Bearer {os.environ[api_key_env]}"
+        key = os.environ.get(api_key_env, "").strip() if api_key_env else ""
+        # Kept only to blank it out of error texts: a server may echo request headers.
+        self._secret = key or None
+        if key:
+            headers["authorization"] = f"Bearer {key}"
         self._client = httpx.Client(timeout=timeout, headers=headers)
         self._traceparent = traceparent
 
+    def redact(self, text: str) -> str:
+        """`text` with the API key blanked out."""
+        return text.replace(self._secret, "[redacted]") if self._secret else text
+
     def complete(self, body: dict[str, Any]) -> Any:
+        try:
+            return self._complete(body)
+        except AgentError as exc:
+            # Every error text (a body, an exception's text, the URL) passes here once.
+            raise AgentError(exc.kind, self.redact(exc.message)) from None
+
+    def _complete(self, body: dict[str, Any]) -> Any:
         import httpx
 
         headers = {"traceparent": self._traceparent()} if self._traceparent else {}
@@ -500,7 +521,8 @@ class HttpAgent(_ChatAgent):
         if response.status_code >= 400:
             raise AgentError(
                 "sut_error",
-                f"{self.url} answered HTTP {response.status_code}: {response.text[:200]}",
+                f"{self.url} answered HTTP {response.status_code}: "
+                + self.redact(response.text)[:200],
             )
         try:
             return response.json()
@@ -560,10 +582,18 @@ class ReplayAgent(AgentAdapter):
 
     adapter = "replay"
 
-    def __init__(self, steps: Sequence[Mapping[str, Any]]) -> None:
+    def __init__(
+        self, steps: Sequence[Mapping[str, Any]], failure: tuple[str, str] | None = None
+    ) -> None:
         self._steps = list(steps)
+        self._failure = failure
 
     def step(self, session: Session) -> AgentStep:
         if not self._steps:
+            if self._failure is not None:
+                # The recorded agent failed at its entry here: it fails the same way.
+                kind, message = self._failure
+                self._failure = None
+                raise AgentError(kind, message)
             raise AgentError("replay_exhausted", "the recorded run has no further agent step")
         return AgentStep.from_doc(self._steps.pop(0))

@@ -35,12 +35,14 @@ def boundary_replacements(scenario: Scenario, agent: AgentAsset) -> list[str]:
                 f"participants.{i} ({participant.id}) is a surrogate that replaces "
                 + ", ".join(taken)
             )
-    if "reasoning" in inside and agent.adapter in ("reference", "scripted"):
+    if inside and agent.adapter in ("reference", "scripted"):
+        # A rule deciding for the agent under test replaces every decision it makes: its
+        # reasoning, but also which tool it calls, with what, and how it recovers.
         executor = scenario.executors[_executor_of_agent(scenario, 0)]
         if executor.kind == "rule":
             found.append(
                 f"executors: the agent under test is driven by rule {executor.rule!r}, which "
-                "replaces its reasoning"
+                "replaces " + ", ".join(sorted(inside))
             )
     return found
 

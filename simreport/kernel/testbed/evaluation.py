@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .assets import EvaluationSpecAsset
-from .records import Observations, completeness_missing
+from .records import DECISIONS_CHECK, Observations, completeness_missing
 
 EVALUATOR = "simreport.testbed.evaluation/1"
 DEFAULT_REQUIRED = ("required_message", "tool_result", "state_snapshot", "fault_recovery")
@@ -72,7 +72,9 @@ def evaluate(
 ) -> dict[str, Any]:
     """evaluation.json's content."""
     required = tuple(spec.required_checks) or DEFAULT_REQUIRED
-    missing = [k for k in completeness_missing(complete) if k in required]
+    # A lost provider decision is always required material, whatever the spec lists: missing
+    # evidence is never a pass or a fail.
+    missing = [k for k in completeness_missing(complete) if k in required or k == DECISIONS_CHECK]
     records_ok = not missing
     valid = validity == "valid"
     criteria: dict[str, Any] = {}

@@ -179,24 +179,30 @@ def _ids(records: Iterable[Mapping[str, Any]]) -> list[str]:
     return [str(r["recordId"]) for r in records]
 
 
+# The facts read from the final environment snapshot about the bound order.
+ORDER_FACTS = (
+    "refund.count",
+    "refund.amounts_minor",
+    "refund.states",
+    "order.state",
+    "order.paid_amount_minor",
+)
+
+
 def extract_observations(
     records: Sequence[Mapping[str, Any]], *, order_id: str | None, action_entry: str
 ) -> Observations:
     """Facts from the records about the order the scenario binds (`order_id`)."""
     obs = Observations()
     snapshots = [r for r in records if r["type"] == "environment.snapshot"]
-    if not snapshots:
-        for key in (
-            "refund.count",
-            "refund.amounts_minor",
-            "refund.states",
-            "order.state",
-            "order.paid_amount_minor",
-        ):
-            obs.miss(key, "no final environment snapshot was recorded")
-    elif order_id is None:
-        for key in ("refund.count", "refund.amounts_minor", "refund.states", "order.state"):
-            obs.miss(key, "the scenario binds no order to the user")
+    if not snapshots or order_id is None:
+        reason = (
+            "no final environment snapshot was recorded"
+            if not snapshots
+            else "the scenario binds no order to the user"
+        )
+        for key in ORDER_FACTS:
+            obs.miss(key, reason)
     else:
         snap = snapshots[-1]
         state = snap["payload"]
@@ -220,12 +226,22 @@ def extract_observations(
     obs.add("agent.create_refund_calls", len(creates), _ids(creates))
     obs.add("agent.tool_calls", len(requests), _ids(requests))
 
-    # An ambiguous outcome: a submission whose answer did not say whether it took effect.
+    # An ambiguous outcome: a submission whose answer did not say whether it took effect — a
+    # timeout, or any failed answer to a call the service did commit (or holds to commit), such
+    # as an error returned after the refund was made.
+    took_effect = {
+        str(r["payload"].get("cause"))
+        for r in records
+        if r["type"] == "state.change" and r["payload"].get("cause") is not None
+    } | {str(r["payload"]["callId"]) for r in records if r["type"] == "tool.response.lost"}
     ambiguous = [
-        responses[r["payload"]["callId"]]
-        for r in creates
-        if r["payload"]["callId"] in responses
-        and responses[r["payload"]["callId"]]["payload"]["outcome"] == "timeout"
+        responses[call_id]
+        for call_id in (r["payload"]["callId"] for r in creates)
+        if call_id in responses
+        and (
+            responses[call_id]["payload"]["outcome"] == "timeout"
+            or (responses[call_id]["payload"]["outcome"] != "ok" and call_id in took_effect)
+        )
     ]
     obs.add("agent.ambiguous_outcomes", len(ambiguous), _ids(ambiguous))
     if ambiguous:
@@ -278,6 +294,8 @@ def extract_observations(
 # --------------------------------------------------------------------------- completeness
 
 CheckStatus = Literal["present", "missing", "not_applicable"]
+DECISIONS_CHECK = "provider_decisions"
+"""Every provider decision of the run was made; a lost one gates every verdict."""
 
 
 def completeness(records: Sequence[Mapping[str, Any]], *, faults_planned: bool) -> dict[str, Any]:
@@ -324,6 +342,19 @@ def completeness(records: Sequence[Mapping[str, Any]], *, faults_planned: bool) 
         "conversation_closed",
         "present" if closed_conv else "missing",
         {"closedBy": closed_conv[-1]["payload"]["closedBy"] if closed_conv else None},
+    )
+    decisions = [r for r in records if r["type"] in ("agent.decision", "user.decision")]
+    lost = [
+        r["recordId"]
+        for r in decisions
+        if r["payload"].get("chosen") is None or r["payload"].get("failure")
+    ]
+    # A decision the provider never made (call failed, answer unreadable, prompt too long) is
+    # missing material: what followed it was not the agent's (or the user's) own behaviour.
+    put(
+        DECISIONS_CHECK,
+        "missing" if lost else "present",
+        {"decisions": len(decisions), "lost": len(lost), "lostRecords": lost},
     )
     untraced = [r["recordId"] for r in records if not r.get("traceId") or not r.get("spanId")]
     put("trace_refs", "missing" if untraced else "present", {"untraced": untraced})

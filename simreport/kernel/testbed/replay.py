@@ -8,7 +8,9 @@ The environment and the harness run for real, so a change in their logic, in an 
 or in a record shows up as a difference. Each original record's own sha256 is checked too, so a
 record edited after the run is reported even where the replay would follow the edit.
 
-`simreport replay <runDir>` exits 0 when the records match and 1 (with a summary) when not.
+`simreport replay <runDir>` exits 0 when the records match, 1 (with a summary) when not, and 2
+when the replay itself could not run (an error, not a difference: nothing was compared). A replay
+never builds the scenario's provider: it makes no call, so it needs no API key.
 """
 
 from __future__ import annotations
@@ -25,9 +27,12 @@ from typing import Any
 
 from ...core.errors import InputError
 from ...core.files import read_json
-from ...core.schema import Scenario
+from ...core.schema import FailureInfo, RunResult, Scenario
 from ..world import Decision, DecisionRequest
 from .records import RECORDS_FILE, read_records, record_digest
+
+REPLAY_ERROR = 2
+"""`simreport replay`'s exit status when the replay itself could not run (nothing compared)."""
 
 _ACTIVE: ContextVar[ReplaySource | None] = ContextVar("simreport_testbed_replay", default=None)
 
@@ -44,6 +49,8 @@ class ReplaySource:
     """(fault id, tool, call index) of every recorded hit."""
     pins: dict[str, str] = field(default_factory=dict)
     """Asset name → the version the manifest recorded."""
+    agent_failure: tuple[str, str] | None = None
+    """(kind, message) of the external agent's recorded failure at its entry, if it failed."""
 
     @classmethod
     def from_run(
@@ -57,6 +64,12 @@ class ReplaySource:
                 source.decisions.setdefault(kind.split(".")[0], []).append(dict(payload))
             elif kind == "agent.step" and payload.get("adapter") not in ("reference", "scripted"):
                 source.agent_steps.append(dict(payload["step"]))
+            elif (
+                kind == "run.failure"
+                and payload.get("stage") == "running"
+                and str(payload.get("kind", "")).startswith("sut_")
+            ):
+                source.agent_failure = (str(payload["kind"]), str(payload.get("message", "")))
             elif kind == "fault.hit":
                 source.fault_hits.append(
                     (str(payload["faultId"]), str(payload["target"]), int(payload["callIndex"]))
@@ -71,6 +84,15 @@ class ReplaySource:
             return Decision(None, "replay", failure="replay_exhausted")
         recorded = queue.pop(0)
         chosen = recorded.get("chosen")
+        if chosen is None and recorded.get("failure"):
+            # The recorded run lost this decision: replay it lost, with its recorded failure.
+            raw = recorded.get("raw")
+            return Decision(
+                None,
+                "replay",
+                raw="" if raw is None else str(raw),
+                failure=str(recorded["failure"]),
+            )
         if chosen is None or chosen not in request.options:
             return Decision(None, "replay", failure="replay_mismatch")
         return Decision(str(chosen), "replay", raw=str(recorded.get("raw", chosen)))
@@ -103,16 +125,21 @@ class ReplayReport:
     tampered: list[str]
     """Original records whose content no longer matches their own sha256."""
     first_difference: dict[str, Any] | None
+    error: str | None = None
+    """Why the replay itself could not run (nothing was compared); None when it ran."""
 
     @property
     def ok(self) -> bool:
         return (
-            not self.tampered
+            self.error is None
+            and not self.tampered
             and self.first_difference is None
             and self.original == self.replayed == self.matched
         )
 
     def summary(self) -> str:
+        if self.error is not None:
+            return f"replay failed, records not compared ({self.original} recorded): {self.error}"
         if self.ok:
             return f"records match: {self.matched} of {self.original} aligned one by one"
         lines = [
@@ -194,15 +221,34 @@ def replay_run(run_dir: str | Path, out_dir: str | Path | None = None) -> Replay
         else:
             target = Path(out_dir)
         with replaying(source):
-            run_scenario(
+            result = run_scenario(
                 scenario,
                 target,
                 condition=str(manifest.get("condition", "scenario")),
                 replication=int(manifest.get("replication", 0)),
                 asset_root=asset_root,
             )
+        error = _replay_error(root, result.failure)
+        if error is not None:
+            return ReplayReport(len(original), 0, 0, [], None, error=error)
         replayed = read_records(target / RECORDS_FILE) if (target / RECORDS_FILE).is_file() else []
     return compare_records(original, replayed)
+
+
+def _replay_error(root: Path, failure: FailureInfo | None) -> str | None:
+    """Why the replay could not run, or None. A replayed run that failed where the recorded run
+    did not (or otherwise) failed for a reason of its own — an asset library gone, a provider that
+    cannot be set up — is an error, not a difference in the records. A failure the recorded run
+    had too, or a replay running off its records (`replay_*`), is compared as usual."""
+    if failure is None or failure.type.startswith("replay_"):
+        return None
+    recorded: FailureInfo | None = None
+    if (root / "result.json").is_file():
+        with contextlib.suppress(Exception):
+            recorded = RunResult.model_validate(read_json(root / "result.json")).failure
+    if recorded is not None and (recorded.stage, recorded.type) == (failure.stage, failure.type):
+        return None
+    return f"the replayed run failed in {failure.stage}: {failure.type}: {failure.message}"
 
 
 # --------------------------------------------------------------------------- command line
@@ -211,6 +257,8 @@ def replay_run(run_dir: str | Path, out_dir: str | Path | None = None) -> Replay
 def cmd_replay(args: argparse.Namespace) -> int:
     report = replay_run(args.run_dir, args.out)
     print(report.summary())
+    if report.error is not None:
+        return REPLAY_ERROR
     return 0 if report.ok else 1
 
 

@@ -89,6 +89,8 @@ METRICS = (
     "complaint",
 )
 EVALUATION_FILE = "evaluation.json"
+# The run's counter of each kind of lost provider decision (as RunContext counts them).
+LOST_COUNTERS = {"llm": "llmFailures", "parse": "parseFailures", "prompt_too_long": "promptTooLong"}
 AGENT, USER = 0, 1
 
 
@@ -436,6 +438,14 @@ class TestbedRun:
                     stage="loading",
                     kind="fault_plan_incomplete",
                 )
+            opens, closes = trigger.at.turn, trigger.recover.turn
+            if opens is not None and closes is not None and closes <= opens:
+                raise TestbedFailure(
+                    f"events.triggers.{i} recovers at turn {closes}, not after it opens at turn "
+                    f"{opens}: its window is empty, so it can never hit",
+                    stage="loading",
+                    kind="fault_plan_incomplete",
+                )
         env = self.resolved["environment.data"].typed(EnvironmentDataAsset)
         collections = {
             "order": {o.id for o in env.orders},
@@ -445,7 +455,16 @@ class TestbedRun:
         }
         user_facts = s.user.private_facts.to_doc()
         for key, target in (interaction.entity_binding if interaction is not None else {}).items():
-            fact = key.removeprefix("user.").removeprefix("privateFacts.")
+            fact = _binding_fact(key)
+            if fact is None or fact not in user_facts:
+                accepted = ", ".join(f"user.{name}" for name in sorted(user_facts))
+                raise TestbedFailure(
+                    f"interaction.entityBinding: the key {key!r} does not name a fact of the "
+                    f"user; write it as user.<fact> or privateFacts.<fact> ({accepted}), bound "
+                    "to env.order.id or env.account.id — e.g. user.orderNumber: env.order.id",
+                    stage="loading",
+                    kind="entity_binding_mismatch",
+                )
             parts = target.split(".")
             if len(parts) != 3 or parts[0] != "env" or parts[1] not in collections:
                 raise TestbedFailure(
@@ -555,7 +574,7 @@ class TestbedRun:
                 prompt, tools, lambda request: self._decide("agent", AGENT, request), script=script
             )
         if self.replay is not None:
-            return ReplayAgent(self.replay.agent_steps)
+            return ReplayAgent(self.replay.agent_steps, self.replay.agent_failure)
         definitions = self.gateway.definitions()
         if agent.adapter == "python":
             assert self.entry_function is not None
@@ -584,6 +603,10 @@ class TestbedRun:
         prompt_sha = content_hash([[m.role, m.content] for m in messages])
         if self.replay is not None:
             decision = self.replay.decide(role, request)
+            lost_counter = LOST_COUNTERS.get(decision.failure or "")
+            if decision.option is None and lost_counter is not None:
+                # Replayed as lost, counted as the recorded run counted it.
+                self.ctx.count(lost_counter)
         else:
             decision = self.ctx.decide(agent, request)
         # Cost by segment: the SUT's own decisions apart from the simulated user's wording.
@@ -639,6 +662,17 @@ class TestbedRun:
                         self.ctx.count("toolCalls")
                         self.session.tool(call.id, result.body)
                     continue
+                if step.lost is not None:
+                    # The provider's decision was lost: the turn ends without a message, but
+                    # that is missing evidence (see completeness), not the agent falling silent.
+                    self.log.add(
+                        "agent.decision_lost",
+                        "harness",
+                        "control",
+                        {"turn": turn, "failure": step.lost},
+                    )
+                    self.ctx.count("agentDecisionsLost")
+                    break
                 if step.reply:
                     self.session.assistant(step)
                     reading = read_agent_message(step.reply, order_pattern)
@@ -741,10 +775,24 @@ class TestbedRun:
         missing = completeness_missing(complete)
         for key in missing:
             self.ctx.count(f"missing:{key}")
-        return obs, "partial" if missing or obs.missing.get("*") else "complete"
+        # Evidence is complete only when every check is present and no observation is missing
+        # (a lost decision is a missing check, so it leaves the evidence partial too).
+        return obs, "partial" if missing or obs.missing else "complete"
 
     def _cleanup(self) -> None:
-        """Destroy the run's workspace and credentials; a failure makes the run violated."""
+        """Close the agent's adapter, destroy the run's workspace and credentials; a failure to
+        remove them makes the run violated."""
+        agent: AgentAdapter | None = getattr(self, "agent", None)
+        if agent is not None:
+            try:
+                agent.close()
+            except Exception as exc:  # a connection that will not close must not stop cleanup
+                self.log.add(
+                    "agent.close_failed",
+                    "harness",
+                    "control",
+                    {"error": f"{type(exc).__name__}: {exc}"},
+                )
         ok = True
         detail: dict[str, Any] = {}
         if self.workspace is not None and self.workspace.exists():
@@ -778,6 +826,16 @@ class TestbedRun:
         doc["validityProblems"] = list(self.validity_problems)
         if self.run_dir is not None:
             write_json(self.run_dir / EVALUATION_FILE, doc)
+
+
+def _binding_fact(key: str) -> str | None:
+    """The user's fact an entity-binding key names (`user.orderNumber`, `privateFacts.orderNumber`
+    or `orderNumber`), or None for any other form (such as `tool.order_no`)."""
+    for prefix in ("user.privateFacts.", "user.", "privateFacts."):
+        if key.startswith(prefix):
+            key = key[len(prefix) :]
+            break
+    return key if key and "." not in key else None
 
 
 def remove_workspace(path: Path) -> None:
