@@ -203,7 +203,7 @@ def _plan_target(
     targets_dist = sorted(
         (loaded.hypothesis.target_distribution or {}) if loaded.hypothesis else {}
     )
-    from .report.figures import figure_names
+    from .report.naming import figure_names
 
     figures = list(figure_names({"metrics": metrics, "distribution": dict.fromkeys(targets_dist)}))
     return PlanTarget(

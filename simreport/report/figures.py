@@ -7,7 +7,6 @@ version goes into the file, so a figure changes only when the numbers it shows c
 
 from __future__ import annotations
 
-import hashlib
 import io
 import math
 import re
@@ -25,6 +24,7 @@ from matplotlib import rc_context
 from matplotlib.figure import Figure
 
 from ..core.canonical import parse_number
+from .naming import figure_names
 
 # matplotlib's rc settings are process-global: figures drawn in threads (Snakemake runs jobs in
 # threads locally) must take turns, or one figure's settings leak into another's bytes.
@@ -58,7 +58,6 @@ _BASE_COLOUR = "#7f7f7f"
 _TARGET_COLOUR = "#222222"
 _BAR_COLOUR = "#0072B2"
 
-_SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]")
 _PROLOG = re.compile(r"\A\s*(<\?xml[^>]*\?>\s*)?(<!DOCTYPE[^>]*>\s*)?", re.IGNORECASE)
 _METADATA_BLOCK = re.compile(r"\s*<metadata>.*?</metadata>", re.DOTALL)
 _COMMENT = re.compile(r"\s*<!--.*?-->", re.DOTALL)
@@ -348,33 +347,6 @@ def distribution_svg(audit: Mapping[str, Any], name: str) -> str:
 
 
 # --------------------------------------------------------------------------- files
-
-
-def safe_name(name: str) -> str:
-    """`name` with every character outside [A-Za-z0-9._-] replaced by `_`."""
-    return _SAFE_NAME.sub("_", name) or "_"
-
-
-def _unique(stem: str, name: str, taken: set[str]) -> str:
-    filename = f"{stem}-{safe_name(name)}.svg"
-    if filename in taken:
-        # Two names that sanitise alike ("a b", "a_b") keep apart by a hash of the original.
-        digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:8]
-        filename = f"{stem}-{safe_name(name)}-{digest}.svg"
-    taken.add(filename)
-    return filename
-
-
-def figure_names(audit: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
-    """Filename → (kind, name) for every figure of the audit, in report order: `sensitivity.svg`,
-    `effects-<metric>.svg` per metric, `distribution-<name>.svg` per target distribution."""
-    out: dict[str, tuple[str, str]] = {"sensitivity.svg": ("sensitivity", "")}
-    taken = set(out)
-    for metric in audit.get("metrics") or []:
-        out[_unique("effects", str(metric), taken)] = ("effects", str(metric))
-    for name in sorted(audit.get("distribution") or {}):
-        out[_unique("distribution", str(name), taken)] = ("distribution", str(name))
-    return out
 
 
 def figure_files(audit: Mapping[str, Any]) -> dict[str, str]:

@@ -20,7 +20,7 @@ from ..core.errors import InputError
 from ..core.files import load_document, write_atomic
 from ..core.version import __version__
 from ..harness.conditions import level_text
-from . import figures
+from . import figures, naming
 from .figures import as_float, format_number
 from .templating import environment
 
@@ -428,7 +428,7 @@ def context(audit: Mapping[str, Any], svgs: Mapping[str, str]) -> dict[str, Any]
     """Everything the template shows, as display strings (and figure markup) in page order."""
     plan = audit.get("plan") or {}
     metrics = [str(m) for m in audit.get("metrics") or []]
-    names = figures.figure_names(audit)
+    names = naming.figure_names(audit)
     markup = _figure_markup(svgs)
     by_kind: dict[tuple[str, str], Markup] = {
         key: markup[filename] for filename, key in names.items() if filename in markup
@@ -500,7 +500,7 @@ def write_report(audit_dir: str | Path, *, draw_figures: bool = True) -> Path:
     if not draw_figures:
         drawn: dict[str, str] | None = None
         svgs = {}
-        for name in figures.figure_names(audit):
+        for name in naming.figure_names(audit):
             path = figure_dir / name
             if path.is_file():
                 svgs[name] = path.read_text(encoding="utf-8")
