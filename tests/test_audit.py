@@ -285,9 +285,9 @@ def test_grade_from_the_plan(audit: dict[str, Any]) -> None:
     assert any("window" in r for r in audit["grade"]["reasons"])
 
 
-def test_single_replication_notes() -> None:
-    plan = {**PLAN, "replications": 1, "models": [], "hypothesis": None}
-    conditions = [
+def _base_and_one() -> list[dict[str, Any]]:
+    """A base and one perturbed condition, without models."""
+    return [
         {"id": "base", "dir": "base", "isBase": True, "baseId": "base", "levels": {}},
         {
             "id": "framing=moral",
@@ -298,6 +298,11 @@ def test_single_replication_notes() -> None:
             "levels": {"framing": "moral"},
         },
     ]
+
+
+def test_single_replication_notes() -> None:
+    plan = {**PLAN, "replications": 1, "models": [], "hypothesis": None}
+    conditions = _base_and_one()
     rng = np.random.default_rng(0)
     records = [RunRecord(c["id"].replace("@", ""), 0, _result(c["id"], 0, rng)) for c in conditions]
     audit = analyse(plan, conditions, records)
@@ -308,17 +313,7 @@ def test_single_replication_notes() -> None:
 
 
 def test_no_usable_base_is_noted() -> None:
-    conditions = [
-        {"id": "base", "dir": "base", "isBase": True, "baseId": "base", "levels": {}},
-        {
-            "id": "framing=moral",
-            "dir": "f",
-            "isBase": False,
-            "baseId": "base",
-            "axis": "framing",
-            "levels": {"framing": "moral"},
-        },
-    ]
+    conditions = _base_and_one()
     rng = np.random.default_rng(0)
     records = [RunRecord("framing=moral", r, _result("framing=moral@m1", r, rng)) for r in range(3)]
     records += [RunRecord("base", r, None) for r in range(3)]
@@ -335,17 +330,7 @@ def test_audit_json_is_strict_and_deterministic(audit: dict[str, Any]) -> None:
 
 
 def test_infinite_d_written_as_string() -> None:
-    conditions = [
-        {"id": "base", "dir": "base", "isBase": True, "baseId": "base", "levels": {}},
-        {
-            "id": "framing=moral",
-            "dir": "f",
-            "isBase": False,
-            "baseId": "base",
-            "axis": "framing",
-            "levels": {"framing": "moral"},
-        },
-    ]
+    conditions = _base_and_one()
     rng = np.random.default_rng(0)
     records = []
     for cid, value in (("base", 0.1), ("framing=moral", 0.3)):
