@@ -349,14 +349,17 @@ def distribution_svg(audit: Mapping[str, Any], name: str) -> str:
 # --------------------------------------------------------------------------- files
 
 
+def draw(audit: Mapping[str, Any], kind: str, name: str) -> str:
+    """One figure, named as `figure_names` names it: (kind, name) → standalone SVG document."""
+    if kind == "sensitivity":
+        return sensitivity_svg(audit)
+    if kind == "effects":
+        return effects_svg(audit, name)
+    return distribution_svg(audit, name)
+
+
 def figure_files(audit: Mapping[str, Any]) -> dict[str, str]:
     """Filename → standalone SVG document for every figure of the audit."""
-    files: dict[str, str] = {}
-    for filename, (kind, name) in figure_names(audit).items():
-        if kind == "sensitivity":
-            files[filename] = sensitivity_svg(audit)
-        elif kind == "effects":
-            files[filename] = effects_svg(audit, name)
-        else:
-            files[filename] = distribution_svg(audit, name)
-    return files
+    return {
+        filename: draw(audit, kind, name) for filename, (kind, name) in figure_names(audit).items()
+    }

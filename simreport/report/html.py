@@ -497,27 +497,25 @@ def write_report(audit_dir: str | Path, *, draw_figures: bool = True) -> Path:
             "not an audit document", file=audit_file, expected="audit.json written by analyse"
         )
     figure_dir = root / FIGURE_DIR
-    if not draw_figures:
-        drawn: dict[str, str] | None = None
-        svgs = {}
-        for name in naming.figure_names(audit):
-            path = figure_dir / name
-            if path.is_file():
-                svgs[name] = path.read_text(encoding="utf-8")
-            else:  # not among the figure files: draw it here (same drawing, same bytes)
-                drawn = drawn if drawn is not None else figures.figure_files(audit)
-                svgs[name] = drawn[name]
-        report = root / "report.html"
-        write_atomic(report, _render(audit, svgs))
-        return report
-    svgs = figures.figure_files(audit)
-    for filename, svg in svgs.items():
-        write_atomic(figure_dir / filename, svg)
-    if figure_dir.is_dir():
-        for pattern in _FIGURE_PATTERNS:
-            for stale in sorted(figure_dir.glob(pattern)):
-                if stale.name not in svgs:
-                    stale.unlink()
+    if draw_figures:
+        svgs = figures.figure_files(audit)
+        for filename, svg in svgs.items():
+            write_atomic(figure_dir / filename, svg)
+        if figure_dir.is_dir():
+            for pattern in _FIGURE_PATTERNS:
+                for stale in sorted(figure_dir.glob(pattern)):
+                    if stale.name not in svgs:
+                        stale.unlink()
+    else:
+        # A figure missing from figures/ is drawn here: the same drawing gives the same bytes.
+        svgs = {
+            filename: (
+                (figure_dir / filename).read_text(encoding="utf-8")
+                if (figure_dir / filename).is_file()
+                else figures.draw(audit, kind, name)
+            )
+            for filename, (kind, name) in naming.figure_names(audit).items()
+        }
     report = root / "report.html"
     write_atomic(report, _render(audit, svgs))
     return report
