@@ -5,19 +5,27 @@ its seed lineage), the condition id and replication index written into its resul
 override and the kernel's code fingerprint. A batch that is executed again — because a workflow
 manager removed its outputs, or a plan gained replications — copies finished runs back from the
 store instead of recomputing them. Only completed runs are kept; failures always run again.
+
+An entry records the sha256 of each of its files when it is stored, and every fetch checks them:
+an entry edited, truncated or left incomplete is discarded and its run computed again. Files go in
+and out of the store as copies (reflinks where the filesystem can make them), never as hard links,
+so editing a result in place cannot reach the stored copy.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import io
+import json
 import os
 import shutil
 import tempfile
+import uuid
 from pathlib import Path
 from typing import Any
 
-from ..core.canonical import content_hash
-from ..core.files import read_json, write_atomic
+from ..core.canonical import content_hash, pretty_json
 from ..core.schema import RunResult
 
 RUN_FILES = (
@@ -33,6 +41,12 @@ RUN_FILES = (
     # result.json last: a run is finished when it is there
     "result.json",
 )
+
+DIGEST = "digest.json"
+"""An entry's record of what it holds: its key and the sha256 of each run file."""
+
+_FICLONE = 0x40049409  # Linux ioctl: share the source's extents (btrfs, XFS); copy-on-write
+_CHUNK = 1 << 20
 
 
 def run_key(
@@ -58,29 +72,90 @@ def run_key(
     )
 
 
-def _link_or_copy(source: Path, target: Path) -> None:
-    """A hard link where the filesystem allows one, else a copy. Sharing the inode is safe
-    because simreport never rewrites a run file in place: every write replaces the file."""
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copyfile(source, target)
+class _Damaged(Exception):
+    """A store entry whose files are not the ones it recorded."""
 
 
-def _place(source: Path, target: Path) -> None:
-    """Put `source` at `target` atomically (linked or copied under a temporary name first)."""
-    staging = target.with_name(f".{target.name}.{os.getpid()}.{id(target)}.tmp")
+def _reflink(source: io.BufferedIOBase, target: io.BufferedIOBase) -> bool:
     try:
-        _link_or_copy(source, staging)
-        os.replace(staging, target)
+        import fcntl  # not on Windows
+
+        fcntl.ioctl(target.fileno(), _FICLONE, source.fileno())
+    except (ImportError, OSError):
+        return False
+    return True
+
+
+def _copy_hashed(source: io.BufferedIOBase, target: io.BufferedIOBase) -> str:
+    """Copy `source` into the empty, readable `target` and return the sha256 of what `target`
+    now holds: a reflink is hashed after it is made, a plain copy as it is written."""
+    if _reflink(source, target):
+        target.seek(0)
+        return hashlib.file_digest(target, "sha256").hexdigest()
+    digest = hashlib.sha256()
+    while chunk := source.read(_CHUNK):
+        digest.update(chunk)
+        target.write(chunk)
+    return digest.hexdigest()
+
+
+def _open_entry_file(path: Path) -> io.BufferedReader:
+    try:
+        return open(path, "rb")
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        raise _Damaged(path.name) from None
+
+
+def _recorded(entry: Path, key: str) -> dict[str, str] | None:
+    """The sha256 of each file `entry` recorded (result.json last), or None when its record is
+    missing, unreadable, for another key, or does not list exactly the run files present."""
+    try:
+        present = set(os.listdir(entry))
+        doc = json.loads((entry / DIGEST).read_bytes())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict) or doc.get("key") != key:
+        return None
+    files = doc.get("files")
+    if not isinstance(files, dict) or "result.json" not in files:
+        return None
+    if set(files) != present.intersection(RUN_FILES) or not all(
+        isinstance(h, str) and len(h) == 64 for h in files.values()
+    ):
+        return None
+    return {name: files[name] for name in RUN_FILES if name in files}
+
+
+def _intact(entry: Path, key: str) -> bool:
+    files = _recorded(entry, key)
+    if files is None:
+        return False
+    try:
+        for name, expected in files.items():
+            with _open_entry_file(entry / name) as handle:
+                if hashlib.file_digest(handle, "sha256").hexdigest() != expected:
+                    return False
+    except (_Damaged, OSError):
+        return False
+    return True
+
+
+def _discard(entry: Path) -> None:
+    """Remove an entry: first renamed aside in one step, so concurrent readers see it whole or
+    gone, then deleted. Another process that discarded it first is no error."""
+    aside = entry.with_name(f".{entry.name[:8]}.{uuid.uuid4().hex}.discarded")
+    try:
+        os.rename(entry, aside)
     except OSError:
-        with contextlib.suppress(OSError):
-            staging.unlink()
-        write_atomic(target, source.read_bytes())
+        return  # gone already (or never there)
+    if aside.is_dir():
+        shutil.rmtree(aside, ignore_errors=True)
+    else:
+        aside.unlink(missing_ok=True)
 
 
 class RunStore:
-    """Finished runs under `root/<key[:2]>/<key>/`."""
+    """Finished runs under `root/<key[:2]>/<key>/`, each with its digest.json."""
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
@@ -89,35 +164,75 @@ class RunStore:
         return self.root / key[:2] / key
 
     def fetch(self, key: str, target: Path) -> RunResult | None:
-        """Copy a stored run into `target` (result.json last) and return its result, or None."""
-        source = self._path(key)
-        try:
-            result = RunResult.model_validate(read_json(source / "result.json"))
-        except (OSError, ValueError):
+        """Copy a stored run into `target` and return its result; None when the run is not
+        stored or its entry fails verification (the entry is then discarded).
+
+        Every file is copied under a temporary name and checked before any is put in place, and
+        result.json goes last, so `target` never holds a mix of runs marked finished."""
+        entry = self._path(key)
+        files = _recorded(entry, key)
+        if files is None:
+            _discard(entry)
             return None
         target.mkdir(parents=True, exist_ok=True)
-        (target / "result.json").unlink(missing_ok=True)
-        for name in RUN_FILES:
-            if (source / name).exists():
-                _place(source / name, target / name)
-        return result
+        staged: dict[str, Path] = {}
+        try:
+            for name, expected in files.items():
+                with _open_entry_file(entry / name) as source:
+                    fd, temporary = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=target)
+                    staged[name] = Path(temporary)
+                    with os.fdopen(fd, "w+b") as copy:
+                        # An ordinary result file, writable: it shares nothing with the store.
+                        os.fchmod(copy.fileno(), 0o644)
+                        if _copy_hashed(source, copy) != expected:
+                            raise _Damaged(name)
+            result = RunResult.model_validate_json(staged["result.json"].read_bytes())
+            if not result.succeeded:
+                raise _Damaged("result.json")
+            (target / "result.json").unlink(missing_ok=True)
+            for name in RUN_FILES[:-1]:
+                if name in staged:
+                    os.replace(staged[name], target / name)
+                    del staged[name]
+                else:  # left by an earlier run in `target`; not part of this one
+                    (target / name).unlink(missing_ok=True)
+            os.replace(staged["result.json"], target / "result.json")
+            del staged["result.json"]
+            return result
+        except (_Damaged, ValueError):  # pydantic's ValidationError is a ValueError
+            _discard(entry)
+            return None
+        except OSError:
+            return None  # `target` refused the copy; the entry may be fine, so it stays
+        finally:
+            for tmp in staged.values():
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
 
     def keep(self, key: str, run_dir: Path, result: RunResult) -> None:
-        """Store a completed run; a failure, or a run already stored, is left alone."""
-        if not result.succeeded:
+        """Store a completed run with the sha256 of each of its files; a failure, or a run
+        already stored intact, is left alone. An entry that fails verification is replaced."""
+        if not result.succeeded or not (run_dir / "result.json").is_file():
             return
         final = self._path(key)
-        if (final / "result.json").exists():
+        if _intact(final, key):
             return
         final.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{key[:8]}.", dir=final.parent))
         try:
+            files: dict[str, str] = {}
             for name in RUN_FILES:
-                if (run_dir / name).exists():
-                    _link_or_copy(run_dir / name, staging / name)
+                if not (run_dir / name).is_file():
+                    continue
+                with open(run_dir / name, "rb") as source, open(staging / name, "x+b") as copy:
+                    files[name] = _copy_hashed(source, copy)
+                # Read-only against accidents; root ignores it, which is why fetch verifies.
+                os.chmod(staging / name, 0o444)
+            (staging / DIGEST).write_text(pretty_json({"key": key, "files": files}))
+            os.chmod(staging / DIGEST, 0o444)
+            _discard(final)  # a damaged entry; an intact one returned above
             os.replace(staging, final)  # atomic: readers see a whole run or none
         except OSError:
             # Another process stored the same run first, or the disk refused: either way the
             # run itself is fine; the store is only a cache.
-            with contextlib.suppress(OSError):
-                shutil.rmtree(staging)
+            shutil.rmtree(staging, ignore_errors=True)
