@@ -9,7 +9,13 @@
 
 from snakemake.utils import min_version, validate
 
+from simreport.core.files import check_config_file
+
 min_version("9.0")
+
+# The config is checked by simreport's bounded loader (alias expansion, duplicate keys, control
+# characters) before Snakemake's own loader reads it.
+check_config_file("config/config.yaml")
 
 
 configfile: "config/config.yaml"
@@ -23,6 +29,11 @@ include: "rules/runs.smk"
 include: "rules/analysis.smk"
 include: "rules/pages.smk"
 include: "rules/site.smk"
+
+
+onstart:
+    # A stop signal sent to Snakemake alone also stops the runs in flight.
+    simreport_workflow.forward_stop_signals()
 
 
 rule all:

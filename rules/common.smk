@@ -1,7 +1,10 @@
 # Plans from the config, expanded at parse time into every target of the DAG.
 from simreport import workflow as simreport_workflow
 
-WORKFLOW = simreport_workflow.load_workflow(config)
+# Errors about the config name the file it came from (the last one given wins, as in Snakemake).
+WORKFLOW = simreport_workflow.load_workflow(
+    config, config_file=(workflow.configfiles or ["config/config.yaml"])[-1]
+)
 PLANS = {plan.id: plan for plan in WORKFLOW.plans}
 RUN_THREADS = int(config.get("runThreads", 1))
 

@@ -1,8 +1,9 @@
 """The `simreport` command line. Thin: parses arguments, calls the API, prints, sets exit codes.
 
 Exit codes: 0 success (failed runs inside an audit are data, not errors); 1 internal error;
-2 invalid input or usage (nothing was run); 3 `run`: the run failed, `doctor`: a check failed;
-130 interrupted.
+2 invalid input or usage (nothing was run), or the environment refused a file operation (disk
+full, read-only or forbidden folder, a file where a folder should be: the line names the path);
+3 `run`: the run failed, `doctor`: a check failed; 130 interrupted.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from .core.errors import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_RUN_FAILED,
+    EnvironmentProblem,
     SimreportError,
 )
 
@@ -29,6 +31,39 @@ class _Parser(argparse.ArgumentParser):
         self.print_usage(sys.stderr)
         print(f"{self.prog}: error: {message}", file=sys.stderr)
         raise SystemExit(EXIT_INPUT)
+
+
+MAX_RUNS_HELP = "allow a plan of up to N runs (conditions × replications; raises the default limit)"
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def _check_options(args: argparse.Namespace) -> None:
+    """Refuse an output folder that cannot be one and provider or base URL overrides that every
+    run would fail on, naming the option, before anything is written."""
+    from .api import check_output_dir
+    from .harness.runner import check_llm_access
+
+    if getattr(args, "out", None) is not None:
+        check_output_dir(args.out, name="--out")
+    check_llm_access(
+        getattr(args, "provider", None),
+        getattr(args, "base_url", None),
+        provider_at="--provider",
+        base_url_at="--base-url",
+    )
+
+
+def _note(text: str) -> None:
+    print(f"simreport: note: {text}", file=sys.stderr)
 
 
 def _progress_bar() -> Callable[[int, int], None] | None:
@@ -50,7 +85,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from .api import validate
 
     for path in args.files:
-        result = validate(path)
+        result = validate(path, max_runs=args.max_runs)
         print(f"ok  {path}: {result.summary}")
     return EXIT_OK
 
@@ -67,6 +102,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from .api import run
 
+    _check_options(args)
     result = run(
         args.scenario,
         args.out,
@@ -89,7 +125,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_conditions(args: argparse.Namespace) -> int:
     from .api import conditions
 
-    loaded, conds = conditions(args.plan, replications=args.replications)
+    loaded, conds = conditions(args.plan, replications=args.replications, max_runs=args.max_runs)
     reps = loaded.plan.replications
     if args.json:
         rows = [
@@ -115,6 +151,7 @@ def cmd_conditions(args: argparse.Namespace) -> int:
 def cmd_audit(args: argparse.Namespace) -> int:
     from .api import audit
 
+    _check_options(args)
     include = True if args.include_incomplete else None
     run = audit(
         args.plan,
@@ -126,6 +163,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
         base_url=args.base_url,
         include_incomplete=include,
         progress=_progress_bar(),
+        max_runs=args.max_runs,
+        notify=_note,
     )
     results = [r for _, _, r in run.results]
     failed = sum(1 for r in results if r.failure is not None)
@@ -160,6 +199,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_site(args: argparse.Namespace) -> int:
     from .api import site
 
+    _check_options(args)
     index = site(args.audit_dirs, args.out, title=args.title)
     print(f"site: {index}")
     return EXIT_OK
@@ -182,6 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("validate", help="validate scenario or plan files")
     p.add_argument("files", nargs="+")
+    p.add_argument("--max-runs", type=_positive_int, metavar="N", help=MAX_RUNS_HELP)
     p.set_defaults(func=cmd_validate)
 
     p = sub.add_parser("schema", help="print the JSON Schema of a document kind")
@@ -201,6 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("conditions", help="list a plan's conditions without running")
     p.add_argument("plan")
     p.add_argument("--replications", type=int)
+    p.add_argument("--max-runs", type=_positive_int, metavar="N", help=MAX_RUNS_HELP)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_conditions)
 
@@ -208,7 +250,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("plan")
     p.add_argument("--out", help="audit directory (default results/<plan-id>)")
     p.add_argument("--replications", type=int)
-    p.add_argument("--concurrency", type=int)
+    p.add_argument("--max-runs", type=_positive_int, metavar="N", help=MAX_RUNS_HELP)
+    p.add_argument(
+        "--concurrency", type=int, help="run processes (capped at 4 per core; default: the plan's)"
+    )
     p.add_argument("--provider", help="override every run's provider")
     p.add_argument("--model", help="override every run's model (plans without `models`)")
     p.add_argument("--base-url", help="override every run's llm.baseUrl")
@@ -246,23 +291,53 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _stop_on_signals() -> None:
+    """SIGTERM stops a command like Ctrl-C: runs end as interrupted runs, nothing is analysed, the
+    exit code is 130. A second signal kills the run processes and exits at once."""
+    from .kernel.interrupt import stop_on_signals
+
+    stop_on_signals()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    _stop_on_signals()
     try:
         code: int = args.func(args)
         return code
     except SimreportError as exc:
-        print(f"simreport: {exc.one_line()}", file=sys.stderr)
+        _complain(exc.one_line())
         return exc.exit_code
     except KeyboardInterrupt:
-        print("simreport: interrupted", file=sys.stderr)
+        _complain("interrupted")
         return EXIT_INTERRUPTED
+    except OSError as exc:
+        # The user's machine, not a bug: a full disk, a read-only or forbidden folder.
+        near = getattr(args, "out", None) or getattr(args, "audit_dir", None)
+        problem = EnvironmentProblem.from_os_error(exc, near=near)
+        if problem is None:
+            return _internal_error(args, exc)
+        _complain(problem.one_line())
+        return problem.exit_code
     except Exception as exc:
-        if args.debug:
-            raise
-        print(f"simreport: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return EXIT_INTERNAL
+        return _internal_error(args, exc)
+
+
+def _internal_error(args: argparse.Namespace, exc: Exception) -> int:
+    if args.debug:
+        raise exc
+    _complain(f"internal error: {type(exc).__name__}: {exc}")
+    return EXIT_INTERNAL
+
+
+def _complain(message: str) -> None:
+    """One line on stderr: credentials in URLs redacted, control characters made visible (a
+    message may quote a plan's or a server's text)."""
+    from .core.files import visible_control_characters
+    from .core.redaction import redact_text
+
+    print(f"simreport: {visible_control_characters(redact_text(message))}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -15,11 +15,12 @@ import os
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from .core.errors import EXIT_OK, EXIT_RUN_FAILED, InputError
+from .core.redaction import redact_url
 from .kernel.providers.base import ChatRequest, Message, ProviderError
 from .kernel.providers.cache import ResponseCache, cache_mode, default_cache_dir
 from .kernel.providers.openai import (
@@ -29,6 +30,7 @@ from .kernel.providers.openai import (
     answer_schema,
     answer_text,
     chat_base_url,
+    chat_completions_url,
     parse_completion,
     read_api_key,
 )
@@ -120,7 +122,8 @@ def doctor_rows(
         root = chat_base_url(base_url)
     except ProviderError as exc:
         raise InputError(exc.message, path="llm.baseUrl", expected="an http(s) URL") from None
-    rows = [DoctorRow("endpoint", "ok", f"{root}/chat/completions, model {model!r}")]
+    shown = redact_url(chat_completions_url(root))
+    rows = [DoctorRow("endpoint", "ok", f"{shown}, model {model!r}")]
     try:
         key = read_api_key(api_key_env, env)
     except ProviderError as exc:
@@ -135,7 +138,10 @@ def doctor_rows(
         root, key, timeout_seconds=timeout_seconds, max_connections=parallel, transport=transport
     )
     try:
-        return rows + _checks(endpoint, model, parallel)
+        # Every detail passes the endpoint's redaction: a server may echo the URL, the key or
+        # the Basic credentials httpx made of the URL's userinfo.
+        checked = _checks(endpoint, model, parallel)
+        return rows + [replace(r, detail=endpoint.redact(r.detail)) for r in checked]
     finally:
         endpoint.close()
 

@@ -25,12 +25,14 @@ import functools
 import logging
 import sys
 import threading
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar, cast
 
 from .core.errors import EXIT_INTERRUPTED, EXIT_OK, InputError, SchemaError, SimreportError
+from .core.redaction import redact_document, redact_text
 from .core.version import __version__
 
 if TYPE_CHECKING:  # the SDK is imported when a server is built: `simreport --help` stays fast
@@ -352,14 +354,18 @@ def _tool_errors(fn: Callable[P, R]) -> "Callable[P, R | CallToolResult]":
 
     @functools.wraps(fn)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> "R | CallToolResult":
+        # Answers and errors leave the process: URL credentials in them (an llm.baseUrl echoed
+        # by an error, an older audit written before redaction) are redacted on the way out.
         try:
-            return fn(*args, **kwargs)
+            return cast(R, redact_document(fn(*args, **kwargs)))
         except SimreportError as exc:
-            _log.info("tool %s failed: %s", fn.__name__, exc.one_line())
-            return failed(exc.one_line())
+            message = redact_text(exc.one_line())
+            _log.info("tool %s failed: %s", fn.__name__, message)
+            return failed(message)
         except Exception as exc:
-            _log.exception("tool %s failed", fn.__name__)
-            return failed(f"internal error: {type(exc).__name__}: {exc}")
+            trace = "".join(traceback.format_exception(exc)).rstrip()
+            _log.error("tool %s failed\n%s", fn.__name__, redact_text(trace))
+            return failed(redact_text(f"internal error: {type(exc).__name__}: {exc}"))
 
     return wrapper
 

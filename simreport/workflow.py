@@ -9,14 +9,16 @@ job's outputs before running it) copies them back instead of recomputing them.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import re
+import signal
+import sys
 import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from .core.canonical import content_hash, pretty_json, sha256_text
@@ -33,10 +35,19 @@ from .harness import (
     plan_document,
     plan_jobs,
 )
-from .harness.runner import validate_llm_override
+from .harness.plan import bounded_workers, plan_id_of
+from .harness.runner import (
+    check_llm_access,
+    tell_workers_to_stop,
+    validate_llm_override,
+    worker_pool,
+)
 from .kernel import input_hashes, kernel_fingerprint
+from .kernel.interrupt import Interrupted, request_stop
 
 DEFAULT_STORE = ".store"
+CONFIG_FILE = "config/config.yaml"
+"""Where the Snakefile reads the config from; errors about the config name it."""
 
 
 @dataclass(frozen=True)
@@ -109,21 +120,27 @@ class Workflow:
         raise KeyError(plan_id)
 
 
-def load_workflow(config: Mapping[str, Any], root: str | Path = ".") -> Workflow:
-    """Every plan the config lists, validated and expanded into targets."""
+def load_workflow(
+    config: Mapping[str, Any], root: str | Path = ".", *, config_file: str | Path = CONFIG_FILE
+) -> Workflow:
+    """Every plan the config lists, validated and expanded into targets. What the config itself
+    sets (overrides, limits, workers) is checked before any plan is expanded; errors about it
+    name `config_file` and the key."""
     base = Path(root)
     results_dir = Path(config.get("results", "results"))
     site_dir = Path(config.get("site", "site"))
     store_dir = Path(config.get("store") or results_dir / DEFAULT_STORE)
-    per_plan: Mapping[str, Mapping[str, Any]] = config.get("overrides") or {}
+    shared = _globals(config, config_file)
+    plan_files = [base / str(entry) for entry in config.get("plans") or []]
+    plan_ids = [plan_id_of(plan_file) for plan_file in plan_files]
+    per_plan = _per_plan(config, config_file, plan_ids)
     plans: list[PlanTarget] = []
     seen: dict[str, Path] = {}
-    for entry in config.get("plans") or []:
-        plan_file = base / str(entry)
-        loaded = load_plan(plan_file)
-        local = {**_globals(config), **dict(per_plan.get(loaded.plan_id, {}))}
-        if local.get("replications") is not None:
-            loaded = load_plan(plan_file, replications=int(local["replications"]))
+    for plan_file, plan_id in zip(plan_files, plan_ids, strict=True):
+        local = {**shared, **per_plan.get(plan_id, {})}
+        loaded = load_plan(
+            plan_file, replications=local.get("replications"), max_runs=local.get("maxRuns")
+        )
         if loaded.plan_id in seen:
             raise InputError(
                 f"two plans have the id {loaded.plan_id!r} ({seen[loaded.plan_id]} and "
@@ -148,20 +165,113 @@ def load_workflow(config: Mapping[str, Any], root: str | Path = ".") -> Workflow
                 ),
             )
         )
-    workers = config.get("workers")
     return Workflow(
         plans=plans,
         results_dir=results_dir,
         site_dir=site_dir,
         store=RunStore(store_dir),
         title=str(config.get("title") or "simreport audits"),
-        workers=int(workers) if workers else None,
+        workers=_workers(config.get("workers"), config_file),
     )
 
 
-def _globals(config: Mapping[str, Any]) -> dict[str, Any]:
-    keys = ("replications", "provider", "model", "baseUrl", "includeIncomplete")
-    return {k: config[k] for k in keys if config.get(k) is not None}
+_OVERRIDES = ("replications", "maxRuns", "provider", "model", "baseUrl", "includeIncomplete")
+"""The config keys that apply to every plan, and to one plan under `overrides.<plan id>`."""
+
+
+def _globals(config: Mapping[str, Any], config_file: str | Path = CONFIG_FILE) -> dict[str, Any]:
+    """The overrides the config sets for every plan, checked."""
+    values = {k: config[k] for k in _OVERRIDES if config.get(k) is not None}
+    _check_overrides(values, config_file, "")
+    return values
+
+
+def _per_plan(
+    config: Mapping[str, Any], config_file: str | Path, plan_ids: Sequence[str]
+) -> dict[str, dict[str, Any]]:
+    """`overrides`, keyed by plan id, checked: each names a listed plan and sets known keys."""
+    raw = config.get("overrides") or {}
+    if not isinstance(raw, Mapping):
+        raise InputError(
+            "overrides must be a mapping", file=config_file, path="overrides", expected=_BY_ID
+        )
+    known = ", ".join(plan_ids) or "none: no plans are listed"
+    out: dict[str, dict[str, Any]] = {}
+    for plan_id, entry in raw.items():
+        path = f"overrides.{plan_id}"
+        if plan_id not in plan_ids:
+            raise InputError(
+                f"overrides for unknown plan id {plan_id!r}",
+                file=config_file,
+                path=path,
+                expected=f"the id of a plan in `plans` ({known})",
+            )
+        if not isinstance(entry, Mapping):
+            raise InputError(
+                "a plan's overrides must be a mapping", file=config_file, path=path, expected=_BY_ID
+            )
+        unknown = sorted(str(k) for k in entry if k not in _OVERRIDES)
+        if unknown:
+            raise InputError(
+                f"unknown override {unknown[0]!r}",
+                file=config_file,
+                path=f"{path}.{unknown[0]}",
+                expected="one of " + ", ".join(_OVERRIDES),
+            )
+        values = {k: v for k, v in entry.items() if v is not None}
+        _check_overrides(values, config_file, f"{path}.")
+        out[plan_id] = values
+    return out
+
+
+_BY_ID = "plan id → {replications: 5, …}"
+
+
+def _check_overrides(values: Mapping[str, Any], config_file: str | Path, prefix: str) -> None:
+    """Refuse values every run would fail on, before any plan is expanded."""
+    check_llm_access(
+        values.get("provider"),
+        values.get("baseUrl"),
+        provider_at=f"{prefix}provider",
+        base_url_at=f"{prefix}baseUrl",
+        file=config_file,
+    )
+    for key in ("replications", "maxRuns"):
+        value = values.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise InputError(
+                f"{key} must be a whole number, not {value!r}",
+                file=config_file,
+                path=f"{prefix}{key}",
+                expected="an integer ≥ 1",
+            )
+        if value is not None and value < 1:
+            raise InputError(
+                f"{key} must be at least 1, not {value}",
+                file=config_file,
+                path=f"{prefix}{key}",
+                expected="an integer ≥ 1",
+            )
+
+
+def _workers(value: Any, config_file: str | Path) -> int | None:
+    """`workers`, checked and capped at the machine's worker limit (with a note on stderr)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InputError(
+            f"workers must be a whole number, not {value!r}",
+            file=config_file,
+            path="workers",
+            expected="an integer ≥ 1, or null for the cores given",
+        )
+    try:
+        workers, note = bounded_workers(value, name="workers")
+    except InputError as exc:
+        raise exc.located(file=config_file) from None
+    if note is not None:
+        print(f"simreport: note: {note}", file=sys.stderr)
+    return workers
 
 
 def _plan_target(
@@ -195,9 +305,7 @@ def _plan_target(
             str(out_dir / "runs" / condition.dir / str(r) / "result.json") for r in range(reps)
         ]
         targets.append(ConditionTarget(loaded.plan_id, condition, outputs, key))
-    plan_doc = plan_document(loaded, provider)
-    if llm:
-        plan_doc["llmOverride"] = llm
+    plan_doc = plan_document(loaded, provider, llm)
     conditions_doc = conditions_document(loaded, conditions)
     metrics = list(loaded.plan.metrics) or sorted(loaded.metrics_available)
     targets_dist = sorted(
@@ -246,10 +354,47 @@ def _shared_pool(workers: int) -> ProcessPoolExecutor | None:
             _POOL.shutdown(wait=False, cancel_futures=True)
             _POOL = None
         if _POOL is None:
-            _POOL = ProcessPoolExecutor(
-                max_workers=workers, mp_context=multiprocessing.get_context("spawn")
-            )
+            # Workers that stop on SIGINT/SIGTERM and exit when this process dies (however it
+            # dies: the pool outlives the job thread that started it).
+            _POOL = worker_pool(workers)
         return _POOL
+
+
+def _retire_pool(pool: ProcessPoolExecutor) -> None:
+    """Drop a pool whose workers were told to stop: they would stop every later run too."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is pool:
+            _POOL = None
+    pool.shutdown(wait=False, cancel_futures=True)
+
+
+def forward_stop_signals() -> None:
+    """Make a SIGINT or SIGTERM sent to the Snakemake process alone also stop the runs in flight.
+
+    Snakemake answers SIGTERM by waiting for its running jobs, and a job thread cannot install a
+    handler; so, from the main thread once Snakemake has set its own handlers (the Snakefile's
+    `onstart`), each stop signal first tells this process's runs and the shared pool's workers to
+    stop (their runs end as interrupted runs, the jobs fail and Snakemake discards their
+    outputs), then goes on to Snakemake's handler."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        previous = signal.getsignal(signum)
+
+        def forward(sig: int, frame: FrameType | None, previous: Any = previous) -> None:
+            request_stop()
+            with _POOL_LOCK:
+                pool = _POOL
+            if pool is not None:
+                tell_workers_to_stop(pool)
+            if callable(previous):
+                previous(sig, frame)
+            elif previous == signal.SIG_DFL:
+                signal.signal(sig, signal.SIG_DFL)
+                os.kill(os.getpid(), sig)
+
+        signal.signal(signum, forward)
 
 
 def default_workers(cores: int | None) -> int:
@@ -277,7 +422,13 @@ def run_condition(
         store=workflow.store,
     )
     workers = workflow.workers or default_workers(cores)
-    results = execute_jobs(jobs, _shared_pool(workers) if len(jobs) > 1 else None)
+    pool = _shared_pool(workers) if len(jobs) > 1 else None
+    try:
+        results = execute_jobs(jobs, pool)
+    except Interrupted:
+        if pool is not None:
+            _retire_pool(pool)
+        raise
     counts = {
         "replications": len(slots),
         "computed": len(jobs),

@@ -17,8 +17,8 @@ from PIL import Image
 
 CHROMIUM = shutil.which("chromium")
 
-needs_chromium = pytest.mark.skipif(
-    CHROMIUM is None, reason="chromium is not installed (apt-get install -y chromium)"
+needs_chromium = pytest.mark.requires(
+    CHROMIUM is not None, "chromium (apt-get install -y chromium)"
 )
 
 # Requests Chromium makes for itself (extension updates, account checks, network time) carry no

@@ -3,10 +3,25 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """`@pytest.mark.requires(present, what)`: a test that needs a real component (Chromium, the
+    Nu checker, PostgreSQL, SLURM) skips on a developer machine without it, and fails under
+    CI=true, where .ci/run must have installed it."""
+    for mark in item.iter_markers("requires"):
+        present, what = mark.args
+        if present:
+            continue
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{what} is missing: .ci/run must install it", pytrace=False)
+        pytest.skip(f"needs {what}")
+
 
 EXAMPLE_PLAN = Path(__file__).resolve().parents[1] / "examples" / "prisoners_dilemma" / "audit.yaml"
 

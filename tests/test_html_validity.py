@@ -23,8 +23,8 @@ VNU = next((c for c in CANDIDATES if c and Path(c).is_file()), None)
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(
-        VNU is None or shutil.which("java") is None, reason="needs java and vnu.jar"
+    pytest.mark.requires(
+        VNU is not None and shutil.which("java") is not None, "java and the Nu checker (vnu.jar)"
     ),
 ]
 

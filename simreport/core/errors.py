@@ -5,6 +5,7 @@ The CLI turns these into one line on stderr and the exit code the class carries.
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 EXIT_OK = 0
 EXIT_INTERNAL = 1
 EXIT_INPUT = 2
+"""Invalid input or usage, or an environment that refused a file operation (EnvironmentProblem)."""
 EXIT_INTERRUPTED = 130
 
 
@@ -54,7 +56,9 @@ class SimreportError(Exception):
         text = self.message
         if self.expected:
             text += f" (expected {self.expected})"
-        return f"{head}: {text}" if head else text
+        line = f"{head}: {text}" if head else text
+        # One line whatever a key or value quoted in it holds.
+        return line.replace("\r", "\\r").replace("\n", "\\n")
 
     def __str__(self) -> str:
         return self.one_line()
@@ -130,6 +134,69 @@ class InvalidOverride(InputError):
 
 class PlanError(InputError):
     """An audit plan is inconsistent in a way the schema alone cannot say."""
+
+
+class EnvironmentProblem(SimreportError):
+    """The machine refused a file operation: the disk is full, the folder is read-only or not
+    ours, a file stands where a folder should be. Not a bug and not bad input: the message names
+    the path and what to do about it."""
+
+    exit_code = EXIT_INPUT
+
+    @classmethod
+    def from_os_error(
+        cls, exc: OSError, *, near: str | Path | None = None
+    ) -> EnvironmentProblem | None:
+        """The problem an OSError reports, or None when its errno is not about the environment
+        (then it is treated as a bug). `near` names the place being written when the error
+        itself carries no file name (a full disk fails a write, not an open)."""
+        known = _ENVIRONMENT_ERRNOS.get(exc.errno) if exc.errno is not None else None
+        if known is None:
+            return None
+        what, todo = known
+        file = exc.filename if exc.filename not in (None, "") else None
+        if file is None and near is not None and str(near) != "":
+            what += f" while writing under {near}"
+        return cls(f"{what}: {todo}", file=file)
+
+
+def _errnos(*names: str) -> tuple[int, ...]:
+    return tuple(getattr(errno, name) for name in names if hasattr(errno, name))
+
+
+_ENVIRONMENT_ERRNOS: dict[int, tuple[str, str]] = {
+    code: text
+    for codes, text in (
+        (_errnos("ENOSPC"), ("no space left on the device", "free some space or write elsewhere")),
+        (_errnos("EDQUOT"), ("disk quota exceeded", "free some space or write elsewhere")),
+        (_errnos("EFBIG"), ("file too large for this filesystem", "write elsewhere")),
+        (
+            _errnos("EROFS"),
+            ("read-only filesystem", "choose an output folder on a writable filesystem"),
+        ),
+        (
+            _errnos("EACCES", "EPERM"),
+            ("permission denied", "choose a folder you may write to, or get permission"),
+        ),
+        (
+            _errnos("ENOTDIR"),
+            ("a part of this path is a file, not a folder", "choose a path under a folder"),
+        ),
+        (_errnos("EISDIR"), ("a folder stands where a file belongs", "move that folder away")),
+        (_errnos("EEXIST"), ("already exists", "remove it or choose another path")),
+        (_errnos("ENAMETOOLONG"), ("name too long", "choose a shorter path")),
+        (_errnos("ELOOP"), ("too many symbolic links", "remove the symbolic link loop")),
+        (
+            _errnos("EMFILE", "ENFILE"),
+            (
+                "too many open files",
+                "raise the open-file limit (ulimit -n) or lower the concurrency",
+            ),
+        ),
+        (_errnos("EIO"), ("input/output error", "check the disk, then try again")),
+    )
+    for code in codes
+}
 
 
 class RunError(SimreportError):

@@ -1,11 +1,18 @@
-"""File I/O at the edges: reading YAML/JSON documents with line numbers, atomic writes."""
+"""File I/O at the edges: reading YAML/JSON documents with line numbers, atomic writes.
+
+Documents come from users, so reading one is bounded: YAML aliases may add at most
+`ALIAS_EXPANSION_LIMIT` nodes, a key appears once per mapping, and strings carry no control
+characters (unless the caller renders them itself, escaping them).
+"""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import re
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,7 +20,32 @@ from typing import Any
 import yaml
 
 from .canonical import pretty_json
-from .errors import DocumentError
+from .errors import DocumentError, join_path
+
+ALIAS_EXPANSION_LIMIT = 100_000
+"""How many nodes YAML aliases may add to a document beyond those written out, each use of an
+alias counting its whole subtree. A few lines of nested aliases can otherwise stand for billions
+of nodes; real plans, scenarios and assets stay under a thousand even with shared defaults."""
+
+CONTROL_CHARACTERS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+"""C0 controls other than tab, newline and carriage return; DEL; the C1 controls."""
+
+_NO_CONTROLS = "text without control characters other than tab, newline and carriage return"
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+def visible_control_characters(text: str) -> str:
+    """`text` with each control character replaced by a visible stand-in: its Unicode control
+    picture (U+2400–U+2421) for C0 and DEL, the replacement character for C1. Pages use it so
+    that no control byte from a plan reaches a reader's terminal or browser raw."""
+    return CONTROL_CHARACTERS.sub(_control_picture, text)
+
+
+def _control_picture(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    if code < 0x20:
+        return chr(0x2400 + code)
+    return "\u2421" if code == 0x7F else "\ufffd"
 
 
 @dataclass
@@ -37,23 +69,11 @@ class Document:
         return self.lines.get("")
 
 
-def _node_lines(node: yaml.Node, prefix: str, out: dict[str, int]) -> None:
-    out.setdefault(prefix, node.start_mark.line + 1)
-    if isinstance(node, yaml.MappingNode):
-        for key_node, value_node in node.value:
-            key = str(key_node.value)
-            child = f"{prefix}.{key}" if prefix else key
-            out[child] = key_node.start_mark.line + 1
-            _node_lines(value_node, child, out)
-    elif isinstance(node, yaml.SequenceNode):
-        for index, item in enumerate(node.value):
-            child = f"{prefix}.{index}" if prefix else str(index)
-            out[child] = item.start_mark.line + 1
-            _node_lines(item, child, out)
+def load_document(path: str | Path, *, allow_control_characters: bool = False) -> Document:
+    """Read a YAML or JSON file. Raises DocumentError naming the file (and line) on failure.
 
-
-def load_document(path: str | Path) -> Document:
-    """Read a YAML or JSON file. Raises DocumentError naming the file (and line) on failure."""
+    `allow_control_characters` is for documents whose strings are escaped wherever they are
+    shown (audit.json, read by the pages); user input keeps the default and refuses them."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
@@ -65,24 +85,159 @@ def load_document(path: str | Path) -> Document:
         raise DocumentError("not UTF-8 text", file=p, expected="a YAML or JSON file") from None
     except OSError as exc:
         raise DocumentError(f"cannot read: {exc.strerror}", file=p) from None
-    return parse_document(text, p)
+    return parse_document(text, p, allow_control_characters=allow_control_characters)
 
 
-def parse_document(text: str, path: Path) -> Document:
-    if path.suffix.lower() == ".json":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise DocumentError(
-                f"JSON syntax error: {exc.msg} at column {exc.colno}",
-                file=path,
-                line=exc.lineno,
-                expected="valid JSON",
-            ) from None
-        return Document(path, data)
+def check_config_file(path: str | Path) -> None:
+    """Read a workflow config through this loader before Snakemake reads it with its own, which
+    follows aliases without bound and keeps the last of duplicate keys."""
+    load_document(path)
+
+
+def parse_document(text: str, path: Path, *, allow_control_characters: bool = False) -> Document:
+    """Parse the text of `path` as JSON (by its suffix) or YAML; see `load_document`."""
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        if path.suffix.lower() == ".json":
+            return _parse_json(text, path, allow_control_characters)
+        return _parse_yaml(text, path, allow_control_characters)
+    except RecursionError:
+        raise DocumentError(
+            "nested too deeply", file=path, expected="at most a few hundred levels of nesting"
+        ) from None
+
+
+def _refuse_controls(text: str, file: Path, dotted: str, line: int | None = None) -> None:
+    found = CONTROL_CHARACTERS.search(text)
+    if found is not None:
+        raise DocumentError(
+            f"control character U+{ord(found.group()):04X} in a string",
+            file=file,
+            path=visible_control_characters(dotted) or None,
+            line=line,
+            expected=_NO_CONTROLS,
+        )
+
+
+# --------------------------------------------------------------------------- JSON
+
+
+def _parse_json(text: str, path: Path, allow_controls: bool) -> Document:
+    duplicated: list[tuple[dict[str, Any], str]] = []
+
+    def keep_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        obj: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in obj:
+                duplicated.append((obj, key))
+            obj[key] = value
+        return obj
+
+    try:
+        data = json.loads(text, object_pairs_hook=keep_duplicates)
+    except json.JSONDecodeError as exc:
+        raise DocumentError(
+            f"JSON syntax error: {exc.msg} at column {exc.colno}",
+            file=path,
+            line=exc.lineno,
+            expected="valid JSON",
+        ) from None
+    if duplicated or not allow_controls:
+        twice = {id(obj): key for obj, key in reversed(duplicated)}
+        for dotted, value in _json_values(data):
+            if isinstance(value, dict) and id(value) in twice:
+                # json has no positions to give; the path finds the object all the same.
+                raise DocumentError(
+                    f"duplicate key {twice[id(value)]!r}",
+                    file=path,
+                    path=join_path(dotted, twice[id(value)]) or None,
+                    expected="each key once in an object",
+                )
+            if allow_controls:
+                continue
+            if isinstance(value, str):
+                _refuse_controls(value, path, dotted)
+            elif isinstance(value, dict):
+                for key in value:
+                    _refuse_controls(key, path, join_path(dotted, key))
+    return Document(path, data)
+
+
+def _json_values(data: Any) -> Iterator[tuple[str, Any]]:
+    """Every value of a JSON document with its dotted path, in document order."""
+    stack: list[tuple[str, Any]] = [("", data)]
+    while stack:
+        dotted, value = stack.pop()
+        yield dotted, value
+        if isinstance(value, dict):
+            items = [(join_path(dotted, k), v) for k, v in value.items()]
+        elif isinstance(value, list):
+            items = [(join_path(dotted, i), v) for i, v in enumerate(value)]
+        else:
+            continue
+        stack.extend(reversed(items))
+
+
+# --------------------------------------------------------------------------- YAML
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, sizing every node as it is composed. An alias is one shared node in
+    the graph but a whole copy to whatever walks the data, so each use counts its subtree in full
+    and a document whose aliases add more than `ALIAS_EXPANSION_LIMIT` nodes is refused before
+    anything is built from it."""
+
+    def __init__(self, text: str, path: Path) -> None:
+        super().__init__(text)
+        self.path = path
+        self.sizes: dict[yaml.Node, int] = {}
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()  # type: ignore[no-untyped-call]
+            target = self.anchors.get(event.anchor)
+            if target is not None and target not in self.sizes:
+                raise DocumentError(
+                    f"alias *{event.anchor} is used inside the node it names",
+                    file=self.path,
+                    line=event.start_mark.line + 1,
+                    expected="aliases to nodes that do not contain them",
+                )
+            return super().compose_node(parent, index)
+        node = super().compose_node(parent, index)
+        if node is None:
+            return None
+        size = 1 + sum(self.sizes[child] for child in _children(node))
+        self.sizes[node] = size
+        # len(self.sizes) counts the nodes written so far. At the root this is the exact rule;
+        # checked at every node, a bomb stops at the first level that passes the limit.
+        if size > len(self.sizes) + ALIAS_EXPANSION_LIMIT:
+            raise DocumentError(
+                f"aliases here expand to {size:,} nodes",
+                file=self.path,
+                line=node.start_mark.line + 1,
+                expected=f"aliases adding at most {ALIAS_EXPANSION_LIMIT:,} nodes to the document",
+            )
+        return node
+
+
+def _children(node: yaml.Node) -> Iterator[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        yield from node.value
+    elif isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            yield key
+            yield value
+
+
+def _parse_yaml(text: str, path: Path, allow_controls: bool) -> Document:
+    loader = _BoundedLoader(text, path)
+    lines: dict[str, int] = {}
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return Document(path, None, lines)
+        _NodeWalk(loader, path, allow_controls, lines).visit(node, "")
+        data = loader.construct_document(node)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else None
@@ -92,10 +247,81 @@ def parse_document(text: str, path: Path) -> Document:
         ) from None
     except yaml.YAMLError as exc:
         raise DocumentError(f"YAML error: {exc}", file=path, expected="valid YAML") from None
-    lines: dict[str, int] = {}
-    if node is not None:
-        _node_lines(node, "", lines)
+    finally:
+        loader.dispose()
     return Document(path, data, lines)
+
+
+@dataclass
+class _NodeWalk:
+    """One pass over a composed document, following aliases (their expansion is bounded by
+    now): records the line of every dotted path and, at the first sight of each node, refuses
+    duplicate keys and control characters."""
+
+    loader: _BoundedLoader
+    path: Path
+    allow_controls: bool
+    lines: dict[str, int]
+    seen: set[yaml.Node] = field(default_factory=set)
+
+    def visit(self, node: yaml.Node, prefix: str) -> None:
+        line = node.start_mark.line + 1
+        self.lines.setdefault(prefix, line)
+        first = node not in self.seen
+        self.seen.add(node)
+        if isinstance(node, yaml.ScalarNode):
+            if first and not self.allow_controls:
+                _refuse_controls(node.value, self.path, prefix, line)
+        elif isinstance(node, yaml.SequenceNode):
+            for index, item in enumerate(node.value):
+                child = join_path(prefix, index)
+                self.lines[child] = item.start_mark.line + 1
+                self.visit(item, child)
+        elif isinstance(node, yaml.MappingNode):
+            if first:
+                self.check_keys(node, prefix)
+            # Merged keys (`<<: *defaults`) sit at the mapping's own paths; the earliest source
+            # wins and the mapping's own keys win over all of them, as in the loaded data.
+            merged = [v for k, v in node.value if k.tag == _MERGE_TAG]
+            for source in reversed(merged):
+                parts = source.value if isinstance(source, yaml.SequenceNode) else [source]
+                for part in reversed(parts):
+                    self.visit(part, prefix)
+            for key_node, value_node in node.value:
+                if key_node.tag == _MERGE_TAG:
+                    continue
+                child = join_path(prefix, key_node.value)
+                self.lines[child] = key_node.start_mark.line + 1
+                self.visit(value_node, child)
+
+    def check_keys(self, node: yaml.MappingNode, prefix: str) -> None:
+        first_line: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            line = key_node.start_mark.line + 1
+            if not isinstance(key_node, yaml.ScalarNode):
+                raise DocumentError(
+                    "a mapping key is itself a list or mapping",
+                    file=self.path,
+                    path=prefix or None,
+                    line=line,
+                    expected="a plain key",
+                )
+            if key_node.tag == _MERGE_TAG:
+                continue
+            child = join_path(prefix, key_node.value)
+            if not self.allow_controls:
+                _refuse_controls(key_node.value, self.path, child, line)
+            # Compare keys as loaded, so `1` and `'1'` differ while `yes` and `true` do not.
+            key = self.loader.construct_object(key_node)
+            if key in first_line:
+                raise DocumentError(
+                    f"duplicate key {key_node.value!r}, first at line {first_line[key]}",
+                    file=self.path,
+                    path=child or None,
+                    line=line,
+                    expected="each key once in a mapping",
+                )
+            first_line[key] = line
 
 
 def write_atomic(path: str | Path, data: str | bytes, *, durable: bool = True) -> None:
@@ -118,9 +344,12 @@ def write_atomic(path: str | Path, data: str | bytes, *, durable: bool = True) -
         # mkstemp creates 0600; results and pages are meant to be read by others (web servers).
         os.chmod(tmp, 0o644)
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(exc, OSError) and exc.filename is None:
+            # A write refused by a full disk names no file; the caller's message should.
+            raise OSError(exc.errno, exc.strerror, str(target)) from exc
         raise
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import itertools
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,7 +32,7 @@ from ..core.errors import (
     ValidationIssue,
 )
 from ..core.overrides import get_path, set_path
-from ..core.schema import PerturbationAxis, Scenario
+from ..core.schema import AuditPlan, PerturbationAxis, Scenario
 from ..kernel import validate_scenario
 from .plan import LoadedPlan
 
@@ -160,6 +161,19 @@ def condition_id_from_dir(name: str) -> str:
 
 
 # --------------------------------------------------------------------------- building
+
+
+def count_conditions(plan: AuditPlan) -> int:
+    """How many conditions `build_conditions` makes, counted from the axes' levels and the models
+    without building any (a factorial design's product can be astronomically large)."""
+    sizes = [len(axis.levels) for axis in plan.axes]
+    if not sizes:
+        perturbed = 0
+    elif plan.design == "one_at_a_time":
+        perturbed = sum(sizes)
+    else:
+        perturbed = math.prod(sizes)
+    return (1 + perturbed) * max(1, len(plan.models))
 
 
 def build_conditions(loaded: LoadedPlan) -> list[Condition]:

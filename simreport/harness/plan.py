@@ -8,6 +8,7 @@ The plan hash is the sha256 of the canonical normalised plan (see `LoadedPlan.no
 from __future__ import annotations
 
 import copy
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ..core.canonical import content_hash
 from ..core.errors import InputError, PlanError, SchemaError, join_path
 from ..core.files import Document, load_document
+from ..core.redaction import redact_document
 from ..core.schema import AuditPlan, Hypothesis, Scenario
 from ..core.validation import validate_model
 from ..kernel import load_scenario, scenario_outputs, validate_scenario
@@ -32,6 +34,27 @@ _HARNESS_OWNED = {
     "seedPath": "the seed lineage is set per replication",
     "replicationId": "the replication index is set per replication",
 }
+
+
+DEFAULT_MAX_RUNS = 100_000
+"""Most runs (conditions × replications) one plan may ask for unless the caller raises the limit
+(`--max-runs`, the workflow's `maxRuns`): a typo such as an extra six zeros must not start weeks of
+model calls or exhaust memory while the jobs are planned."""
+
+WORKERS_PER_CORE = 4
+"""Concurrency is capped at this many run processes per core: runs mostly wait for model calls,
+but thousands of processes only thrash the machine."""
+
+MAX_PLAN_ID_LENGTH = 100
+"""A plan id names a folder under results/ and the site, and prefixes the workflow's rule names."""
+
+SITE_NAMES = ("index.html", "assets")
+"""What the site writes at its top level, beside one folder per plan id."""
+
+# Names Windows reserves for devices, with or without an extension: not a folder anywhere.
+_DEVICE_NAMES = frozenset(
+    ["con", "prn", "aux", "nul"] + [f"{p}{i}" for p in ("com", "lpt") for i in range(1, 10)]
+)
 
 
 @dataclass
@@ -95,18 +118,32 @@ def plan_id_from_folder(folder_name: str) -> str:
     return safe or "plan"
 
 
+def plan_id_of(path: str | Path) -> str:
+    """The id the plan file at `path` has, read without validating or building anything (the
+    workflow needs it to pick a plan's overrides before loading the plan with them)."""
+    plan_file = Path(path)
+    data = load_document(plan_file).data
+    explicit = data.get("id") if isinstance(data, dict) else None
+    if isinstance(explicit, str):
+        return explicit
+    return plan_id_from_folder(plan_file.resolve().parent.name)
+
+
 def load_plan(
     path: str | Path,
     *,
     replications: int | None = None,
     concurrency: int | None = None,
     models: Sequence[str] | None = None,
+    max_runs: int | None = None,
 ) -> LoadedPlan:
     """Read, validate and resolve an audit plan, and build its conditions.
 
     `replications`, `concurrency` and `models` override the plan's values (the CLI's and the
-    workflow's overrides). Raises InputError subclasses located in the plan file (or the base
-    scenario file): SchemaError, UnknownOverride, InvalidOverride, PlanError, DocumentError.
+    workflow's overrides). A plan of more than `max_runs` runs (default DEFAULT_MAX_RUNS) is
+    refused before any condition is built. Raises InputError subclasses located in the plan file
+    (or the base scenario file): SchemaError, UnknownOverride, InvalidOverride, PlanError,
+    DocumentError.
     """
     plan_file = Path(path)
     document = load_document(plan_file)
@@ -114,6 +151,9 @@ def load_plan(
     plan = validate_model(AuditPlan, data, document=document)
     plan = _with_overrides(plan, replications=replications, concurrency=concurrency, models=models)
     plan_folder = plan_file.resolve().parent
+    plan_id = plan.id if plan.id is not None else plan_id_from_folder(plan_folder.name)
+    check_plan_id(plan_id, file=plan_file, line=document.line_of("id"), given=plan.id is not None)
+    check_run_count(plan, plan_file, document, max_runs)
 
     base_file: Path | None = None
     base_doc: Document
@@ -144,7 +184,7 @@ def load_plan(
     loaded = LoadedPlan(
         plan=plan,
         plan_file=plan_file,
-        plan_id=plan.id if plan.id is not None else plan_id_from_folder(plan_folder.name),
+        plan_id=plan_id,
         base=base,
         asset_root=asset_root,
         hypothesis=hypothesis,
@@ -159,6 +199,93 @@ def load_plan(
 
     loaded._conditions = tuple(build_conditions(loaded))
     return loaded
+
+
+def check_plan_id(
+    plan_id: str,
+    *,
+    file: str | Path | None = None,
+    line: int | None = None,
+    given: bool = True,
+) -> None:
+    """Refuse a plan id that cannot be a folder of its own under results/ and in the site: one
+    the site's own files use (compared ignoring case, as some filesystems do), a device name, or
+    one too long. `given`: the plan set `id` itself (else it came from the folder's name)."""
+    lowered = plan_id.lower()
+    problem = None
+    if lowered in SITE_NAMES:
+        problem = f"plan id {plan_id!r} is the name of one of the site's own files"
+    elif lowered.split(".")[0] in _DEVICE_NAMES:
+        problem = f"plan id {plan_id!r} is a device name on some systems"
+    elif len(plan_id) > MAX_PLAN_ID_LENGTH:
+        problem = f"plan id is {len(plan_id)} characters long"
+    if problem is None:
+        return
+    if not given:
+        problem += " (taken from the plan's folder name)"
+    raise PlanError(
+        problem,
+        file=file,
+        path="id",
+        line=line if given else None,
+        expected=(
+            f"an id of at most {MAX_PLAN_ID_LENGTH} letters, digits, '.', '_' or '-', other than "
+            + ", ".join(SITE_NAMES)
+            + ("" if given else "; give the plan an `id`")
+        ),
+    )
+
+
+def check_run_count(
+    plan: AuditPlan, plan_file: Path, document: Document, max_runs: int | None = None
+) -> int:
+    """The number of runs the plan asks for (conditions × replications), counted without building
+    anything; refused beyond `max_runs` (default DEFAULT_MAX_RUNS)."""
+    from .conditions import count_conditions
+
+    limit = DEFAULT_MAX_RUNS if max_runs is None else max_runs
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise InputError(f"invalid run limit {limit!r}", path="maxRuns", expected="an integer ≥ 1")
+    conditions = count_conditions(plan)
+    runs = conditions * plan.replications
+    if runs <= limit:
+        return runs
+    path = "axes" if conditions > limit or plan.replications == 1 else "replications"
+    raise PlanError(
+        f"{conditions} conditions × {plan.replications} replications = {runs} runs, more than "
+        f"the limit of {limit}",
+        file=plan_file,
+        path=path,
+        line=document.line_of(path),
+        expected=(
+            f"at most {limit} runs; to run more, raise the limit with --max-runs N "
+            "(workflow config: maxRuns)"
+        ),
+    )
+
+
+def worker_limit() -> int:
+    """The most run processes an audit starts: WORKERS_PER_CORE per core this process may use."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on every platform
+        cores = os.cpu_count() or 1
+    return WORKERS_PER_CORE * max(1, cores)
+
+
+def bounded_workers(requested: int, *, name: str = "concurrency") -> tuple[int, str | None]:
+    """`requested` run processes capped at `worker_limit()`, and the note to show when capped.
+    Fewer than one is an input error (`name` is how the caller spells the setting)."""
+    if isinstance(requested, bool) or not isinstance(requested, int) or requested < 1:
+        raise InputError(
+            f"{name} must be at least 1, not {requested!r}", path=name, expected="an integer ≥ 1"
+        )
+    limit = worker_limit()
+    if requested <= limit:
+        return requested, None
+    return limit, (
+        f"{name} {requested} capped at {limit} ({WORKERS_PER_CORE} run processes per core)"
+    )
 
 
 def _with_overrides(
@@ -256,19 +383,31 @@ def paths_overlap(owner: str, target: str) -> bool:
 
 
 def _check_axis_targets(plan: AuditPlan, plan_file: Path, document: Document) -> None:
+    def refuse(path: str, message: str, expected: str) -> PlanError:
+        return PlanError(
+            message, file=plan_file, path=path, line=document.line_of(path), expected=expected
+        )
+
     owned = dict(_HARNESS_OWNED)
     if plan.models:
         owned["llm.model"] = "the plan's `models` set the model of every condition"
     for i, axis in enumerate(plan.axes):
-        path = f"axes.{i}.target"
+        for j, level in enumerate(axis.levels):
+            if redact_document(level) != level:
+                # A level is part of a condition's id and folder name, which every page shows.
+                raise refuse(
+                    f"axes.{i}.levels.{j}",
+                    f"axis {axis.id!r} has a level with credentials in a URL; condition ids "
+                    "would publish them",
+                    "a URL without user:password@ or key parameters (keys belong in the "
+                    "environment variable llm.apiKeyEnv names)",
+                )
         for owner, why in owned.items():
             if paths_overlap(owner, axis.target):
-                raise PlanError(
+                raise refuse(
+                    f"axes.{i}.target",
                     f"axis {axis.id!r} targets {axis.target!r}, which the harness sets: {why}",
-                    file=plan_file,
-                    path=path,
-                    line=document.line_of(path),
-                    expected="a target the harness does not set",
+                    "a target the harness does not set",
                 )
     if plan.design != "full_factorial":
         return
@@ -277,12 +416,9 @@ def _check_axis_targets(plan: AuditPlan, plan_file: Path, document: Document) ->
     for i, axis in enumerate(plan.axes):
         for other in plan.axes[:i]:
             if paths_overlap(other.target, axis.target):
-                path = f"axes.{i}.target"
-                raise PlanError(
+                raise refuse(
+                    f"axes.{i}.target",
                     f"axes {other.id!r} and {axis.id!r} both set {axis.target!r} in a "
                     "full_factorial design",
-                    file=plan_file,
-                    path=path,
-                    line=document.line_of(path),
-                    expected="axes with separate targets",
+                    "axes with separate targets",
                 )

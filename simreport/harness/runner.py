@@ -14,8 +14,12 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import os
+import signal
+import time
+import warnings
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from concurrent.futures import CancelledError, Future, ProcessPoolExecutor, as_completed, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,10 +28,12 @@ from typing import Any
 from ..core.canonical import pretty_json
 from ..core.errors import InputError
 from ..core.files import read_json, write_atomic, write_json
+from ..core.redaction import redact_document
 from ..core.schema import RunResult, Scenario
-from ..kernel import input_hashes, kernel_fingerprint, run_scenario
+from ..kernel import input_hashes, interrupt, kernel_fingerprint, run_scenario
+from ..kernel.interrupt import Interrupted
 from .conditions import Condition, build_conditions, replication_scenarios
-from .plan import LoadedPlan, paths_overlap
+from .plan import LoadedPlan, bounded_workers, paths_overlap
 from .store import RunStore, run_key
 
 Progress = Callable[[int, int], None]
@@ -35,6 +41,10 @@ Progress = Callable[[int, int], None]
 # A job that was still unfinished when a worker pool broke this many times is run alone, so a
 # run that kills its worker process is recorded as crashed without taking others down with it.
 _POOL_ATTEMPTS = 2
+
+STOP_GRACE_SECONDS = 3.0
+"""After an interrupt, how long runs in flight get to end as interrupted runs before their workers
+are killed."""
 
 
 @dataclass(frozen=True)
@@ -73,14 +83,20 @@ def run_dir(out_dir: Path, condition: Condition, replication: int) -> Path:
     return out_dir / "runs" / condition.dir / str(replication)
 
 
-def plan_document(loaded: LoadedPlan, provider: str | None = None) -> dict[str, Any]:
+def plan_document(
+    loaded: LoadedPlan, provider: str | None = None, llm: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """The content of plan.json: the normalised plan plus `hash`, `planFile` (as given to
-    load_plan) and `providerOverride` (the provider every run was forced to, or null). Only the
-    normalised part is hashed."""
-    doc = loaded.normalised()
+    load_plan), `providerOverride` (the provider every run was forced to, or null) and, when
+    given, `llmOverride` (the `llm` keys every run was forced to). Only the normalised part is
+    hashed. Credentials in URLs (`baseUrl` in the base scenario, an axis level or the override)
+    are redacted: plan.json is published, the runs use the real values."""
+    doc: dict[str, Any] = redact_document(loaded.normalised())
     doc["hash"] = loaded.hash
     doc["planFile"] = str(loaded.plan_file)
     doc["providerOverride"] = provider
+    if llm:
+        doc["llmOverride"] = redact_document(dict(llm))
     # JSON files are written with sorted keys; this keeps the order in which the plan listed each
     # target distribution's categories (e.g. a scale from "strongly oppose" to "strongly support").
     targets = loaded.hypothesis.target_distribution if loaded.hypothesis is not None else None
@@ -120,11 +136,15 @@ def run_audit(
     completed run is added to it.
     """
     out = Path(out_dir)
+    # Every check before the first file is written: a refused audit leaves nothing behind.
+    check_llm_access(provider, None)
+    requested = concurrency if concurrency is not None else loaded.plan.concurrency
+    workers, note = bounded_workers(requested)
+    if note is not None:
+        warnings.warn(note, stacklevel=2)
     conditions = build_conditions(loaded)
     llm = validate_llm_override(loaded, llm)
-    plan_doc = plan_document(loaded, provider)
-    if llm:
-        plan_doc["llmOverride"] = dict(llm)
+    plan_doc = plan_document(loaded, provider, llm)
     _write_if_changed(out / "plan.json", pretty_json(plan_doc))
     _write_if_changed(out / "conditions.json", pretty_json(conditions_document(loaded, conditions)))
 
@@ -143,29 +163,76 @@ def run_audit(
 
     if progress is not None:
         progress(done, total)
-    workers = concurrency if concurrency is not None else loaded.plan.concurrency
-    if workers < 1:
-        raise ValueError("concurrency must be at least 1")
+    interrupt.reset()  # a stop requested before this audit began is not a stop of it
     if workers == 1 or len(jobs) <= 1:
         for job in jobs:
             record(job.index, _run_guarded(job))
     else:
         _run_pooled(jobs, workers, record)
+    if any(_interrupted(result) for result in results.values()):
+        # A run was stopped from outside this process: the audit is interrupted all the same,
+        # and an interrupted audit returns nothing to analyse.
+        raise KeyboardInterrupt
 
     ordered = [(condition, r, results[i]) for i, (condition, r) in enumerate(slots)]
     return AuditRun(out_dir=out, conditions=conditions, results=ordered)
+
+
+def check_llm_access(
+    provider: str | None,
+    base_url: str | None,
+    *,
+    provider_at: str = "provider",
+    base_url_at: str = "baseUrl",
+    file: str | Path | None = None,
+) -> None:
+    """Refuse a provider override that names no registered provider, and a base URL override
+    that is not an http(s) URL with a host, before anything runs (otherwise every run would fail
+    with the same error). `provider_at`, `base_url_at` and `file` say where the caller took them
+    from: an option, a config key."""
+    from ..core.redaction import redact_text
+    from ..kernel.providers import PROVIDERS, ProviderError
+    from ..kernel.providers.openai import chat_base_url
+
+    if provider is not None and (not isinstance(provider, str) or provider not in PROVIDERS):
+        raise InputError(
+            f"unknown provider {provider!r}",
+            file=file,
+            path=provider_at,
+            expected="one of " + ", ".join(PROVIDERS),
+        )
+    if base_url is None:
+        return
+    valid = isinstance(base_url, str)
+    if valid:
+        try:
+            chat_base_url(base_url)
+        except ProviderError:
+            valid = False
+    if not valid:
+        # Shown, so without the credentials a mistyped URL may still carry.
+        shown = repr(redact_text(base_url)) if isinstance(base_url, str) else repr(base_url)
+        raise InputError(
+            f"{shown} is not an http(s) URL with a host",
+            file=file,
+            path=base_url_at,
+            expected="a URL such as http://127.0.0.1:8000/v1",
+        )
 
 
 def validate_llm_override(
     loaded: LoadedPlan, llm: Mapping[str, Any] | None
 ) -> dict[str, Any] | None:
     """Check `llm` overrides (document keys such as model, baseUrl) against the plan: they must
-    be `llm` keys, must not replace a plan's own `models`, and the result must validate."""
+    be `llm` keys, must not replace a plan's own `models`, a baseUrl must be an http(s) URL, and
+    the result must validate."""
     if not llm:
         return None
     fields = {k: v for k, v in llm.items() if v is not None}
     if not fields:
         return None
+    if "baseUrl" in fields:
+        check_llm_access(None, fields["baseUrl"], base_url_at="llm.baseUrl")
     if "model" in fields and loaded.plan.models:
         raise InputError(
             "a `model` override cannot replace a plan that lists `models`",
@@ -262,8 +329,62 @@ def plan_jobs(
     return slots, jobs, results
 
 
+def worker_pool(workers: int) -> ProcessPoolExecutor:
+    """A pool of `workers` fresh processes for runs. Each worker ends its runs as interrupted on
+    SIGINT or SIGTERM (see `stop_pool`) and exits by itself once this process is gone."""
+    return ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=interrupt.init_worker,
+        initargs=(os.getpid(),),
+    )
+
+
+def tell_workers_to_stop(pool: ProcessPoolExecutor) -> list[multiprocessing.Process]:
+    """Send SIGINT to every worker of `pool`: their runs in flight end as interrupted runs.
+    Returns the workers."""
+    processes: list[multiprocessing.Process] = list((pool._processes or {}).values())
+    for process in processes:
+        if process.pid is not None:
+            with contextlib.suppress(OSError):  # exited already
+                os.kill(process.pid, signal.SIGINT)
+    return processes
+
+
+def stop_pool(
+    pool: ProcessPoolExecutor, futures: Mapping[Future[Any], RunJob], *, since: float
+) -> None:
+    """Stop `pool` after an interrupt: tell its workers to stop (their runs in flight end as
+    interrupted runs and write their results), drop the jobs not yet started, wait up to
+    STOP_GRACE_SECONDS (a second interrupt cuts the wait short), then kill whatever still runs
+    and record its runs (those started since `since`, a time.time()) as interrupted."""
+    processes = tell_workers_to_stop(pool)
+    # Cancelled here rather than by the shutdown: wait() would take a future the pool cancels
+    # for one still pending, and wait for it in vain.
+    running = [future for future in futures if not future.cancel()]
+    pool.shutdown(wait=False, cancel_futures=True)
+    try:
+        wait(running, timeout=STOP_GRACE_SECONDS)
+    except KeyboardInterrupt:
+        pass  # the second interrupt: no more grace (the caller re-raises the first)
+    finally:
+        stuck = [job for future, job in futures.items() if not future.done()]
+        for process in processes:
+            process.kill()
+        for job in stuck:
+            if _started_since(job, since):
+                _harness_failure(
+                    job,
+                    "Interrupted",
+                    "interrupted before the run finished; its worker was stopped",
+                    execution="cancelled",
+                    stage="running",
+                )
+
+
 def execute_jobs(jobs: list[RunJob], executor: ProcessPoolExecutor | None) -> dict[int, RunResult]:
-    """Run jobs in a caller-owned pool (shared by concurrent callers) or, without one, here."""
+    """Run jobs in a caller-owned pool (shared by concurrent callers) or, without one, here.
+    Raises Interrupted when the pool's workers were told to stop."""
     if executor is None:
         return {job.index: _run_guarded(job) for job in jobs}
     out: dict[int, RunResult] = {}
@@ -274,15 +395,32 @@ def execute_jobs(jobs: list[RunJob], executor: ProcessPoolExecutor | None) -> di
             futures.append((job, executor.submit(_execute, job)))
         except (BrokenProcessPool, RuntimeError):  # broken, or shut down after breaking
             unfinished.append(job)
-    for job, future in futures:
-        try:
-            out[job.index] = RunResult.model_validate(future.result())
-        except BrokenProcessPool:
-            unfinished.append(job)
-        except Exception as exc:
-            out[job.index] = _harness_failure(
-                job, type(exc).__name__, str(exc) or type(exc).__name__
-            )
+    try:
+        for job, future in futures:
+            try:
+                out[job.index] = RunResult.model_validate(future.result())
+            except BrokenProcessPool:
+                unfinished.append(job)
+            except Interrupted:
+                raise
+            except CancelledError:
+                # Another batch stopped the shared pool after an interrupt: this run never
+                # started, and is no failure of its own.
+                raise Interrupted("the run pool was stopped before this run started") from None
+            except Exception as exc:
+                out[job.index] = _harness_failure(
+                    job, type(exc).__name__, str(exc) or type(exc).__name__
+                )
+            if _interrupted(out.get(job.index)):
+                raise Interrupted("runs of this batch were interrupted")
+    except BaseException as exc:
+        # The jobs not yet started are dropped (the shared pool serves other callers too).
+        started = [future for _, future in futures if not future.cancel()]
+        if isinstance(exc, Interrupted):
+            # Runs in flight end as interrupted runs within moments; wait for them, so that
+            # none writes its result after the caller (a workflow job) has cleaned up.
+            wait(started, timeout=STOP_GRACE_SECONDS)
+        raise
     if unfinished:
         # The shared pool broke (a worker died). Finish in fresh pools of our own, never in this
         # process: a run that kills its process is recorded as crashed and takes nothing along.
@@ -297,7 +435,9 @@ def execute_jobs(jobs: list[RunJob], executor: ProcessPoolExecutor | None) -> di
 
 
 def _execute(job: RunJob) -> dict[str, Any]:
-    """Worker entry point (also used in-process): run one job, return result.json's content."""
+    """Worker entry point (also used in-process): run one job, return result.json's content.
+    A job reached after a stop request is not started: Interrupted, and its directory untouched."""
+    interrupt.check()
     result = run_scenario(
         Scenario.model_validate(job.scenario),
         Path(job.out_dir),
@@ -315,8 +455,27 @@ def _execute(job: RunJob) -> dict[str, Any]:
 def _run_guarded(job: RunJob) -> RunResult:
     try:
         return RunResult.model_validate(_execute(job))
+    except Interrupted:
+        raise KeyboardInterrupt from None  # never started: nothing to record
     except Exception as exc:  # the kernel should not raise; if it does, record it
         return _harness_failure(job, type(exc).__name__, str(exc) or type(exc).__name__)
+
+
+def _interrupted(result: RunResult | None) -> bool:
+    return (
+        result is not None and result.failure is not None and result.failure.type == "Interrupted"
+    )
+
+
+def _started_since(job: RunJob, since: float) -> bool:
+    """Whether the kernel started this job's run since `since` and has not finished it."""
+    folder = Path(job.out_dir)
+    try:
+        # A second of slack: file times are coarser than the clock.
+        started = (folder / "scenario.json").stat().st_mtime >= since - 1.0
+    except OSError:
+        return False
+    return started and not (folder / "result.json").exists()
 
 
 def _run_pooled(jobs: list[RunJob], workers: int, record: Callable[[int, RunResult], None]) -> None:
@@ -343,42 +502,49 @@ def _run_pooled(jobs: list[RunJob], workers: int, record: Callable[[int, RunResu
 def _pool_round(
     jobs: list[RunJob], workers: int, record: Callable[[int, RunResult], None]
 ) -> list[RunJob]:
-    """Run `jobs` in a fresh pool; return the jobs left unfinished if the pool broke."""
+    """Run `jobs` in a fresh pool; return the jobs left unfinished if the pool broke. An
+    interrupt (here, or a run that reports one) stops the pool and goes on as KeyboardInterrupt."""
     unfinished: list[RunJob] = []
-    context = multiprocessing.get_context("spawn")
-    pool = ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=context)
+    since = time.time()
+    pool = worker_pool(min(workers, len(jobs)))
+    futures: dict[Future[dict[str, Any]], RunJob] = {}
     try:
-        futures: dict[Future[dict[str, Any]], RunJob] = {pool.submit(_execute, j): j for j in jobs}
+        futures = {pool.submit(_execute, j): j for j in jobs}
         for future in as_completed(futures):
             job = futures[future]
             try:
-                record(job.index, RunResult.model_validate(future.result()))
+                result = RunResult.model_validate(future.result())
             except BrokenProcessPool:
                 unfinished.append(job)
+                continue
+            except Interrupted:
+                raise KeyboardInterrupt from None  # the workers were told to stop
             except Exception as exc:  # a raising worker is one failed run
-                record(
-                    job.index,
-                    _harness_failure(job, type(exc).__name__, str(exc) or type(exc).__name__),
-                )
+                result = _harness_failure(job, type(exc).__name__, str(exc) or type(exc).__name__)
+            record(job.index, result)
+            if _interrupted(result):
+                raise KeyboardInterrupt
     except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)
+        stop_pool(pool, futures, since=since)
         raise
     pool.shutdown(wait=True)
     unfinished.sort(key=lambda j: j.index)
     return unfinished
 
 
-def _harness_failure(job: RunJob, kind: str, message: str) -> RunResult:
-    """A crashed result for a run the kernel could not report on; also written as result.json
-    so the run directory says what happened."""
+def _harness_failure(
+    job: RunJob, kind: str, message: str, *, execution: str = "crashed", stage: str = "harness"
+) -> RunResult:
+    """A failed result for a run the kernel could not report on (crashed, or cancelled when it
+    was interrupted); also written as result.json so the run directory says what happened."""
     result = RunResult.model_validate(
         {
             "condition": job.condition,
             "replication": job.replication,
             "seedPath": list(job.scenario.get("seedPath", [])),
-            "status": {"execution": "crashed", "validity": "unchecked", "evidence": "unchecked"},
+            "status": {"execution": execution, "validity": "unchecked", "evidence": "unchecked"},
             "integrity": {"complete": False, "counters": {}},
-            "failure": {"stage": "harness", "type": kind, "message": message},
+            "failure": {"stage": stage, "type": kind, "message": message},
         }
     )
     with contextlib.suppress(OSError):
@@ -409,7 +575,9 @@ def _reusable(
             update={"llm": scenario.llm.model_copy(update={"provider": provider})}
         )
     try:
-        if (target / "scenario.json").read_text(encoding="utf-8") != pretty_json(scenario.to_doc()):
+        # scenario.json is written with URL credentials redacted; compare like with like.
+        written = pretty_json(redact_document(scenario.to_doc()))
+        if (target / "scenario.json").read_text(encoding="utf-8") != written:
             return None
         manifest = read_json(target / "manifest.json")
         if manifest.get("kernelFingerprint") != kernel_fingerprint(scenario.world):

@@ -14,6 +14,7 @@ from ..core.errors import RunError
 from ..core.schema import Scenario
 from . import prompts
 from .events import EventLog
+from .interrupt import check as check_interrupt
 from .personas import sample_personas
 from .policies import Policy
 from .providers.base import (
@@ -125,6 +126,7 @@ class RunContext:
 
     def decide_many(self, items: Sequence[tuple[int, DecisionRequest]]) -> list[Decision]:
         """Decide for several agents at once; LLM calls of one batch may overlap in flight."""
+        check_interrupt()  # an interrupted run makes no further decision, least of all a call
         results: list[Decision | None] = [None] * len(items)
         llm_slots: list[int] = []
         llm_requests: list[ChatRequest] = []

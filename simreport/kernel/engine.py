@@ -19,6 +19,7 @@ from typing import Any
 from ..core.canonical import canonical_json, pretty_json, sha256_bytes
 from ..core.errors import InputError, RunError, SchemaError, ValidationIssue, join_path
 from ..core.files import Document, load_document, write_atomic, write_json
+from ..core.redaction import redact_document
 from ..core.schema import (
     SCHEMA_VERSION,
     Cost,
@@ -33,6 +34,7 @@ from ..core.version import __version__
 from .context import RunContext, assign_executors
 from .events import EventLog
 from .external import simulator_assets
+from .interrupt import Interrupted, check, stop_requested
 from .policies import POLICIES
 from .providers import PROVIDERS, make_provider
 from .rules import RULES
@@ -223,7 +225,10 @@ def run_scenario(
     ctx: RunContext | None = None
     result: RunResult
     try:
-        doc = scenario.to_doc()
+        # The run uses the scenario as given; what it writes has URL credentials redacted, and
+        # the manifest's hash is that of the scenario.json beside it (a hash of the real one
+        # would let anyone holding the folder test guesses at a password).
+        doc = redact_document(scenario.to_doc())
         write_atomic(out / "scenario.json", pretty_json(doc))
         assets = simulator_assets(scenario, root)
         manifest = {
@@ -279,14 +284,20 @@ def run_scenario(
             finally:
                 if llm is not None:
                     llm.close()
+            check()  # a run the stop caught after its last call has not finished either
             stage = "collecting"
             result = _completed(scenario, ctx, condition, rep, outcome)
             if ctx.manifest_extra:
                 # What the run resolved while loading (asset versions and hashes) joins the
                 # manifest; labels never do.
                 write_json(out / "manifest.json", {**manifest, **ctx.manifest_extra})
-    except Exception as exc:
+    except (Exception, KeyboardInterrupt) as exc:
+        # KeyboardInterrupt reaches a run only in the process that was interrupted (in-process
+        # runs); the run is recorded as interrupted and the interrupt goes on to the caller.
         result = _crashed(scenario, ctx, condition, rep, stage, exc)
+        interrupted = isinstance(exc, KeyboardInterrupt)
+    else:
+        interrupted = False
     events.emit(
         "run_finished",
         None,
@@ -295,6 +306,8 @@ def run_scenario(
     )
     events.write(out / "events.jsonl")
     write_json(out / "result.json", result.to_doc())
+    if interrupted:
+        raise KeyboardInterrupt
     return result
 
 
@@ -353,6 +366,10 @@ def _crashed(
     stage: str,
     exc: BaseException,
 ) -> RunResult:
+    if isinstance(exc, KeyboardInterrupt) or stop_requested():
+        # Whatever the world made of it (some wrap errors in their own), a run the stop ended is
+        # an interrupted run.
+        exc = Interrupted()
     if isinstance(exc, RunError):
         kind, message, stage = exc.kind, exc.message, exc.stage or stage
     elif isinstance(exc, InputError):

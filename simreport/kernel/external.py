@@ -7,28 +7,37 @@ tail of its stderr in the failure message.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 from pydantic import ValidationError
 
+from ..core.canonical import pretty_json
 from ..core.errors import RunError
+from ..core.redaction import redact_document, redact_text
 from ..core.schema import RunResult, Scenario
 from ..core.validation import issues_from
+from . import interrupt
 from .context import SeedTree
 
 STREAM_EXTERNAL = 7
 STDERR_TAIL = 2000
+SIMULATOR_POLL_SECONDS = 0.1
 
 
 def _tail(data: bytes | str | None) -> str:
     if not data:
         return ""
     text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
-    text = text.strip()
-    return text[-STDERR_TAIL:]
+    # A simulator that prints its endpoint must not publish the endpoint's credentials.
+    return redact_text(text.strip())[-STDERR_TAIL:]
 
 
 def _asset(arg: str, root: Path | None) -> Path | None:
@@ -62,6 +71,48 @@ def _command(scenario: Scenario, root: Path | None) -> list[str]:
     return out
 
 
+def _run_simulator(
+    command: list[str], *, cwd: Path | None, timeout: float, scratch: Path
+) -> tuple[int, bytes]:
+    """Run the simulator to its end and return its exit status and stderr. It is stopped (its
+    whole process group) when it outlives `timeout`, when a stop is requested, and when this
+    process exits because its parent died."""
+    stderr_path = scratch / "stderr"
+    with open(stderr_path, "wb") as stderr_file:
+        try:
+            proc = subprocess.Popen(
+                command,
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr_file,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise RunError(f"cannot start simulator: {exc}", kind="SimulatorNotFound") from None
+        deadline = time.monotonic() + timeout
+        try:
+            with interrupt.child_process_group(proc.pid):
+                while True:
+                    try:
+                        proc.wait(timeout=SIMULATOR_POLL_SECONDS)
+                        break
+                    except subprocess.TimeoutExpired:
+                        interrupt.check()
+                    if time.monotonic() > deadline:
+                        raise RunError(
+                            f"simulator timed out after {timeout:g} s; stderr: "
+                            + _tail(stderr_path.read_bytes()),
+                            kind="SimulatorTimeout",
+                        )
+        finally:
+            if proc.poll() is None:
+                with contextlib.suppress(OSError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    return proc.returncode, stderr_path.read_bytes()
+
+
 def run_external(
     scenario: Scenario, out: Path, *, condition: str, replication: int, root: Path | None
 ) -> RunResult:
@@ -71,34 +122,29 @@ def run_external(
     sim_dir.mkdir(exist_ok=True)
     (sim_dir / "result.json").unlink(missing_ok=True)
     seed = SeedTree(scenario.seed, scenario.seed_path).integer(STREAM_EXTERNAL) % (2**31)
-    command = [
-        *_command(scenario, root),
-        "--config",
-        str((out / "scenario.json").resolve()),
-        "--seed",
-        str(seed),
-        "--out",
-        str(sim_dir.resolve()),
-    ]
-    try:
-        proc = subprocess.run(
-            command,
-            cwd=root,
-            capture_output=True,
-            timeout=scenario.simulator.timeout_seconds,
-            check=False,
+    doc = scenario.to_doc()
+    with tempfile.TemporaryDirectory(prefix="simreport-config-") as private:
+        config = (out / "scenario.json").resolve()
+        if redact_document(doc) != doc:
+            # The run folder's scenario.json has its credentials redacted; the simulator gets
+            # the real document in a private file that is gone when it exits.
+            config = Path(private) / "scenario.json"
+            config.write_text(pretty_json(doc), encoding="utf-8")
+        command = [
+            *_command(scenario, root),
+            "--config",
+            str(config),
+            "--seed",
+            str(seed),
+            "--out",
+            str(sim_dir.resolve()),
+        ]
+        returncode, stderr = _run_simulator(
+            command, cwd=root, timeout=scenario.simulator.timeout_seconds, scratch=Path(private)
         )
-    except subprocess.TimeoutExpired as exc:
+    if returncode != 0:
         raise RunError(
-            f"simulator timed out after {scenario.simulator.timeout_seconds:g} s; stderr: "
-            + _tail(exc.stderr),
-            kind="SimulatorTimeout",
-        ) from None
-    except OSError as exc:
-        raise RunError(f"cannot start simulator: {exc}", kind="SimulatorNotFound") from None
-    if proc.returncode != 0:
-        raise RunError(
-            f"simulator exited with status {proc.returncode}; stderr: {_tail(proc.stderr)}",
+            f"simulator exited with status {returncode}; stderr: {_tail(stderr)}",
             kind="SimulatorFailed",
         )
     path = sim_dir / "result.json"
@@ -106,12 +152,12 @@ def run_external(
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise RunError(
-            f"simulator wrote no result.json; stderr: {_tail(proc.stderr)}",
+            f"simulator wrote no result.json; stderr: {_tail(stderr)}",
             kind="SimulatorInvalidResult",
         ) from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise RunError(
-            f"simulator result.json is not valid JSON ({exc}); stderr: {_tail(proc.stderr)}",
+            f"simulator result.json is not valid JSON ({exc}); stderr: {_tail(stderr)}",
             kind="SimulatorInvalidResult",
         ) from None
     if not isinstance(data, dict):

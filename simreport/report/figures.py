@@ -24,6 +24,7 @@ from matplotlib import rc_context
 from matplotlib.figure import Figure
 
 from ..core.canonical import parse_number
+from ..core.files import visible_control_characters
 from .naming import figure_names
 
 # matplotlib's rc settings are process-global: figures drawn in threads (Snakemake runs jobs in
@@ -106,8 +107,9 @@ def format_number(value: Any, missing: str = "–") -> str:
 
 
 def _text(text: str) -> str:
-    """A plan string as matplotlib text: `$` escaped so it is never read as mathtext."""
-    return text.replace("$", r"\$")
+    """A plan string as matplotlib text: `$` escaped so it is never read as mathtext, control
+    characters shown as visible symbols."""
+    return visible_control_characters(text).replace("$", r"\$")
 
 
 def _label(text: Any, suffix: str = "") -> str:
@@ -141,7 +143,8 @@ def _with_title(svg: str, title: str) -> str:
         return svg
     if "role=" not in head:
         head = head[:-1] + ' role="img">'
-    return f"{head}\n <title>{escape(title, quote=False)}</title>{rest}"
+    shown = escape(visible_control_characters(title), quote=False)
+    return f"{head}\n <title>{shown}</title>{rest}"
 
 
 def inline(svg: str, id_prefix: str | None = None) -> str:

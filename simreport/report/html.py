@@ -491,7 +491,8 @@ def write_report(audit_dir: str | Path, *, draw_figures: bool = True) -> Path:
     workflow's figure job from the same audit.json) are inlined as they are."""
     root = Path(audit_dir)
     audit_file = root / "audit.json"
-    audit = load_document(audit_file).data
+    # Strings in audit.json may carry control characters: every one printed is made visible.
+    audit = load_document(audit_file, allow_control_characters=True).data
     if not isinstance(audit, dict) or "plan" not in audit or "schemaVersion" not in audit:
         raise InputError(
             "not an audit document", file=audit_file, expected="audit.json written by analyse"

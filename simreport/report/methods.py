@@ -20,7 +20,7 @@ from markdown_it import MarkdownIt
 
 from ..core.canonical import canonical_json, parse_number
 from ..core.errors import InputError
-from ..core.files import load_document, write_atomic
+from ..core.files import load_document, visible_control_characters, write_atomic
 from .templating import environment
 
 TEMPLATE = "methods.md.j2"
@@ -339,14 +339,14 @@ def _markdown_renderer() -> MarkdownIt:
 
 def methods_html(markdown_text: str, title: str) -> str:
     """`markdown_text` as one self-contained HTML page: no scripts, no external resources."""
-    body = _markdown_renderer().render(markdown_text)
+    body = _markdown_renderer().render(visible_control_characters(markdown_text))
     return (
         "<!doctype html>\n"
         '<html lang="en">\n'
         "<head>\n"
         '<meta charset="utf-8">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-        f"<title>{html.escape(title)}</title>\n"
+        f"<title>{html.escape(visible_control_characters(title))}</title>\n"
         f"<style>\n{_CSS}</style>\n"
         "</head>\n"
         "<body>\n"
@@ -358,7 +358,8 @@ def methods_html(markdown_text: str, title: str) -> str:
 
 def _read_audit(audit_dir: Path) -> dict[str, Any]:
     audit_file = audit_dir / "audit.json"
-    audit = load_document(audit_file).data
+    # Strings in audit.json may carry control characters: every one printed is made visible.
+    audit = load_document(audit_file, allow_control_characters=True).data
     if not isinstance(audit, dict) or "plan" not in audit or "schemaVersion" not in audit:
         raise InputError(
             "not an audit document", file=audit_file, expected="audit.json written by analyse"

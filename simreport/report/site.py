@@ -156,7 +156,8 @@ def render_index(entries: Sequence[Mapping[str, Any]], title: str = DEFAULT_TITL
 
 
 def _read_audit(audit_file: Path) -> dict[str, Any]:
-    audit = load_document(audit_file).data
+    # Strings in audit.json may carry control characters: every one printed is made visible.
+    audit = load_document(audit_file, allow_control_characters=True).data
     if not isinstance(audit, dict) or "plan" not in audit or "schemaVersion" not in audit:
         raise InputError(
             "not an audit document", file=audit_file, expected="audit.json written by analyse"

@@ -2,8 +2,9 @@
 
 Templates live in `simreport/report/templates`. Undefined names are errors and a trailing
 newline is kept; HTML pages are autoescaped and have block tags trimmed, Markdown is not escaped
-by Jinja (the methods module escapes its values itself, through `finalize`). Each configuration
-is built once per process, so its templates are parsed once.
+by Jinja (the methods module escapes its values itself, through `finalize`). Whatever a template
+prints has its control characters replaced by visible stand-ins, in every configuration. Each
+configuration is built once per process, so its templates are parsed once.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from collections.abc import Callable
 from typing import Any
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
+
+from ..core.files import CONTROL_CHARACTERS, visible_control_characters
 
 Filters = tuple[tuple[str, Callable[..., Any]], ...]
 
@@ -37,7 +40,22 @@ def environment(
         trim_blocks=trim_blocks,
         lstrip_blocks=trim_blocks,
         keep_trailing_newline=True,
-        finalize=finalize,
+        finalize=_printable(finalize),
     )
     env.filters.update(filters)
     return env
+
+
+def _printable(finalize: Callable[..., Any] | None) -> Callable[[Any], Any]:
+    """`finalize`, then no raw control characters: the loader refuses them in plans and
+    scenarios, but audit.json can carry them from elsewhere (a simulator, a provider's error)."""
+
+    def printed(value: Any) -> Any:
+        if finalize is not None:
+            value = finalize(value)
+        if isinstance(value, str) and CONTROL_CHARACTERS.search(value):
+            # Keep the type: Markup stays markup, the methods module's Markdown stays Markdown.
+            return type(value)(visible_control_characters(value))
+        return value
+
+    return printed

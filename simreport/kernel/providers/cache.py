@@ -28,6 +28,7 @@ from typing import Any, Literal
 from ...core.canonical import canonical_json, sha256_text
 from ...core.errors import InputError
 from ...core.files import write_atomic
+from ...core.redaction import redact_url
 from ...core.schema import LLMConfig
 from .base import ChatRequest, ChatResponse, Provider, ProviderError
 
@@ -68,11 +69,16 @@ def cache_mode(env: Mapping[str, str] | None = None) -> CacheMode:
 
 def request_key(provider: str, base_url: str | None, request: ChatRequest) -> str:
     """sha256 over everything that can change the response: provider, endpoint, model, messages,
-    temperature, token limit, seed, tools and the allowed answers (the response format)."""
+    temperature, token limit, seed, tools and the allowed answers (the response format).
+
+    The endpoint counts without its credentials (userinfo, key-like query values), as the API
+    key does not count either: they decide whether a call is allowed, not what it answers. So a
+    run read back from its (redacted) scenario.json finds the responses its original recorded,
+    and no entry is derived from a password."""
     material = {
         "v": KEY_VERSION,
         "provider": provider,
-        "baseUrl": (base_url or "").strip().rstrip("/"),
+        "baseUrl": redact_url((base_url or "").strip().rstrip("/")),
         "model": request.model,
         "messages": [[m.role, m.content] for m in request.messages],
         "temperature": float(request.temperature),

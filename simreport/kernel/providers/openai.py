@@ -9,6 +9,8 @@ budget of calls and tokens whose exhaustion is a counted failure rather than a h
 
 The API key is read from the environment variable that `llm.apiKeyEnv` names. It is sent in the
 Authorization header and nowhere else: not in errors, events, the manifest or `describe()`.
+Credentials in `llm.baseUrl` itself (`http://user:secret@host/v1`, `?api_key=…`) are used as given
+and shown redacted (simreport.core.redaction); a URL read back redacted is refused, not sent.
 
 Settings beyond the scenario's `llm` section are properties of the machine, read from the
 environment so that the CLI, pool workers and Snakemake jobs agree:
@@ -28,15 +30,16 @@ import os
 import random
 import re
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
+from ...core.redaction import MARK, is_redacted, redact_secrets, redact_url, url_secrets
 from ...core.schema import LLMConfig
+from .. import interrupt
 from . import CACHED, PROVIDERS
 from .base import ChatRequest, ChatResponse, Provider, ProviderError, estimate_tokens
 
@@ -147,16 +150,32 @@ class HttpSettings:
 
 def chat_base_url(base_url: str) -> str:
     """The API root that `/chat/completions` is appended to. A bare host gets `/v1` (what vLLM,
-    llama.cpp, Ollama and the hosted API serve); a pasted full endpoint loses its tail."""
-    url = base_url.strip().rstrip("/")
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise config_error(f"llm.baseUrl {base_url!r} is not an http(s) URL")
-    if url.endswith("/chat/completions"):
-        url = url[: -len("/chat/completions")]
-    if not urlsplit(url).path:
-        url += "/v1"
-    return url
+    llama.cpp, Ollama and the hosted API serve); a pasted full endpoint loses its tail. A query
+    (`?api-version=…`, `?api_key=…`) stays a query; a fragment, never sent, is dropped."""
+    try:
+        parts = urlsplit(base_url.strip())
+    except ValueError:  # e.g. an unclosed IPv6 bracket
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
+        raise config_error(f"llm.baseUrl {redact_url(base_url)!r} is not an http(s) URL")
+    if is_redacted(base_url):
+        # A scenario.json or plan.json read back: sending the marker as a password would fail
+        # with a misleading 401, or worse, reach a server that ignores it.
+        raise config_error(
+            f"llm.baseUrl {redact_url(base_url)!r} carries credentials that were redacted when "
+            f"it was written ({MARK}); give the real URL, e.g. with --base-url"
+        )
+    path = parts.path.rstrip("/")
+    if path.endswith("/chat/completions"):
+        path = path[: -len("/chat/completions")]
+    return urlunsplit((parts.scheme, parts.netloc, path or "/v1", parts.query, ""))
+
+
+def chat_completions_url(base_url: str) -> str:
+    """The Chat Completions endpoint under the API root `base_url` (its query kept at the end)."""
+    parts = urlsplit(chat_base_url(base_url))
+    path = parts.path + "/chat/completions"
+    return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
 
 
 def read_api_key(env_name: str | None, env: Mapping[str, str] | None = None) -> str | None:
@@ -326,10 +345,13 @@ class ChatEndpoint:
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.base_url = chat_base_url(base_url)
-        self.url = self.base_url + "/chat/completions"
+        self.url = chat_completions_url(self.base_url)
+        self.shown_url = redact_url(self.url)
+        """The endpoint as messages show it: userinfo and key-like query values redacted."""
         import httpx
 
-        self._secret = api_key
+        self._api_key = api_key
+        self._secrets = (api_key, *url_secrets(self.url))
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
@@ -348,12 +370,19 @@ class ChatEndpoint:
         return self._client.post(self.url, content=json.dumps(body).encode("utf-8"))
 
     def redact(self, text: str) -> str:
-        """`text` with the API key blanked out (a server may echo request headers)."""
-        return text.replace(self._secret, "[redacted]") if self._secret else text
+        """`text` with the API key and the URL's credentials blanked out (a server may echo
+        request headers or the URL), and every URL in it redacted."""
+        return redact_secrets(text, self._secrets)
 
     def redact_bytes(self, raw: bytes) -> bytes:
-        """A body with the API key blanked out, before any of it is parsed or quoted."""
-        return raw.replace(self._secret.encode(), b"[redacted]") if self._secret else raw
+        """A body with the API key and the URL's credentials blanked out, before any of it is
+        parsed or quoted."""
+        # Only credentials long enough not to be words: a 2xx body is data (the model's answer),
+        # and a short password such as "open" must not rewrite it.
+        long_enough = (s for s in self._secrets if s and (s == self._api_key or len(s) >= 8))
+        for secret in sorted(long_enough, key=len, reverse=True):
+            raw = raw.replace(secret.encode(), b"[redacted]")
+        return raw
 
     def close(self) -> None:
         self._client.close()
@@ -401,7 +430,7 @@ class OpenAIProvider(Provider):
         *,
         settings: HttpSettings | None = None,
         transport: httpx.BaseTransport | None = None,
-        sleep: Sleep = time.sleep,
+        sleep: Sleep = interrupt.pause,
         env: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(config)
@@ -431,11 +460,13 @@ class OpenAIProvider(Provider):
                 raise self._redacted(exc) from None
 
     def _redacted(self, error: ProviderError) -> ProviderError:
-        """`error` with the API key blanked out of its message: every failure of a request passes
-        here, so no path (a body quoted in a message, an exception's text) can carry the key."""
-        if not self._api_key or self._api_key not in error.message:
+        """`error` with the API key and the base URL's credentials blanked out of its message:
+        every failure of a request passes here, so no path (a body quoted in a message, an
+        exception's text, the endpoint's URL) can carry them."""
+        secrets = (self._api_key, *url_secrets(self.settings.base_url))
+        message = redact_secrets(error.message, secrets)
+        if message == error.message:
             return error
-        message = error.message.replace(self._api_key, "[redacted]")
         clean = ProviderError(message, kind=error.kind)
         clean.stage = error.stage
         return clean
@@ -456,7 +487,7 @@ class OpenAIProvider(Provider):
         return {
             "name": self.name,
             "model": self.config.model,
-            "baseUrl": self.settings.base_url,
+            "baseUrl": redact_url(self.settings.base_url),
             "apiKeyEnv": self.settings.api_key_env,
             "structuredOutput": STRUCTURED not in self._unsupported,
             "seed": SEED not in self._unsupported,
@@ -531,6 +562,8 @@ class OpenAIProvider(Provider):
         dropped: set[str] = set()
         attempt = 0
         while True:
+            # Before every attempt, retries included: a stopped run sends nothing more.
+            interrupt.check()
             self._spend_call()
             wait: float | None = None
             try:
@@ -539,7 +572,7 @@ class OpenAIProvider(Provider):
                 kind, message = _transport_failure(exc)
             except httpx.HTTPError as exc:  # undecodable body, redirect loop: not transient
                 raise ProviderError(
-                    f"POST {endpoint.url}: {type(exc).__name__}: {endpoint.redact(str(exc))}",
+                    f"POST {endpoint.shown_url}: {type(exc).__name__}: {endpoint.redact(str(exc))}",
                     kind="BadResponse",
                 ) from None
             else:
@@ -564,19 +597,19 @@ class OpenAIProvider(Provider):
                     kind = "ServerError"
                 else:
                     raise ProviderError(
-                        f"POST {endpoint.url} was refused: {message}",
+                        f"POST {endpoint.shown_url} was refused: {message}",
                         kind="BadRequest" if status == 400 else "HTTPStatus",
                     )
                 wait = parse_retry_after(response.headers.get("retry-after"))
             attempt += 1
             if attempt > self.settings.retries:
                 raise ProviderError(
-                    f"POST {endpoint.url} failed after {attempt} attempts: {message}",
+                    f"POST {endpoint.shown_url} failed after {attempt} attempts: {message}",
                     kind=kind,
                 )
             if wait is not None and wait > self.settings.retry_after_cap_seconds:
                 raise ProviderError(
-                    f"POST {endpoint.url}: the server asked to retry after {wait:.0f} s, "
+                    f"POST {endpoint.shown_url}: the server asked to retry after {wait:.0f} s, "
                     f"longer than the {self.settings.retry_after_cap_seconds:.0f} s this provider "
                     f"waits ({message})",
                     kind=kind,

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from ...core.canonical import content_hash, sha256_text
 from ...core.errors import RunError
 from ...core.files import read_json, write_json
+from ...core.redaction import redact_document
 from ...core.schema import Model, Scenario
 from .. import prompts
 from ..context import assign_executors
@@ -174,7 +175,9 @@ class TestbedRun:
         assert scenario.sut is not None and scenario.evaluation_ref is not None
         self.ctx = ctx
         self.scenario = scenario
-        self.doc = scenario.to_doc()
+        # The scenario as its run folder shows it: ids and hashes derived from it must neither
+        # carry a credential of the endpoint's URL nor differ when a replay re-reads the folder.
+        self.doc = redact_document(scenario.to_doc())
         self.replay: ReplaySource | None = active_replay()
         self.clocks = Clocks(scenario.environment.clock)
         trace_id = sha256_text("trace|" + content_hash(self.doc))[:32]
