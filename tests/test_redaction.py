@@ -141,7 +141,8 @@ def test_redact_url_never_shows_the_password_or_the_key(
     shown = redact_url(url)
     assert shown == f"{scheme}://{MARK}@{host}{path}?model=m&{name}={MARK}#frag"
     skeleton = shown.replace(MARK, "")
-    if password not in skeleton:
+    # A password of asterisks is part of the mark itself; the equality above covers it.
+    if password not in skeleton and password not in MARK:
         assert password not in shown
     if key not in skeleton:
         assert key not in shown
