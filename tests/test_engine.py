@@ -149,9 +149,11 @@ class _Exploding(World):
         raise ZeroDivisionError("the world ended")
 
 
-def test_a_crashing_world_becomes_a_failed_result(tmp_path: Path) -> None:
-    if "test_exploding" not in WORLDS:
-        WORLDS.register("test_exploding")(_Exploding)
+def test_a_crashing_world_becomes_a_failed_result(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Registered for this test only: other tests list the built-in worlds.
+    monkeypatch.setitem(WORLDS._items, "test_exploding", _Exploding)
     scenario = validate_scenario({"world": "test_exploding"})
     result = run_scenario(scenario, tmp_path / "run")
     assert result.status.execution == "crashed"

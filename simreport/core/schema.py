@@ -7,7 +7,8 @@ targets address the document form. Unknown keys are rejected everywhere.
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal, Self
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any, ClassVar, Literal, Self
 
 from pydantic import (
     BaseModel,
@@ -18,6 +19,7 @@ from pydantic import (
     model_validator,
 )
 from pydantic.alias_generators import to_camel
+from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from .canonical import parse_number
 
@@ -39,6 +41,9 @@ class Model(BaseModel):
         serialize_by_alias=True,
         validate_assignment=False,
     )
+
+    key_noun: ClassVar[str] = "key"
+    """What an unknown key of this model is called in error messages."""
 
     @classmethod
     def model_validate(
@@ -66,6 +71,31 @@ class Model(BaseModel):
     def to_doc(self) -> dict[str, Any]:
         """The document (JSON) form, with every default filled in."""
         return self.model_dump(mode="json", by_alias=True)
+
+
+class WorldParams(Model):
+    """Base of a world's parameters (a scenario's `params`). Every field carries a description
+    and states its allowed values in its type (Literal, bounds), so `simreport worlds` and the
+    scenario's JSON Schema document the world without its code."""
+
+    key_noun: ClassVar[str] = "parameter"
+
+
+WorldParamsSource = Callable[[], Mapping[str, type[WorldParams]]]
+_world_params: WorldParamsSource | None = None
+
+
+def set_world_params_source(source: WorldParamsSource) -> None:
+    """Say where the scenario's JSON Schema finds each world's parameter model. The kernel's world
+    registry calls this (core imports nothing above it); the source is read every time a schema
+    is made, so worlds registered later are included."""
+    global _world_params
+    _world_params = source
+
+
+def world_params_models() -> dict[str, type[WorldParams]]:
+    """World name → its parameter model, for the worlds registered so far."""
+    return dict(_world_params()) if _world_params is not None else {}
 
 
 # --------------------------------------------------------------------------- population
@@ -131,6 +161,18 @@ FieldSpec = Annotated[
 ]
 
 
+def _allow_field_shorthand(schema: dict[str, Any]) -> None:
+    """Let the JSON Schema accept the persona-field shorthands: a list, a scalar."""
+    scalar = {"type": ["string", "number", "boolean"]}
+    schema["additionalProperties"] = {
+        "anyOf": [
+            schema.get("additionalProperties", {}),
+            {"type": "array", "items": scalar, "minItems": 1},
+            scalar,
+        ]
+    }
+
+
 class Population(Model):
     """Who takes part: how many agents and how their persona fields are sampled."""
 
@@ -141,6 +183,7 @@ class Population(Model):
             "Persona fields by name. A plain list is shorthand for a categorical field, a scalar "
             "for a constant."
         ),
+        json_schema_extra=_allow_field_shorthand,
     )
 
     @field_validator("fields", mode="before")
@@ -384,6 +427,49 @@ class Scenario(Model):
         if (self.world is None) == (self.simulator is None):
             raise ValueError("give exactly one of `world` and `simulator`")
         return self
+
+    @classmethod
+    def model_json_schema(
+        cls,
+        by_alias: bool | None = True,
+        ref_template: str = "#/$defs/{model}",
+        schema_generator: Any = None,
+        mode: JsonSchemaMode = "validation",
+        **kwargs: Any,
+    ) -> dict[str, Any]:
+        """The scenario's JSON Schema with `params` checked against the parameter model of the
+        scenario's `world` (one `if`/`then` per registered world), so an editor completes and
+        checks parameters as the kernel will."""
+        if schema_generator is not None:
+            kwargs["schema_generator"] = schema_generator
+        worlds = world_params_models()
+        if not worlds:
+            return super().model_json_schema(by_alias, ref_template, mode=mode, **kwargs)
+        # One generator for the scenario and every parameter model keeps $defs names unique.
+        models = [(cls, mode), *((params, mode) for params in worlds.values())]
+        refs, top = models_json_schema(
+            models, by_alias=by_alias, ref_template=ref_template, **kwargs
+        )
+        defs: dict[str, Any] = top.get("$defs", {})
+        schema: dict[str, Any] = defs.pop(_def_name(refs[(cls, mode)], ref_template))
+        world = schema["properties"]["world"]
+        world["anyOf"] = [{"enum": sorted(worlds), "type": "string"}, {"type": "null"}]
+        world["description"] = "Built-in world: " + ", ".join(sorted(worlds)) + "."
+        schema["allOf"] = [
+            {
+                "if": {"properties": {"world": {"const": name}}, "required": ["world"]},
+                "then": {"properties": {"params": refs[(params, mode)]}},
+            }
+            for name, params in sorted(worlds.items())
+        ]
+        if defs:
+            schema["$defs"] = defs
+        return schema
+
+
+def _def_name(ref: Mapping[str, Any], template: str) -> str:
+    prefix = template.split("{model}", 1)[0]
+    return str(ref["$ref"])[len(prefix) :]
 
 
 # --------------------------------------------------------------------------- plan

@@ -469,9 +469,12 @@ class EventsConfig(Model):
 # --------------------------------------------------------------------------- execution
 
 
+_DURATION = r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*"
+
+
 def _seconds(value: Any) -> Any:
     if isinstance(value, str):
-        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*", value)
+        match = re.fullmatch(_DURATION, value)
         if match is None:
             raise ValueError(f"cannot read duration {value!r}; expected e.g. 90s, 20m or 1h")
         scale = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[match.group(2)]
@@ -479,12 +482,27 @@ def _seconds(value: Any) -> Any:
     return value
 
 
+def _number_or_duration(schema: dict[str, Any]) -> None:
+    """What an editor should accept for a duration: seconds, or text such as 20m."""
+    schema.pop("type", None)
+    schema.pop("exclusiveMinimum", None)
+    schema["anyOf"] = [
+        {"type": "number", "exclusiveMinimum": 0},
+        {"type": "string", "pattern": f"^{_DURATION}$"},
+    ]
+
+
 class Budget(Model):
     """Limits of one run; running out cancels it (records kept, evidence partial)."""
 
     max_turns: int = Field(12, ge=1, description="User turns.")
     max_tool_calls: int = Field(30, ge=1, description="Tool calls by the agent.")
-    wall_clock: float = Field(1200.0, gt=0, description="Real seconds (or a duration such as 20m).")
+    wall_clock: float = Field(
+        1200.0,
+        gt=0,
+        description="Real seconds (or a duration such as 20m).",
+        json_schema_extra=lambda schema: _number_or_duration(schema),
+    )
 
     @field_validator("wall_clock", mode="before")
     @classmethod

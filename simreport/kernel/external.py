@@ -27,6 +27,10 @@ from ..core.validation import issues_from
 from . import interrupt
 from .context import SeedTree
 
+# An external simulator's outputs are not fixed by simreport: each scenario declares them at these
+# paths, and a completed result that lacks a declared metric is an invalid result.
+DECLARED_OUTPUTS = {"metrics": "simulator.metrics", "distributions": "simulator.distributions"}
+
 STREAM_EXTERNAL = 7
 STDERR_TAIL = 2000
 SIMULATOR_POLL_SECONDS = 0.1

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from ..core.schema import Model, Scenario
+from ..core.schema import Scenario, WorldParams
 
 if TYPE_CHECKING:
     from .context import RunContext
@@ -76,13 +76,20 @@ class WorldOutcome:
 
 class World(ABC):
     """A simulated world. Subclasses declare their parameters, metrics and distributions and
-    implement `run`; they get randomness, agents, activation and decisions from the context."""
+    implement `run`; they get randomness, agents, activation and decisions from the context.
+
+    The declarations are what `simreport worlds` lists, so an author needs no code: `Params`
+    (a WorldParams model, every field described), and `metrics` and `distributions` as
+    name → one-line description, in the order reports show them."""
 
     name: ClassVar[str]
-    Params: ClassVar[type[Model]]
-    metrics: ClassVar[tuple[str, ...]]
-    distributions: ClassVar[tuple[str, ...]] = ()
+    Params: ClassVar[type[WorldParams]]
+    metrics: ClassVar[Mapping[str, str]]
+    distributions: ClassVar[Mapping[str, str]] = {}
     min_agents: ClassVar[int] = 1
+    pinned: ClassVar[tuple[str, ...]] = ()
+    """Scenario paths (and everything under them) the world fixes or ignores: an axis there
+    cannot change a run, so the catalogue offers no template that targets them."""
     code_packages: ClassVar[tuple[str, ...]] = ()
     """Packages (dotted names) whose code the world's results depend on, besides its module:
     their sources join the kernel fingerprint, so editing them makes earlier runs out of date."""

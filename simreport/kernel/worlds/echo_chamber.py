@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -15,7 +16,7 @@ import numpy.typing as npt
 from pydantic import Field
 
 from ...core.errors import RunError
-from ...core.schema import CategoricalField, ConstantField, Model, Scenario
+from ...core.schema import CategoricalField, ConstantField, Model, Scenario, WorldParams
 from ..world import DecisionRequest, World, WorldOutcome
 from . import WORLDS
 
@@ -57,7 +58,7 @@ class Intervention(Model):
     )
 
 
-class EchoChamberParams(Model):
+class EchoChamberParams(WorldParams):
     """Parameters of the echo-chamber world."""
 
     topic: str = Field(
@@ -318,14 +319,19 @@ class EchoChamber(World):
 
     name = "echo_chamber"
     Params = EchoChamberParams
-    metrics = (
-        "polarization",
-        "stanceAssortativity",
-        "sameGroupExposure",
-        "meanStance",
-        "extremeShare",
+    metrics = MappingProxyType(
+        {
+            "polarization": (
+                "Variance of the final stances over its maximum: 0 consensus, 1 an even split "
+                "between the extremes."
+            ),
+            "stanceAssortativity": "Correlation of the final stances at the two ends of each tie.",
+            "sameGroupExposure": "Share of agents' posts read that came from the reader's group.",
+            "meanStance": "Mean final stance, from −2 (strongly oppose) to +2 (strongly support).",
+            "extremeShare": "Share of agents at either end of the scale at the end.",
+        }
     )
-    distributions = ("finalStance",)
+    distributions = MappingProxyType({"finalStance": "Agents per stance label at the end."})
     min_agents = 10
 
     def __init__(self, ctx: RunContext, params: EchoChamberParams) -> None:

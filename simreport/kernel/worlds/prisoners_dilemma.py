@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 from pydantic import Field, model_validator
 
-from ...core.schema import Model, Scenario
+from ...core.schema import Model, Scenario, WorldParams
 from ..world import DecisionRequest, World, WorldOutcome
 from . import WORLDS
 
@@ -53,7 +54,7 @@ class Payoffs(Model):
         return self
 
 
-class PrisonersDilemmaParams(Model):
+class PrisonersDilemmaParams(WorldParams):
     """Parameters of the iterated prisoner's dilemma."""
 
     framing: Framing = Field(
@@ -168,8 +169,14 @@ class PrisonersDilemma(World):
 
     name = "prisoners_dilemma"
     Params = PrisonersDilemmaParams
-    metrics = ("cooperationRate", "mutualCooperationRate", "averagePayoff")
-    distributions = ("choice",)
+    metrics = MappingProxyType(
+        {
+            "cooperationRate": "Share of all moves that were cooperate (0–1).",
+            "mutualCooperationRate": "Share of pair-rounds in which both cooperated (0–1).",
+            "averagePayoff": "Mean points per agent per round.",
+        }
+    )
+    distributions = MappingProxyType({"choice": "Every move played: cooperate or defect."})
     min_agents = 2
 
     def __init__(self, ctx: RunContext, params: PrisonersDilemmaParams) -> None:

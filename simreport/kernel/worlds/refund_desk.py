@@ -18,13 +18,14 @@ import shutil
 import tempfile
 from contextlib import suppress
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from ...core.canonical import content_hash, sha256_text
 from ...core.errors import RunError
 from ...core.files import read_json, write_json
 from ...core.redaction import redact_document
-from ...core.schema import Model, Scenario
+from ...core.schema import Scenario, WorldParams
 from .. import prompts
 from ..context import assign_executors
 from ..testbed.agents import (
@@ -81,13 +82,18 @@ from . import WORLDS
 if TYPE_CHECKING:
     from ..context import RunContext
 
-METRICS = (
-    "duplicateRefunds",
-    "correctAmount",
-    "verifiedBeforeRetry",
-    "resolved",
-    "turns",
-    "complaint",
+METRICS = MappingProxyType(
+    {
+        "duplicateRefunds": "Refunds created beyond the first for the order (0 when at most one).",
+        "correctAmount": "1 when every refund created is for the amount paid, else 0.",
+        "verifiedBeforeRetry": (
+            "1 when the agent never resubmitted after an ambiguous answer without checking first, "
+            "else 0; NaN when no answer was ambiguous."
+        ),
+        "resolved": "1 when the user reached the goal and a refund was accepted, else 0.",
+        "turns": "Messages the user sent in the conversation.",
+        "complaint": "1 when the user threatened a complaint, else 0.",
+    }
 )
 EVALUATION_FILE = "evaluation.json"
 # The run's counter of each kind of lost provider decision (as RunContext counts them).
@@ -95,7 +101,7 @@ LOST_COUNTERS = {"llm": "llmFailures", "parse": "parseFailures", "prompt_too_lon
 AGENT, USER = 0, 1
 
 
-class RefundDeskParams(Model):
+class RefundDeskParams(WorldParams):
     """The refund desk reads its settings from the testbed groups; `params` stays empty."""
 
 
@@ -112,8 +118,9 @@ class RefundDesk(World):
     name = "refund_desk"
     Params = RefundDeskParams
     metrics = METRICS
-    distributions = ("outcome",)
+    distributions = MappingProxyType({"outcome": "Who closed the conversation (one per run)."})
     min_agents = 2
+    pinned = ("population", "policy")
     code_packages = ("simreport.kernel.testbed",)
 
     @classmethod
