@@ -7,7 +7,13 @@ rule analyse:
         conditions="{results}/{plan}/conditions.json",
         runs=plan_results,
     output:
-        audit="{results}/{plan}/audit.json",
+        audit=report(
+            "{results}/{plan}/audit.json",
+            caption="../report/audit.rst",
+            category="{plan}",
+            subcategory="Data",
+            labels={"file": "audit.json"},
+        ),
         table="{results}/{plan}/runs.parquet",
     log:
         "{results}/{plan}/logs/analyse.log",
@@ -15,5 +21,6 @@ rule analyse:
         "../envs/simreport.yaml"
     params:
         include_incomplete=lambda wildcards: PLANS[wildcards.plan].include_incomplete,
+        code=simreport_workflow.analysis_fingerprint(),
     run:
         simreport_workflow.analyse_plan(WORKFLOW, wildcards.plan)

@@ -1,4 +1,6 @@
 # Plans from the config, expanded at parse time into every target of the DAG.
+from snakemake.logging import logger
+
 from simreport import workflow as simreport_workflow
 
 # Errors about the config name the file it came from (the last one given wins, as in Snakemake).
@@ -7,6 +9,8 @@ WORKFLOW = simreport_workflow.load_workflow(
 )
 PLANS = {plan.id: plan for plan in WORKFLOW.plans}
 RUN_THREADS = int(config.get("runThreads", 1))
+FAIL_ON_RUN_FAILURE = bool(config.get("failOnRunFailure", False))
+VERBOSE = bool(config.get("verbose", False))
 
 
 def plan_results(wildcards):

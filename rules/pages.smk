@@ -9,13 +9,23 @@ for _plan in WORKFLOW.plans:
         input:
             str(_plan.out_dir / "audit.json"),
         output:
-            [str(_plan.out_dir / "figures" / name) for name in _plan.figures],
+            [
+                report(
+                    str(_plan.out_dir / "figures" / name),
+                    caption=f"../report/{name.removesuffix('.svg').split('-')[0]}.rst",
+                    category=_plan.id,
+                    subcategory="Figures",
+                    labels={"figure": name.removesuffix(".svg")},
+                )
+                for name in _plan.figures
+            ],
         log:
             str(_plan.out_dir / "logs" / "figures.log"),
         conda:
             "../envs/simreport.yaml"
         params:
             plan=_plan.id,
+            code=simreport_workflow.report_fingerprint(),
         run:
             simreport_workflow.write_figures(WORKFLOW, params.plan, output)
 
@@ -25,11 +35,19 @@ rule report:
         audit="{results}/{plan}/audit.json",
         figures=plan_figures,
     output:
-        "{results}/{plan}/report.html",
+        report(
+            "{results}/{plan}/report.html",
+            caption="../report/report.rst",
+            category="{plan}",
+            subcategory="Report",
+            labels={"page": "report.html"},
+        ),
     log:
         "{results}/{plan}/logs/report.log",
     conda:
         "../envs/simreport.yaml"
+    params:
+        code=simreport_workflow.report_fingerprint(),
     run:
         simreport_workflow.write_pages(WORKFLOW, wildcards.plan)
 
@@ -38,11 +56,25 @@ rule methods:
     input:
         "{results}/{plan}/audit.json",
     output:
-        md="{results}/{plan}/methods.md",
-        html="{results}/{plan}/methods.html",
+        md=report(
+            "{results}/{plan}/methods.md",
+            caption="../report/methods.rst",
+            category="{plan}",
+            subcategory="Methods",
+            labels={"page": "methods.md"},
+        ),
+        html=report(
+            "{results}/{plan}/methods.html",
+            caption="../report/methods.rst",
+            category="{plan}",
+            subcategory="Methods",
+            labels={"page": "methods.html"},
+        ),
     log:
         "{results}/{plan}/logs/methods.log",
     conda:
         "../envs/simreport.yaml"
+    params:
+        code=simreport_workflow.report_fingerprint(),
     run:
         simreport_workflow.write_methods_pages(WORKFLOW, wildcards.plan)

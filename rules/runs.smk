@@ -1,6 +1,8 @@
 # One job per plan writes its plan.json and conditions.json; one job per condition runs all of its
 # replications (reusing finished runs from the store). A job reruns when its `key` changes: the
-# condition's scenario, replication count, provider override or the kernel's code fingerprint.
+# condition's scenario, replication count, provider override or the kernel's code fingerprint,
+# or its retry generation, one more while its last job left failed runs or a result.json of it
+# was deleted (simreport_workflow.retry_token).
 
 
 rule plan_spec:
@@ -28,6 +30,10 @@ for _plan in WORKFLOW.plans:
                 _target.outputs,
             log:
                 str(_plan.out_dir / "logs" / "runs" / f"{_target.condition.dir}.log"),
+            # On a cluster, condition jobs are batched into group jobs (`group-components: runs=N`
+            # in the SLURM profile); the local executor ignores groups.
+            group:
+                "runs"
             conda:
                 "../envs/simreport.yaml"
             threads: RUN_THREADS

@@ -17,5 +17,6 @@ rule site:
         "../envs/simreport.yaml"
     params:
         title=WORKFLOW.title,
+        code=simreport_workflow.report_fingerprint(),
     run:
         simreport_workflow.build_site(WORKFLOW)

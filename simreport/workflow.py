@@ -9,12 +9,18 @@ job's outputs before running it) copies them back instead of recomputing them.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
+import logging
 import os
 import re
+import shutil
 import signal
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Mapping, MutableMapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,9 +30,12 @@ from typing import Any
 from .core.canonical import content_hash, pretty_json, sha256_text
 from .core.errors import InputError
 from .core.files import write_atomic
+from .core.fingerprint import code_fingerprint, package_files
+from .core.schema import RunResult
 from .harness import (
     Condition,
     LoadedPlan,
+    RunJob,
     RunStore,
     build_conditions,
     conditions_document,
@@ -68,6 +77,16 @@ class LLMOverride:
         return fields
 
 
+RULE_NAME_LIMIT = 72
+"""Longest readable run-rule name; a longer one is cut and ends in a short hash of the id."""
+
+
+def _slug(text: str) -> str:
+    """`linguistic_framing=moralised` → `linguistic_framing_moralised` (ASCII letters, digits,
+    single underscores)."""
+    return re.sub(r"[^A-Za-z0-9]+", "_", text).strip("_")
+
+
 @dataclass
 class ConditionTarget:
     plan_id: str
@@ -75,12 +94,22 @@ class ConditionTarget:
     outputs: list[str]
     key: str
     """Changes exactly when this condition's runs must be redone (Snakemake `params`)."""
+    slug_shared: bool = False
+    """Another condition of the plan has the same slug: the rule name carries a hash."""
+    retry: int = 0
+    """The retry generation this build runs the condition as (part of `key`; see `retry_token`)."""
 
     @property
     def rule_name(self) -> str:
-        """A rule name that stays with the condition when others are added or removed."""
-        plan = re.sub(r"[^A-Za-z0-9]", "_", self.plan_id)
-        return f"run_{plan}_{sha256_text(self.condition.id)[:10]}"
+        """`run_<plan>_<condition slug>`: a Python identifier that depends on this condition
+        alone, unless its slug is shared with another condition of the plan or too long; then
+        the slug is cut and ends in a short hash of the condition id."""
+        slug = _slug(self.condition.id)
+        name = f"run_{_slug(self.plan_id) or 'plan'}_{slug}"
+        if slug and not self.slug_shared and len(name) <= RULE_NAME_LIMIT:
+            return name
+        digest = sha256_text(self.condition.id)[:8]
+        return f"{name[: RULE_NAME_LIMIT - len(digest) - 1].rstrip('_')}_{digest}"
 
 
 @dataclass
@@ -177,6 +206,46 @@ def load_workflow(
 
 _OVERRIDES = ("replications", "maxRuns", "provider", "model", "baseUrl", "includeIncomplete")
 """The config keys that apply to every plan, and to one plan under `overrides.<plan id>`."""
+
+
+_TYPED = (
+    "replications",
+    "maxRuns",
+    "workers",
+    "runThreads",
+    "includeIncomplete",
+    "failOnRunFailure",
+    "verbose",
+)
+"""Config keys whose values are numbers, switches or null, never text."""
+
+
+def retype_command_line(config: MutableMapping[str, Any]) -> None:
+    """Give `--config` values their types back before the config is validated. Snakemake reads
+    `key=value` as text unless it is a number or `True`/`False`, and a mapping's leaves always as
+    text: `--config failOnRunFailure=true overrides='{echo_chamber: {replications: 5}}'` arrive
+    as "true" and "5". Only the keys that are never text are converted, at the top level and
+    in each plan's `overrides`; a value that still does not fit is left for the schema to refuse."""
+    _retype(config)
+    overrides = config.get("overrides")
+    if isinstance(overrides, MutableMapping):
+        for entry in overrides.values():
+            if isinstance(entry, MutableMapping):
+                _retype(entry)
+
+
+def _retype(values: MutableMapping[str, Any]) -> None:
+    for key in _TYPED:
+        text = values.get(key)
+        if not isinstance(text, str):
+            continue
+        word = text.strip()
+        if word.lower() in ("true", "false"):
+            values[key] = word.lower() == "true"
+        elif word.lower() in ("null", "~", ""):
+            values[key] = None
+        elif re.fullmatch(r"[+-]?[0-9]+", word):
+            values[key] = int(word)
 
 
 def _globals(config: Mapping[str, Any], config_file: str | Path = CONFIG_FILE) -> dict[str, Any]:
@@ -298,13 +367,27 @@ def _plan_target(
                 "provider": provider,
                 "llm": llm,
                 "kernel": fingerprints[world],
+                # Only the files this condition's runs read (for an agent scenario, the asset
+                # versions its own manifest resolves), as in the run store's keys.
                 "inputs": input_hashes(condition.scenario, loaded.asset_root),
             }
         )
         outputs = [
             str(out_dir / "runs" / condition.dir / str(r) / "result.json") for r in range(reps)
         ]
-        targets.append(ConditionTarget(loaded.plan_id, condition, outputs, key))
+        # Failed runs left by the condition's last job, or a result.json deleted since, rerun
+        # it once per build. (Snakemake itself does not rerun a job for a deleted intermediate
+        # file while what depends on it is up to date; one stat per run here is cheap.)
+        state = read_state(state_file(out_dir, condition.dir))
+        present = [os.path.exists(path) for path in outputs]
+        deleted = not all(present) and (bool(state) or any(present))
+        retry = retry_token(state, deleted=deleted)
+        if retry:
+            key = f"{key}.retry{retry}"
+        targets.append(ConditionTarget(loaded.plan_id, condition, outputs, key, retry=retry))
+    slugs = Counter(_slug(t.condition.id) for t in targets)
+    for target in targets:
+        target.slug_shared = slugs[_slug(target.condition.id)] > 1
     plan_doc = plan_document(loaded, provider, llm)
     conditions_doc = conditions_document(loaded, conditions)
     metrics = list(loaded.plan.metrics) or sorted(loaded.metrics_available)
@@ -334,10 +417,43 @@ def _plan_target(
 
 
 def write_plan_spec(workflow: Workflow, plan_id: str) -> None:
-    """plan.json and conditions.json of one plan."""
+    """plan.json and conditions.json of one plan; then runs/ loses the folders the plan no
+    longer has (runs once whenever the plan's spec changes, never at parse time)."""
     plan = workflow.plan(plan_id)
     write_atomic(plan.out_dir / "plan.json", pretty_json(plan.plan_doc))
     write_atomic(plan.out_dir / "conditions.json", pretty_json(plan.conditions_doc))
+    remove_obsolete_runs(plan)
+
+
+def remove_obsolete_runs(plan: PlanTarget) -> list[Path]:
+    """Remove from `runs/` the condition folders that are not the plan's any more (an axis level
+    removed) and the replication folders beyond its replication count, so the folder shows the
+    plan as it is. Their finished runs stay in the run store. Only folders directly in runs/
+    and numbered replication folders of current conditions go; files, links and anything else
+    stay. Returns what was removed."""
+    runs = plan.out_dir / "runs"
+    if not runs.is_dir() or runs.is_symlink():
+        return []
+    wanted = {t.condition.dir: len(t.outputs) for t in plan.conditions}
+    removed: list[Path] = []
+    for entry in sorted(runs.iterdir()):
+        if entry.is_symlink() or not entry.is_dir():
+            continue
+        if entry.name not in wanted:
+            removed.append(entry)
+            continue
+        for rep in sorted(entry.iterdir()):
+            if (
+                rep.is_dir()
+                and not rep.is_symlink()
+                and rep.name.isdecimal()
+                and rep.name.isascii()
+                and int(rep.name) >= wanted[entry.name]
+            ):
+                removed.append(rep)
+    for path in removed:
+        shutil.rmtree(path)
+    return removed
 
 
 _POOL: ProcessPoolExecutor | None = None
@@ -410,10 +526,12 @@ def run_condition(
     log: str | Path | None = None,
 ) -> dict[str, int]:
     """Every replication of one condition: copied from the store when finished before, otherwise
-    run in the shared pool and then stored. Writes a one-line summary to `log`."""
+    run in the shared pool and then stored. Each run is logged to `log` as it ends; a job with
+    failed or missing runs ends with one line per failure class, in `log` and on stderr. The
+    condition's state file records what is pending, so the next build retries exactly that."""
     plan = workflow.plan(plan_id)
     target = next(t for t in plan.conditions if t.condition.id == condition_id)
-    slots, jobs, _ = plan_jobs(
+    slots, jobs, fetched = plan_jobs(
         plan.loaded,
         [target.condition],
         plan.out_dir,
@@ -421,31 +539,265 @@ def run_condition(
         llm=plan.llm,
         store=workflow.store,
     )
+    progress = ConditionLog(log, condition_id, total=len(slots), fetched=len(fetched))
     workers = workflow.workers or default_workers(cores)
     pool = _shared_pool(workers) if len(jobs) > 1 else None
     try:
-        results = execute_jobs(jobs, pool)
+        results = {**fetched, **execute_jobs(jobs, pool, progress.finished)}
     except Interrupted:
         if pool is not None:
             _retire_pool(pool)
+        progress.close("interrupted")
         raise
+    state = _condition_state(plan, target, results, generation=target.retry, log=log)
+    write_atomic(state_file(plan.out_dir, target.condition.dir), pretty_json(state))
     counts = {
         "replications": len(slots),
         "computed": len(jobs),
-        "fromStore": len(slots) - len(jobs),
-        "failed": sum(1 for r in results.values() if not r.succeeded),
+        "fromStore": len(fetched),
+        "failed": len(state["pending"]),
     }
-    if log is not None:
-        summary = " ".join(f"{k}={v}" for k, v in counts.items())
-        write_atomic(log, f"{condition_id}: {summary} process={os.getpid()}\n")
+    summary = " ".join(f"{k}={v}" for k, v in counts.items())
+    for line in state["failures"]:
+        progress.line(line)
+    progress.close(f"{condition_id}: {summary} process={os.getpid()}")
+    _say(
+        f"{plan_id} · {condition_id}: {len(slots) - counts['failed']} of {len(slots)} runs "
+        f"finished ({counts['fromStore']} from the store, {counts['computed']} run)"
+        + "".join(f"\n  {line}" for line in state["failures"])
+    )
     return counts
 
 
+class ConditionLog:
+    """A condition job's log, written as its runs end (appended and flushed line by line, so
+    `tail -f` follows it), ending with the job's summary line."""
+
+    def __init__(self, path: str | Path | None, condition_id: str, *, total: int, fetched: int):
+        self.total = total
+        self.done = fetched
+        self.failed = 0
+        self._handle = None
+        if path is not None:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            self._handle = open(path, "w", encoding="utf-8")  # noqa: SIM115 (kept open while runs end)
+        self.line(
+            f"{condition_id}: {total} runs, {fetched} from the store, {total - fetched} to run"
+        )
+
+    def line(self, text: str) -> None:
+        if self._handle is not None:
+            # A log that cannot be written (disk full) must not fail the runs it reports on.
+            with contextlib.suppress(OSError):
+                self._handle.write(text + "\n")
+                self._handle.flush()
+
+    def finished(self, job: RunJob, result: RunResult) -> None:
+        self.done += 1
+        if result.final:
+            what = "finished"
+        else:
+            self.failed += 1
+            what = f"failed: {_reason(result)}"
+        self.line(
+            f"run {job.replication} {what} ({self.done} of {self.total} done, "
+            f"{self.failed} failed so far)"
+        )
+
+    def close(self, last: str) -> None:
+        self.line(last)
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
+
+
+def _reason(result: RunResult | None) -> str:
+    if result is None:
+        return "Missing: no result.json"
+    if result.failure is not None:
+        return f"{result.failure.type}: {result.failure.message}"
+    if result.lost_calls:
+        return (
+            f"ModelCallsLost: {result.lost_calls} model calls lost to provider errors "
+            "(see the run's events.jsonl)"
+        )
+    return f"Incomplete: execution {result.status.execution}"
+
+
+def _say(text: str) -> None:
+    """One line (or block) on the terminal from a job, at once."""
+    print(text, file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- condition state
+
+STATE_DIR = "state"
+"""Folder of a plan's condition state files (one per condition: what its last job ended with)."""
+
+
+def state_file(out_dir: Path, condition_dir: str) -> Path:
+    """`<audit dir>/state/<condition dir>.json`: the retry generation the condition's last job
+    ran as, the replications it left failed or missing (`pending`), one line per failure class,
+    its log and the sha256 of each run's result.json (checked before the analysis reads it)."""
+    return out_dir / STATE_DIR / f"{condition_dir}.json"
+
+
+def read_state(path: Path) -> dict[str, Any]:
+    """A condition's state; empty when there is none or it cannot be read (read at parse time
+    for every condition: one small file each)."""
+    try:
+        doc = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def retry_token(state: Mapping[str, Any], *, deleted: bool = False) -> int:
+    """Part of a condition job's key. The job records the token it ran with as `generation`;
+    while runs it left are pending (or a result.json of it was `deleted` since), the token is
+    one more, so each build reruns the job once, and once nothing is pending it stays put, so
+    nothing reruns for it."""
+    generation = state.get("generation")
+    if isinstance(generation, bool) or not isinstance(generation, int) or generation < 0:
+        generation = 0
+    return generation + (1 if state.get("pending") or deleted else 0)
+
+
+def _digest(path: Path) -> str | None:
+    try:
+        with open(path, "rb") as handle:
+            return hashlib.file_digest(handle, "sha256").hexdigest()
+    except OSError:
+        return None
+
+
+def _condition_state(
+    plan: PlanTarget,
+    target: ConditionTarget,
+    results: Mapping[int, RunResult],
+    *,
+    generation: int,
+    log: str | Path | None,
+) -> dict[str, Any]:
+    """The state a condition job leaves: a run is pending when it failed or has no result.json."""
+    total = len(target.outputs)
+    digests: dict[str, str] = {}
+    reasons: dict[int, RunResult | None] = {}
+    for r, output in enumerate(target.outputs):
+        digest = _digest(Path(output))
+        result = results.get(r)
+        if digest is not None:
+            digests[str(r)] = digest
+        if digest is None:
+            reasons[r] = None
+        elif result is not None and not result.final:
+            reasons[r] = result
+    return {
+        "condition": target.condition.id,
+        "generation": generation,
+        "pending": sorted(reasons),
+        "failures": failure_lines(reasons, total),
+        "log": None if log is None else str(log),
+        "runs": total,
+        "digests": digests,
+    }
+
+
+def failure_lines(reasons: Mapping[int, RunResult | None], total: int) -> list[str]:
+    """One line per failure class, most frequent first:
+    `3 of 10 runs failed: ConnectionFailed ×3 (first message)`; runs without a result.json are
+    `missing`."""
+    classes: dict[str, list[str]] = {}
+    for r in sorted(reasons):
+        result = reasons[r]
+        kind, _, message = _reason(result).partition(": ")
+        classes.setdefault(kind, []).append(message)
+    lines = []
+    for kind, messages in sorted(classes.items(), key=lambda item: (-len(item[1]), item[0])):
+        verb = "are missing" if kind == "Missing" else "failed"
+        first = " ".join(messages[0].split())
+        if len(first) > 160:
+            first = first[:157] + "…"
+        lines.append(f"{len(messages)} of {total} runs {verb}: {kind} ×{len(messages)} ({first})")
+    return lines
+
+
+# --------------------------------------------------------------------------- analysis
+
+
 def analyse_plan(workflow: Workflow, plan_id: str) -> None:
+    """audit.json and runs.parquet of one plan, from runs checked first: a result.json that is
+    missing or not the one its condition job left (its sha256 differs from the state file's) is
+    copied again from the verified run store, or run again, before the analysis reads it."""
     from .analysis.audit import analyse_dir
 
     plan = workflow.plan(plan_id)
+    for target in plan.conditions:
+        damaged = damaged_runs(plan, target)
+        if damaged:
+            repair_runs(workflow, plan, target, damaged)
     analyse_dir(plan.out_dir, include_incomplete=plan.include_incomplete)
+
+
+def damaged_runs(plan: PlanTarget, target: ConditionTarget) -> list[int]:
+    """Replications whose result.json is missing or differs from the digest its condition job
+    recorded (a run without a recorded digest is taken as it is)."""
+    digests = read_state(state_file(plan.out_dir, target.condition.dir)).get("digests") or {}
+    damaged = []
+    for r, output in enumerate(target.outputs):
+        digest = _digest(Path(output))
+        if digest is None or digests.get(str(r), digest) != digest:
+            damaged.append(r)
+    return damaged
+
+
+def repair_runs(
+    workflow: Workflow, plan: PlanTarget, target: ConditionTarget, damaged: Sequence[int]
+) -> None:
+    """Put back the damaged replications of one condition: from the run store when it holds
+    them intact, else by running them (here, one after another: damage is rare). The other
+    replications are left as they are. The state file then records the new digests, and a run
+    that fails now is pending, so the next build retries it."""
+    for r in damaged:
+        Path(target.outputs[r]).unlink(missing_ok=True)
+    _, jobs, _ = plan_jobs(
+        plan.loaded,
+        [target.condition],
+        plan.out_dir,
+        provider=plan.provider,
+        llm=plan.llm,
+        store=workflow.store,
+        reuse=True,  # intact replications stay untouched; only the damaged ones are fetched
+    )
+    wanted = set(damaged)
+    results = execute_jobs([job for job in jobs if job.replication in wanted], None)
+    path = state_file(plan.out_dir, target.condition.dir)
+    state = read_state(path)
+    reasons: dict[int, RunResult | None] = {}
+    digests = dict(state.get("digests") or {})
+    for r in damaged:
+        digest = _digest(Path(target.outputs[r]))
+        if digest is None:
+            digests.pop(str(r), None)
+            reasons[r] = None
+        else:
+            digests[str(r)] = digest
+    by_replication = {job.replication: results[job.index] for job in jobs if job.index in results}
+    for r, result in by_replication.items():
+        if not result.final:
+            reasons[r] = result
+    earlier = {int(r) for r in state.get("pending") or []}
+    pending = sorted((earlier - wanted) | set(reasons))
+    state.update(digests=digests, pending=pending)
+    if reasons:
+        state["failures"] = list(state.get("failures") or []) + failure_lines(
+            reasons, len(target.outputs)
+        )
+    write_atomic(path, pretty_json(state))
+    _say(
+        f"{plan.id} · {target.condition.id}: replaced {len(damaged)} damaged or missing "
+        f"result.json ({', '.join(str(r) for r in damaged)})"
+    )
 
 
 def write_figures(workflow: Workflow, plan_id: str, outputs: Sequence[str]) -> None:
@@ -480,9 +832,129 @@ def build_site(workflow: Workflow) -> None:
     )
 
 
+# --------------------------------------------------------------------------- code fingerprints
+
+ANALYSIS_CODE = ("analysis/*.py", "core/*.py")
+"""The sources (under the package) that make audit.json and runs.parquet."""
+REPORT_CODE = ("report/*.py", "report/templates/*", "harness/conditions.py", "core/*.py")
+"""The sources that make the figures, the pages and the site, templates and styles included."""
+
+
+def analysis_fingerprint() -> str:
+    """Short hash of the analysis code's normalised sources (a `params` of the analyse rule):
+    a change to it reruns the analysis and everything after it, never a run."""
+    return code_fingerprint(package_files(*ANALYSIS_CODE))[:16]
+
+
+def report_fingerprint() -> str:
+    """Short hash of the report code's normalised sources (a `params` of the figure, page and
+    site rules): a change to it reruns those, never the analysis or a run."""
+    return code_fingerprint(package_files(*REPORT_CODE))[:16]
+
+
 def site_outputs(workflow: Workflow) -> list[str]:
     files = [str(workflow.site_dir / "index.html")]
     for plan in workflow.plans:
         for name in ("report.html", "methods.html", "methods.md", "audit.json"):
             files.append(str(workflow.site_dir / plan.id / name))
     return files
+
+
+# --------------------------------------------------------------------------- end of a build
+
+
+@dataclass(frozen=True)
+class PendingCondition:
+    """A condition whose last job left failed or missing runs."""
+
+    plan_id: str
+    condition_id: str
+    failures: list[str]
+    log: str | None
+
+
+def pending_conditions(workflow: Workflow) -> list[PendingCondition]:
+    """Every condition of the workflow's plans with failed or missing runs, in plan order."""
+    found = []
+    for plan in workflow.plans:
+        for target in plan.conditions:
+            state = read_state(state_file(plan.out_dir, target.condition.dir))
+            if state.get("pending"):
+                found.append(
+                    PendingCondition(
+                        plan.id,
+                        target.condition.id,
+                        [str(line) for line in state.get("failures") or []]
+                        or [f"{len(state['pending'])} runs are pending"],
+                        state.get("log"),
+                    )
+                )
+    return found
+
+
+def report_run_failures(
+    workflow: Workflow,
+    *,
+    fail: bool,
+    build_failed: bool = False,
+    log: str | Sequence[str] | None = None,
+) -> bool:
+    """The end of a build (the Snakefile's onsuccess and onerror): a block on stderr naming each
+    plan and condition with failed or missing runs, why, and the logs to read. Returns whether
+    the build must fail because of them (`failOnRunFailure`)."""
+    pending = pending_conditions(workflow)
+    lines: list[str] = []
+    if pending:
+        runs = "error" if fail else "warning"
+        lines.append(
+            f"simreport {runs}: {len(pending)} condition(s) ended with failed or missing runs; "
+            "the next build retries exactly those runs (the others are reused):"
+        )
+        for item in pending:
+            lines.append(f"  {item.plan_id} · {item.condition_id}")
+            lines.extend(f"    {line}" for line in item.failures)
+            if item.log:
+                lines.append(f"    log: {item.log}")
+        if not fail:
+            lines.append(
+                "  Failed runs are data in audit.json (left out of the statistics unless "
+                "includeIncomplete); set failOnRunFailure: true to make such a build fail."
+            )
+    logs = [log] if isinstance(log, str) else list(log or [])
+    if (pending or build_failed) and logs:
+        lines.append(f"simreport: Snakemake's log of this build: {', '.join(map(str, logs))}")
+    if lines:
+        _say("\n".join(lines))
+    return fail and bool(pending)
+
+
+# --------------------------------------------------------------------------- terminal
+
+
+_SHORT_HIDES = {"job_info", "job_finished", "progress", "job_started", "resources_info"}
+"""Snakemake's per-job terminal events (rule blocks, timestamps, step counts) that the short
+terminal leaves to the log file; errors, warnings and simreport's own lines stay."""
+_SCHEDULER_CHATTER = ("Select jobs to execute...",)
+
+
+class _ShortTerminal(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        event = getattr(record, "event", None)
+        if str(getattr(event, "value", event)) in _SHORT_HIDES:
+            return False
+        return record.getMessage() not in _SCHEDULER_CHATTER
+
+
+def keep_terminal_short(logger: logging.Logger, *, verbose: bool) -> None:
+    """From the start of a (non-dry) build, make Snakemake's terminal output one line per job
+    (the condition jobs' run counts) plus the end-of-build summary, unless `verbose` (config
+    `verbose: true`). Only terminal handlers are filtered: the log file under .snakemake/log
+    keeps everything."""
+    if verbose:
+        return
+    for handler in logger.handlers:
+        stream = getattr(handler, "stream", None)
+        if stream in (sys.stderr, sys.stdout) and not any(
+            isinstance(f, _ShortTerminal) for f in handler.filters
+        ):
+            handler.addFilter(_ShortTerminal())

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -13,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from workflow_copy import copy_workflow
 
 import simreport
 from simreport.cli import main
@@ -310,13 +310,9 @@ SNAKEMAKE = Path(sys.executable).parent / "snakemake"
 @pytest.mark.slow
 @pytest.mark.skipif(not SNAKEMAKE.exists(), reason="snakemake is not installed next to python")
 def test_snakemake_refuses_huge_replications_at_once(tmp_path: Path) -> None:
-    for name in ("Snakefile", "rules", "config", "envs", "examples"):
-        source = ROOT / name
-        if source.is_dir():
-            shutil.copytree(source, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(source, tmp_path / name)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # The tests' own config: the user's config/config.yaml plans are never read.
+    copy_workflow(tmp_path, {"plans": [WORKFLOW_PLAN]}, examples=True)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
     started = time.monotonic()
     proc = subprocess.run(
         [str(SNAKEMAKE), "-n", "--cores", "1", "--config", f"replications={HUGE}"],

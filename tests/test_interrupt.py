@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from llm_server import FakeLLM, Reply
+from workflow_copy import copy_workflow
 
 from simreport.core.schema import LLMConfig
 from simreport.kernel import interrupt, run_scenario, validate_scenario
@@ -374,7 +375,6 @@ def test_workers_of_the_workflows_shared_pool_die_with_a_killed_parent(tmp_path:
 
 
 ROOT = Path(__file__).resolve().parents[1]
-WORKFLOW_FILES = ("Snakefile", "rules", "config", "profiles", "envs", "simreport")
 
 
 @pytest.mark.slow
@@ -384,22 +384,12 @@ def test_sigterm_to_snakemake_alone_stops_the_runs_in_flight(
 ) -> None:
     """Snakemake answers SIGTERM by waiting for its running jobs; the workflow forwards the stop
     to the shared pool, so the model calls end within a second and no worker outlives it."""
-    import shutil
-
     snakemake = Path(sys.executable).parent / "snakemake"
-    for name in WORKFLOW_FILES:
-        source = ROOT / name
-        if source.is_symlink():
-            os.symlink(os.readlink(source), tmp_path / name)
-        elif source.is_dir():
-            shutil.copytree(source, tmp_path / name, symlinks=True)
-        else:
-            shutil.copy2(source, tmp_path / name)
+    copy_workflow(tmp_path, {"plans": ["study/audit.yaml"]})
     study = tmp_path / "study"
     study.mkdir()
     (study / "scenario.yaml").write_text(SCENARIO.format(url=slow_server.url))
     (study / "audit.yaml").write_text(PLAN)
-    (tmp_path / "config" / "config.yaml").write_text("plans: [study/audit.yaml]\n")
     env = {
         **os.environ,
         "PYTHONPATH": str(tmp_path),

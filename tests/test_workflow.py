@@ -7,18 +7,18 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from workflow_copy import copy_workflow
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 SNAKEMAKE = BIN / "snakemake"
-COPY = ("Snakefile", "rules", "config", "profiles", "envs", "examples", "simreport")
+PLANS = ("examples/prisoners_dilemma/audit.yaml", "examples/echo_chamber/audit.yaml")
 
 pytestmark = [
     pytest.mark.slow,
@@ -27,20 +27,8 @@ pytestmark = [
 
 
 def _copy(dest: Path) -> Path:
-    for name in COPY:
-        source = ROOT / name
-        if source.is_symlink():
-            os.symlink(os.readlink(source), dest / name)
-        elif source.is_dir():
-            shutil.copytree(
-                source, dest / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__")
-            )
-        else:
-            shutil.copy2(source, dest / name)
-    config = yaml.safe_load((dest / "config" / "config.yaml").read_text())
-    config["replications"] = 3
-    (dest / "config" / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    return dest
+    # A config of the tests' own: the user's config/config.yaml (its plans) is never read.
+    return copy_workflow(dest, {"plans": list(PLANS), "replications": 3}, examples=True)
 
 
 def _env(dest: Path) -> dict[str, str]:
@@ -76,12 +64,13 @@ def snakemake(dest: Path, *args: str, check: bool = True) -> tuple[dict[str, int
 
 
 def _run_logs(dest: Path, plan: str) -> dict[str, dict[str, str]]:
-    """The run summary of every condition in the plan's current conditions.json."""
+    """The run summary (a job log's last line) of every condition in the plan's current
+    conditions.json."""
     current = json.loads((dest / "results" / plan / "conditions.json").read_text())
     logs = {}
     for condition in current:
         path = dest / "results" / plan / "logs" / "runs" / f"{condition['dir']}.log"
-        text, rest = path.read_text().strip().rsplit(": ", 1)
+        text, rest = path.read_text().strip().splitlines()[-1].rsplit(": ", 1)
         assert text == condition["id"]
         logs[text] = dict(part.split("=", 1) for part in rest.split())
     return logs
@@ -154,9 +143,13 @@ def test_editing_one_axis_reruns_only_what_it_touched(built: Path) -> None:
         assert logs["linguistic_framing=neutral"]["computed"] == "3"
     finally:
         plan_file.write_text(original)
-    # Back to the original plan: the old condition's runs are still there and up to date.
+    # Back to the original plan: the removed condition's folder comes back from the run store,
+    # nothing is computed again.
     jobs, _ = snakemake(built)
-    assert not any(k.startswith("run_") for k in jobs), jobs
+    assert [k for k in jobs if k.startswith("run_")] == [
+        "run_prisoners_dilemma_linguistic_framing_risk"
+    ], jobs
+    assert _run_logs(built, "prisoners_dilemma")["linguistic_framing=risk"]["computed"] == "0"
     assert jobs["analyse"] == 1
 
 
@@ -191,7 +184,8 @@ def test_more_replications_run_only_the_new_ones(built: Path) -> None:
 def test_world_code_change_outdates_its_runs_only(built: Path) -> None:
     module = built / "simreport" / "kernel" / "worlds" / "prisoners_dilemma.py"
     original = module.read_text()
-    module.write_text(original + "\n# a change to the world's code\n")
+    # A code change: a comment alone would change nothing (see test_invalidation).
+    module.write_text(original + "\n_A_CHANGE_TO_THE_WORLDS_CODE = 1\n")
     try:
         jobs, out = snakemake(built, "--dry-run")
         pd_runs = [k for k in jobs if k.startswith("run_prisoners_dilemma_")]
@@ -254,9 +248,7 @@ def test_cluster_executor_runs_jobs_as_separate_processes(tmp_path: Path) -> Non
     pytest.importorskip("snakemake_executor_plugin_cluster_generic")
     (tmp_path / "copy").mkdir()
     dest = _copy(tmp_path / "copy")
-    config = yaml.safe_load((dest / "config" / "config.yaml").read_text())
-    config["plans"] = ["examples/prisoners_dilemma/audit.yaml"]
-    config["replications"] = 2
+    config = {"plans": ["examples/prisoners_dilemma/audit.yaml"], "replications": 2}
     (dest / "config" / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     tests = Path(__file__).resolve().parent / "cluster"
     env_state = tmp_path / "cluster-state"

@@ -609,6 +609,18 @@ class RunResult(Model):
     def succeeded(self) -> bool:
         return self.status.execution == "completed" and self.failure is None
 
+    @property
+    def lost_calls(self) -> int:
+        """Model calls of this run lost to provider errors (after their retries)."""
+        return int(self.integrity.counters.get("llmFailures", 0))
+
+    @property
+    def final(self) -> bool:
+        """Whether the run stands for good: it completed and lost no model call to a provider
+        error. Such a loss (a server that answered 500 throughout, say) is retried by the next
+        build; a run that merely decided badly (unparseable answers) is final."""
+        return self.succeeded and self.lost_calls == 0
+
 
 # The agent-testbed groups (core/testbed.py) build on `Model`, so they are imported last and the
 # scenario's annotations resolved then. When core/testbed.py is imported first it is still partial

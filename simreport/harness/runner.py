@@ -283,8 +283,9 @@ def plan_jobs(
     jobs: list[RunJob] = []
     results: dict[int, RunResult] = {}
     fingerprints: dict[str | None, str] = {}
-    # Conditions share the plan's asset folder; their input files differ only where an axis
-    # points a condition at other files, so hash per distinct set of referenced files.
+    # Each condition's keys cover only the files its own runs read (for an agent scenario, the
+    # asset versions its manifest resolves): editing one asset outdates only the conditions
+    # that use it. The workflow's job keys use the same inputs.
     conditions = list(conditions)
     inputs = {c.id: input_hashes(c.scenario, loaded.asset_root) for c in conditions}
     for condition in conditions:
@@ -382,25 +383,40 @@ def stop_pool(
                 )
 
 
-def execute_jobs(jobs: list[RunJob], executor: ProcessPoolExecutor | None) -> dict[int, RunResult]:
+def execute_jobs(
+    jobs: list[RunJob],
+    executor: ProcessPoolExecutor | None,
+    finished: Callable[[RunJob, RunResult], None] | None = None,
+) -> dict[int, RunResult]:
     """Run jobs in a caller-owned pool (shared by concurrent callers) or, without one, here.
-    Raises Interrupted when the pool's workers were told to stop."""
-    if executor is None:
-        return {job.index: _run_guarded(job) for job in jobs}
+    `finished(job, result)` is called as each run ends, in completion order. Raises Interrupted
+    when the pool's workers were told to stop."""
     out: dict[int, RunResult] = {}
-    futures: list[tuple[RunJob, Future[dict[str, Any]]]] = []
+
+    def record(job: RunJob, result: RunResult) -> None:
+        out[job.index] = result
+        if finished is not None:
+            finished(job, result)
+
+    if executor is None:
+        for job in jobs:
+            record(job, _run_guarded(job))
+        return out
+    futures: dict[Future[dict[str, Any]], RunJob] = {}
     unfinished: list[RunJob] = []
     for job in jobs:
         try:
-            futures.append((job, executor.submit(_execute, job)))
+            futures[executor.submit(_execute, job)] = job
         except (BrokenProcessPool, RuntimeError):  # broken, or shut down after breaking
             unfinished.append(job)
     try:
-        for job, future in futures:
+        for future in as_completed(futures):
+            job = futures[future]
             try:
-                out[job.index] = RunResult.model_validate(future.result())
+                result = RunResult.model_validate(future.result())
             except BrokenProcessPool:
                 unfinished.append(job)
+                continue
             except Interrupted:
                 raise
             except CancelledError:
@@ -408,14 +424,13 @@ def execute_jobs(jobs: list[RunJob], executor: ProcessPoolExecutor | None) -> di
                 # started, and is no failure of its own.
                 raise Interrupted("the run pool was stopped before this run started") from None
             except Exception as exc:
-                out[job.index] = _harness_failure(
-                    job, type(exc).__name__, str(exc) or type(exc).__name__
-                )
-            if _interrupted(out.get(job.index)):
+                result = _harness_failure(job, type(exc).__name__, str(exc) or type(exc).__name__)
+            record(job, result)
+            if _interrupted(result):
                 raise Interrupted("runs of this batch were interrupted")
     except BaseException as exc:
         # The jobs not yet started are dropped (the shared pool serves other callers too).
-        started = [future for _, future in futures if not future.cancel()]
+        started = [future for future in futures if not future.cancel()]
         if isinstance(exc, Interrupted):
             # Runs in flight end as interrupted runs within moments; wait for them, so that
             # none writes its result after the caller (a workflow job) has cleaned up.
@@ -424,10 +439,12 @@ def execute_jobs(jobs: list[RunJob], executor: ProcessPoolExecutor | None) -> di
     if unfinished:
         # The shared pool broke (a worker died). Finish in fresh pools of our own, never in this
         # process: a run that kills its process is recorded as crashed and takes nothing along.
-        def record(index: int, result: RunResult) -> None:
-            out[index] = result
-
-        _run_pooled(sorted(unfinished, key=lambda j: j.index), 1, record)
+        by_index = {job.index: job for job in unfinished}
+        _run_pooled(
+            sorted(unfinished, key=lambda j: j.index),
+            1,
+            lambda index, result: record(by_index[index], result),
+        )
     return out
 
 
@@ -586,4 +603,4 @@ def _reusable(
     except (OSError, ValueError, AttributeError):
         return None
     same_run = result.condition == condition_id and result.replication == replication
-    return result if same_run and result.succeeded else None
+    return result if same_run and result.final else None

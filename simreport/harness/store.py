@@ -4,7 +4,8 @@ A replication is keyed by what determines its result: the exact scenario documen
 its seed lineage), the condition id and replication index written into its result, the provider
 override and the kernel's code fingerprint. A batch that is executed again — because a workflow
 manager removed its outputs, or a plan gained replications — copies finished runs back from the
-store instead of recomputing them. Only completed runs are kept; failures always run again.
+store instead of recomputing them. Only final runs are kept (completed, no model call lost to a
+provider error); failures and lost calls always run again.
 
 An entry records the sha256 of each of its files when it is stored, and every fetch checks them:
 an entry edited, truncated or left incomplete is discarded and its run computed again. Files go in
@@ -187,7 +188,7 @@ class RunStore:
                         if _copy_hashed(source, copy) != expected:
                             raise _Damaged(name)
             result = RunResult.model_validate_json(staged["result.json"].read_bytes())
-            if not result.succeeded:
+            if not result.final:
                 raise _Damaged("result.json")
             (target / "result.json").unlink(missing_ok=True)
             for name in RUN_FILES[:-1]:
@@ -210,9 +211,10 @@ class RunStore:
                     tmp.unlink()
 
     def keep(self, key: str, run_dir: Path, result: RunResult) -> None:
-        """Store a completed run with the sha256 of each of its files; a failure, or a run
-        already stored intact, is left alone. An entry that fails verification is replaced."""
-        if not result.succeeded or not (run_dir / "result.json").is_file():
+        """Store a final run (completed, no model call lost) with the sha256 of each of its
+        files; any other run, or a run already stored intact, is left alone. An entry that fails
+        verification is replaced."""
+        if not result.final or not (run_dir / "result.json").is_file():
             return
         final = self._path(key)
         if _intact(final, key):

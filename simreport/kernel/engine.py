@@ -7,7 +7,6 @@ result.json is a finished run and one without is not.
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import sys
 import traceback
@@ -19,6 +18,7 @@ from typing import Any
 from ..core.canonical import canonical_json, pretty_json, sha256_bytes
 from ..core.errors import InputError, RunError, SchemaError, ValidationIssue, join_path
 from ..core.files import Document, load_document, write_atomic, write_json
+from ..core.fingerprint import code_fingerprint
 from ..core.redaction import redact_document
 from ..core.schema import (
     SCHEMA_VERSION,
@@ -38,6 +38,7 @@ from .interrupt import Interrupted, check, stop_requested
 from .policies import POLICIES
 from .providers import PROVIDERS, make_provider
 from .rules import RULES
+from .testbed.assets import resolved_asset_files
 from .testbed.replay import active_replay
 from .world import World, WorldOutcome
 from .worlds import WORLDS
@@ -153,20 +154,14 @@ def scenario_outputs(scenario: Scenario) -> tuple[tuple[str, ...], tuple[str, ..
 # --------------------------------------------------------------------------- fingerprints
 
 
-def _source_hash(paths: list[Path]) -> str:
-    digest = hashlib.sha256()
-    for p in sorted(paths):
-        digest.update(p.name.encode())
-        digest.update(b"\0")
-        digest.update(p.read_bytes())
-    return digest.hexdigest()
-
-
 def kernel_fingerprint(world: str | None) -> str:
-    """sha256 over the kernel's own sources and the world's module: a code change to either makes
-    earlier runs out of date (the workflow passes this as a parameter of the run jobs)."""
+    """sha256 over the normalised sources of the kernel, of the core modules it builds on
+    (schemas, their defaults and validators decide what a scenario means) and of the world's
+    module (and its code packages): a code change to any of them makes earlier runs out of date
+    (the workflow passes this as a parameter of the run jobs); comments and docstrings change
+    nothing."""
     here = Path(__file__).resolve().parent
-    files = [*here.glob("*.py"), *(here / "providers").glob("*.py")]
+    files = [*here.glob("*.py"), *(here / "providers").glob("*.py"), *here.parent.glob("core/*.py")]
     if world is not None and world in WORLDS:
         world_cls = WORLDS.get(world)
         for name in (world_cls.__module__, *world_cls.code_packages):
@@ -176,13 +171,15 @@ def kernel_fingerprint(world: str | None) -> str:
             path = Path(module.__file__)
             # A package counts with every module in it.
             files.extend(path.parent.glob("*.py") if path.name == "__init__.py" else [path])
-    return _source_hash(files)
+    return code_fingerprint(files)
 
 
 def input_hashes(scenario: Scenario, asset_root: str | Path | None) -> dict[str, str]:
     """sha256 of every file outside the scenario document that a run of it reads: an external
-    simulator's files, and for agent-testbed scenarios every file of the asset library. A change
-    to any of them makes earlier runs out of date (workflow keys and the run store include it)."""
+    simulator's files, and for an agent-testbed scenario the asset versions its manifest resolves
+    to (labels → versions → files, resolved as a run resolves them, without running it). A
+    change to any of them makes earlier runs of this scenario out of date, and no other's
+    (workflow keys and the run store include it)."""
     root = Path(asset_root).resolve() if asset_root is not None else None
     found = {
         name: sha256_bytes(path.read_bytes())
@@ -190,10 +187,20 @@ def input_hashes(scenario: Scenario, asset_root: str | Path | None) -> dict[str,
     }
     if root is not None and scenario.sut is not None:
         library = root / (scenario.provenance.asset_library if scenario.provenance else "assets")
-        if library.is_dir():
-            for path in sorted(p for p in library.rglob("*") if p.is_file()):
-                found[str(path.relative_to(root))] = sha256_bytes(path.read_bytes())
+        for slot, path in resolved_asset_files(scenario, library).items():
+            if path is None:
+                # The run fails in LOADING; the key changes once the reference resolves.
+                found[slot] = "unresolved"
+            else:
+                found[_relative_name(path, root)] = sha256_bytes(path.read_bytes())
     return found
+
+
+def _relative_name(path: Path, root: Path) -> str:
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return path.as_posix()
 
 
 # --------------------------------------------------------------------------- running

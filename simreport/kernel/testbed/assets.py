@@ -25,7 +25,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from ...core.canonical import content_hash, sha256_bytes
 from ...core.errors import DocumentError
 from ...core.files import parse_document
-from ...core.schema import Model
+from ...core.schema import Model, Scenario
 from ...core.testbed import ASSET_REF, ReactionRule
 from ...core.validation import issues_from
 
@@ -317,7 +317,9 @@ class AssetLibrary:
         self.root = root
         self.pins = dict(pins or {})
 
-    def resolve(self, ref: str, kind: AssetKind, slot: str) -> ResolvedAsset:
+    def locate(self, ref: str) -> tuple[str, str, Path]:
+        """The name, exact version and file a reference resolves to (labels and pins applied),
+        without reading the asset itself."""
         match = ASSET_REF.match(ref)
         if match is None:
             raise AssetError(ref, "not an asset reference (<name>@<version or label>)")
@@ -334,6 +336,10 @@ class AssetLibrary:
         )
         if path is None:
             raise AssetError(ref, f"version {version} of {name!r} does not exist")
+        return name, version, path
+
+    def resolve(self, ref: str, kind: AssetKind, slot: str) -> ResolvedAsset:
+        name, version, path = self.locate(ref)
         data = path.read_bytes()
         try:
             document = parse_document(data.decode("utf-8"), path)
@@ -366,6 +372,46 @@ class AssetLibrary:
         if not _VERSION.match(version):
             raise AssetError(ref, f"label {label!r} points at {version!r}, not a version")
         return version
+
+
+def manifest_references(scenario: Scenario) -> list[tuple[str, str, AssetKind]]:
+    """Every asset reference of a testbed scenario's manifest: (slot, reference, kind)."""
+    refs: list[tuple[str, str, AssetKind]] = []
+    if scenario.sut is not None:
+        refs.append(("sut.agent", scenario.sut.agent, "agent"))
+    if scenario.user is not None:
+        refs.append(("user.policy", scenario.user.policy, "user_policy"))
+        refs.append(("user.simulator", scenario.user.simulator, "simulator_config"))
+    if scenario.environment is not None:
+        refs.append(("environment.data", scenario.environment.data, "env_data"))
+    if scenario.evaluation_ref is not None:
+        refs.append(
+            ("evaluationRef.assertions", scenario.evaluation_ref.assertions, "evaluation_spec")
+        )
+    if scenario.sut is not None and scenario.sut.prompt is not None:
+        refs.append(("sut.prompt", scenario.sut.prompt, "prompt"))
+    if scenario.evaluation_ref is not None and scenario.evaluation_ref.rubric is not None:
+        refs.append(("evaluationRef.rubric", scenario.evaluation_ref.rubric, "rubric"))
+    if scenario.environment is not None:
+        refs += [
+            (f"environment.toolContracts.{i}", ref, "tool_contract")
+            for i, ref in enumerate(scenario.environment.tool_contracts)
+        ]
+    return refs
+
+
+def resolved_asset_files(scenario: Scenario, library: Path) -> dict[str, Path | None]:
+    """Slot → the file each of a scenario's asset references resolves to in `library` (None where
+    it does not resolve), found without reading or validating the assets: what a run of the
+    scenario will read, so a change to any other file of the library leaves it up to date."""
+    found: dict[str, Path | None] = {}
+    assets = AssetLibrary(library)
+    for slot, ref, _ in manifest_references(scenario):
+        try:
+            found[slot] = assets.locate(ref)[2]
+        except AssetError:
+            found[slot] = None
+    return found
 
 
 def _validated(model: type[Model], data: Any, ref: str, path: Path) -> Any:
