@@ -1,11 +1,13 @@
-# Statistics: audit.json and runs.parquet from every run of a plan.
+# Statistics: audit.json and runs.parquet from every run of a plan, once every condition job of
+# it has ended (each leaves a state file).
 
 
 rule analyse:
     input:
         plan="{results}/{plan}/plan.json",
         conditions="{results}/{plan}/conditions.json",
-        runs=plan_results,
+        # Two files per condition job, not every result.json (ConditionTarget.requested).
+        runs=plan_requested,
     output:
         audit=report(
             "{results}/{plan}/audit.json",

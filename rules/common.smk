@@ -13,8 +13,8 @@ FAIL_ON_RUN_FAILURE = bool(config.get("failOnRunFailure", False))
 VERBOSE = bool(config.get("verbose", False))
 
 
-def plan_results(wildcards):
-    return PLANS[wildcards.plan].results
+def plan_requested(wildcards):
+    return PLANS[wildcards.plan].requested
 
 
 def plan_figures(wildcards):

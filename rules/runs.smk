@@ -27,7 +27,9 @@ for _plan in WORKFLOW.plans:
             name:
                 _target.rule_name
             output:
-                _target.outputs,
+                # The state file and one result.json per replication, the two the analysis asks
+                # for first (simreport_workflow.ConditionTarget.requested).
+                _target.products,
             log:
                 str(_plan.out_dir / "logs" / "runs" / f"{_target.condition.dir}.log"),
             # On a cluster, condition jobs are batched into group jobs (`group-components: runs=N`

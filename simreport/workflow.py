@@ -92,12 +92,29 @@ class ConditionTarget:
     plan_id: str
     condition: Condition
     outputs: list[str]
+    """One result.json per replication."""
     key: str
     """Changes exactly when this condition's runs must be redone (Snakemake `params`)."""
+    state: str
+    """The state file the condition's job ends with."""
     slug_shared: bool = False
     """Another condition of the plan has the same slug: the rule name carries a hash."""
     retry: int = 0
     """The retry generation this build runs the condition as (part of `key`; see `retry_token`)."""
+
+    @property
+    def requested(self) -> list[str]:
+        """What the analysis asks of this condition: its state file and its last replication's
+        result.json (missing when replications were added). Not every result.json: Snakemake
+        compares each requested file with the outputs of the rule that makes it, in order, so
+        asking for all of them costs replications² per condition; a deleted run in between is
+        caught by the retry token instead."""
+        return [self.state, self.outputs[-1]]
+
+    @property
+    def products(self) -> list[str]:
+        """The job's outputs, the requested ones first (see `requested`)."""
+        return [*self.requested, *self.outputs[:-1]]
 
     @property
     def rule_name(self) -> str:
@@ -131,6 +148,11 @@ class PlanTarget:
     @property
     def results(self) -> list[str]:
         return [path for target in self.conditions for path in target.outputs]
+
+    @property
+    def requested(self) -> list[str]:
+        """What the analysis asks of the condition jobs (see `ConditionTarget.requested`)."""
+        return [path for target in self.conditions for path in target.requested]
 
 
 @dataclass
@@ -372,19 +394,21 @@ def _plan_target(
                 "inputs": input_hashes(condition.scenario, loaded.asset_root),
             }
         )
-        outputs = [
-            str(out_dir / "runs" / condition.dir / str(r) / "result.json") for r in range(reps)
-        ]
-        # Failed runs left by the condition's last job, or a result.json deleted since, rerun
-        # it once per build. (Snakemake itself does not rerun a job for a deleted intermediate
-        # file while what depends on it is up to date; one stat per run here is cheap.)
-        state = read_state(state_file(out_dir, condition.dir))
-        present = [os.path.exists(path) for path in outputs]
-        deleted = not all(present) and (bool(state) or any(present))
-        retry = retry_token(state, deleted=deleted)
+        # Text, not Path objects: a plan of 100,000 runs builds this many paths at every start.
+        folder = os.path.join(out_dir, "runs", condition.dir)
+        outputs = [f"{folder}{os.sep}{r}{os.sep}result.json" for r in range(reps)]
+        # Failed runs left by the condition's last job, or a result.json deleted or rewritten
+        # since, rerun it once per build. (Snakemake itself does not rerun a job for a deleted
+        # or edited intermediate file while what depends on it is up to date; one stat per run
+        # here is cheap.)
+        state_path = state_file(out_dir, condition.dir)
+        state = read_state(state_path)
+        retry = retry_token(state, deleted=_runs_changed(outputs, state_path, bool(state)))
         if retry:
             key = f"{key}.retry{retry}"
-        targets.append(ConditionTarget(loaded.plan_id, condition, outputs, key, retry=retry))
+        targets.append(
+            ConditionTarget(loaded.plan_id, condition, outputs, key, str(state_path), retry=retry)
+        )
     slugs = Counter(_slug(t.condition.id) for t in targets)
     for target in targets:
         target.slug_shared = slugs[_slug(target.condition.id)] > 1
@@ -650,6 +674,28 @@ def read_state(path: Path) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return doc if isinstance(doc, dict) else {}
+
+
+def _runs_changed(outputs: Sequence[str], state_path: Path, has_state: bool) -> bool:
+    """Whether a run of the condition was deleted, or its result.json written, after the
+    condition's job ended (its state file is the job's last write). A condition never built
+    (no state, no run) has not changed."""
+    try:
+        ended: int | None = os.stat(state_path).st_mtime_ns
+    except OSError:
+        ended = None
+    present = False
+    missing = False
+    for path in outputs:
+        try:
+            written = os.stat(path).st_mtime_ns
+        except OSError:
+            missing = True
+            continue
+        present = True
+        if ended is not None and written > ended:
+            return True
+    return missing and (has_state or present)
 
 
 def retry_token(state: Mapping[str, Any], *, deleted: bool = False) -> int:

@@ -163,7 +163,7 @@ _BASE = build_conditions(load_plan(EXAMPLES / "prisoners_dilemma" / "audit.yaml"
 
 
 def _target(plan: str, condition_id: str, *, shared: bool = False) -> ConditionTarget:
-    return ConditionTarget(plan, replace(_BASE, id=condition_id), [], "", slug_shared=shared)
+    return ConditionTarget(plan, replace(_BASE, id=condition_id), [], "", "", slug_shared=shared)
 
 
 def test_rule_names_are_readable_identifiers() -> None:

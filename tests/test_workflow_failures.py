@@ -281,16 +281,26 @@ def test_deleted_or_damaged_results_are_put_back_before_the_analysis(tmp_path: P
     assert all(after[p] == before[p] for p in originals if p.parent.parent.name == other)
     assert audit.read_bytes() == clean
 
-    # Damaged in place: the analysis notices the digest, copies the run back from the verified
-    # store before reading it, and no condition job runs.
+    # Damaged in place (written after its job ended): the condition's job runs again and
+    # copies the run back from the verified store; nothing is computed.
     damaged = runs / other / "0" / "result.json"
     doc = json.loads(damaged.read_text())
     doc["metrics"] = {name: 12345.0 for name in doc["metrics"]}
     damaged.write_text(json.dumps(doc))
     code, out = _snakemake(dest)
     assert code == 0, out[-3000:]
-    assert "run_study_" not in out.split("Job stats:", 1)[-1].split("total", 1)[0], out
+    assert _summary(dest, "linguistic_framing=moralised")["computed"] == "0"
     assert damaged.read_bytes() == originals[damaged]
+    assert audit.read_bytes() == clean
+
+    # Damaged with its old modification time kept: the analysis checks each run's digest before
+    # reading it and copies the run back from the store (the state file records the digests).
+    stamp = damaged.stat()
+    damaged.write_text(json.dumps(doc))
+    os.utime(damaged, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+    code, out = _snakemake(dest, "--forcerun", "analyse")
+    assert code == 0, out[-3000:]
+    assert damaged.read_bytes() == originals[damaged], out
     assert audit.read_bytes() == clean
 
     # Damaged, and not in the store either: it is run again.
