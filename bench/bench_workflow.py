@@ -108,9 +108,11 @@ def compare(world: str, cores: str, repeat: int) -> tuple[float, float, float]:
 def per_run_inputs(space: Path) -> None:
     """Make the workspace's analysis ask for every result.json (the earlier design)."""
     rules = space / "rules" / "analysis.smk"
-    rules.write_text(
-        rules.read_text().replace("states=plan_states,", "states=lambda w: PLANS[w.plan].results,")
-    )
+    text = rules.read_text()
+    requested = "runs=plan_requested,"
+    if requested not in text:
+        raise SystemExit(f"{rules} no longer says {requested!r}: update this benchmark")
+    rules.write_text(text.replace(requested, "runs=lambda w: PLANS[w.plan].results,"))
 
 
 def main() -> None:

@@ -6,7 +6,7 @@ rule analyse:
     input:
         plan="{results}/{plan}/plan.json",
         conditions="{results}/{plan}/conditions.json",
-        # Two files per condition job, not every result.json (ConditionTarget.requested).
+        # One file per condition job, not every result.json (ConditionTarget.requested).
         runs=plan_requested,
     output:
         audit=report(

@@ -27,8 +27,8 @@ for _plan in WORKFLOW.plans:
             name:
                 _target.rule_name
             output:
-                # The state file and one result.json per replication, the two the analysis asks
-                # for first (simreport_workflow.ConditionTarget.requested).
+                # One result.json per replication, then the state file the job ends with
+                # (simreport_workflow.ConditionTarget.products).
                 _target.products,
             log:
                 str(_plan.out_dir / "logs" / "runs" / f"{_target.condition.dir}.log"),

@@ -103,18 +103,21 @@ class ConditionTarget:
     """The retry generation this build runs the condition as (part of `key`; see `retry_token`)."""
 
     @property
-    def requested(self) -> list[str]:
-        """What the analysis asks of this condition: its state file and its last replication's
-        result.json (missing when replications were added). Not every result.json: Snakemake
-        compares each requested file with the outputs of the rule that makes it, in order, so
-        asking for all of them costs replications² per condition; a deleted run in between is
-        caught by the retry token instead."""
-        return [self.state, self.outputs[-1]]
+    def requested(self) -> str:
+        """What the analysis asks of this condition: its last replication's result.json, which
+        is missing when replications were added. Not every result.json: Snakemake compares each
+        requested file with the outputs of the rule that makes it, in order, so asking for all
+        of them costs replications² per condition; a run deleted or rewritten after the job is
+        caught by the retry token instead (see `_runs_changed`)."""
+        return self.outputs[-1]
 
     @property
     def products(self) -> list[str]:
-        """The job's outputs, the requested ones first (see `requested`)."""
-        return [*self.requested, *self.outputs[:-1]]
+        """The job's outputs: the last replication first (found at once when the analysis asks
+        for it), the state file last. Snakemake touches a finished job's outputs in this order,
+        so the state file stays the newest: a result.json newer than it was written after the
+        job (see `_runs_changed`)."""
+        return [self.outputs[-1], *self.outputs[:-1], self.state]
 
     @property
     def rule_name(self) -> str:
@@ -152,7 +155,7 @@ class PlanTarget:
     @property
     def requested(self) -> list[str]:
         """What the analysis asks of the condition jobs (see `ConditionTarget.requested`)."""
-        return [path for target in self.conditions for path in target.requested]
+        return [target.requested for target in self.conditions]
 
 
 @dataclass
