@@ -545,6 +545,22 @@ def default_workers(cores: int | None) -> int:
     return max(1, min(cores or available, available))
 
 
+def _condition_jobs(
+    workflow: Workflow, plan: PlanTarget, target: ConditionTarget, *, reuse: bool = False
+) -> tuple[list[tuple[Condition, int]], list[RunJob], dict[int, RunResult]]:
+    """The replications of one condition: their slots, the jobs left to run and the results
+    taken from the run store (or, with `reuse`, from the run folders)."""
+    return plan_jobs(
+        plan.loaded,
+        [target.condition],
+        plan.out_dir,
+        provider=plan.provider,
+        llm=plan.llm,
+        store=workflow.store,
+        reuse=reuse,
+    )
+
+
 def run_condition(
     workflow: Workflow,
     plan_id: str,
@@ -558,14 +574,7 @@ def run_condition(
     condition's state file records what is pending, so the next build retries exactly that."""
     plan = workflow.plan(plan_id)
     target = next(t for t in plan.conditions if t.condition.id == condition_id)
-    slots, jobs, fetched = plan_jobs(
-        plan.loaded,
-        [target.condition],
-        plan.out_dir,
-        provider=plan.provider,
-        llm=plan.llm,
-        store=workflow.store,
-    )
+    slots, jobs, fetched = _condition_jobs(workflow, plan, target)
     progress = ConditionLog(log, condition_id, total=len(slots), fetched=len(fetched))
     workers = workflow.workers or default_workers(cores)
     pool = _shared_pool(workers) if len(jobs) > 1 else None
@@ -809,15 +818,8 @@ def repair_runs(
     that fails now is pending, so the next build retries it."""
     for r in damaged:
         Path(target.outputs[r]).unlink(missing_ok=True)
-    _, jobs, _ = plan_jobs(
-        plan.loaded,
-        [target.condition],
-        plan.out_dir,
-        provider=plan.provider,
-        llm=plan.llm,
-        store=workflow.store,
-        reuse=True,  # intact replications stay untouched; only the damaged ones are fetched
-    )
+    # Intact replications stay untouched; only the damaged ones are fetched or run.
+    _, jobs, _ = _condition_jobs(workflow, plan, target, reuse=True)
     wanted = set(damaged)
     results = execute_jobs([job for job in jobs if job.replication in wanted], None)
     path = state_file(plan.out_dir, target.condition.dir)
