@@ -359,20 +359,22 @@ def stop_pool(
     interrupted runs and write their results), drop the jobs not yet started, wait up to
     STOP_GRACE_SECONDS (a second interrupt cuts the wait short), then kill whatever still runs
     and record its runs (those started since `since`, a time.time()) as interrupted."""
-    processes = tell_workers_to_stop(pool)
-    # Cancelled here rather than by the shutdown: wait() would take a future the pool cancels
-    # for one still pending, and wait for it in vain.
-    running = [future for future in futures if not future.cancel()]
-    pool.shutdown(wait=False, cancel_futures=True)
+    processes: list[multiprocessing.Process] = []
     try:
+        processes = tell_workers_to_stop(pool)
+        # Cancelled here rather than by the shutdown: wait() would take a future the pool
+        # cancels for one still pending, and wait for it in vain.
+        running = [future for future in futures if not future.cancel()]
+        pool.shutdown(wait=False, cancel_futures=True)
         wait(running, timeout=STOP_GRACE_SECONDS)
     except KeyboardInterrupt:
         pass  # the second interrupt: no more grace (the caller re-raises the first)
     finally:
-        stuck = [job for future, job in futures.items() if not future.done()]
         for process in processes:
             process.kill()
-        for job in stuck:
+        # Every run that started and left no result: its worker was killed (by us, or by the
+        # second interrupt, after which the pool may already report its future as done).
+        for job in futures.values():
             if _started_since(job, since):
                 _harness_failure(
                     job,

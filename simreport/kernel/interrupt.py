@@ -25,7 +25,7 @@ PARENT_POLL_SECONDS = 0.25
 EXIT_DEADLINE_SECONDS = 10.0
 """After a stop signal, the longest the main process may take to exit (a model call that hangs
 in this process must not hold it)."""
-HARD_EXIT_SECONDS = 1.0
+HARD_EXIT_SECONDS = 1.5
 """The same after a second stop signal."""
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
