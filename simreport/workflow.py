@@ -586,7 +586,7 @@ def run_condition(
         progress.close("interrupted")
         raise
     state = _condition_state(plan, target, results, generation=target.retry, log=log)
-    write_atomic(state_file(plan.out_dir, target.condition.dir), pretty_json(state))
+    write_atomic(Path(target.state), pretty_json(state))
     counts = {
         "replications": len(slots),
         "computed": len(jobs),
@@ -800,7 +800,7 @@ def analyse_plan(workflow: Workflow, plan_id: str) -> None:
 def damaged_runs(plan: PlanTarget, target: ConditionTarget) -> list[int]:
     """Replications whose result.json is missing or differs from the digest its condition job
     recorded (a run without a recorded digest is taken as it is)."""
-    digests = read_state(state_file(plan.out_dir, target.condition.dir)).get("digests") or {}
+    digests = read_state(Path(target.state)).get("digests") or {}
     damaged = []
     for r, output in enumerate(target.outputs):
         digest = _digest(Path(output))
@@ -822,7 +822,7 @@ def repair_runs(
     _, jobs, _ = _condition_jobs(workflow, plan, target, reuse=True)
     wanted = set(damaged)
     results = execute_jobs([job for job in jobs if job.replication in wanted], None)
-    path = state_file(plan.out_dir, target.condition.dir)
+    path = Path(target.state)
     state = read_state(path)
     reasons: dict[int, RunResult | None] = {}
     digests = dict(state.get("digests") or {})
@@ -929,7 +929,7 @@ def pending_conditions(workflow: Workflow) -> list[PendingCondition]:
     found = []
     for plan in workflow.plans:
         for target in plan.conditions:
-            state = read_state(state_file(plan.out_dir, target.condition.dir))
+            state = read_state(Path(target.state))
             if state.get("pending"):
                 found.append(
                     PendingCondition(
