@@ -27,9 +27,9 @@ for _plan in WORKFLOW.plans:
             name:
                 _target.rule_name
             output:
-                # One result.json per replication, then the state file the job ends with
-                # (simreport_workflow.ConditionTarget.products).
-                _target.products,
+                # The state file the job ends with. It writes one result.json per replication
+                # too, undeclared: see simreport_workflow.ConditionTarget.requested.
+                _target.state,
             log:
                 str(_plan.out_dir / "logs" / "runs" / f"{_target.condition.dir}.log"),
             # On a cluster, condition jobs are batched into group jobs (`group-components: runs=N`
@@ -47,3 +47,28 @@ for _plan in WORKFLOW.plans:
                 simreport_workflow.run_condition(
                     WORKFLOW, params.plan, params.condition, workflow.cores, log[0]
                 )
+
+
+# One run asked for by its path (`snakemake results/<plan>/runs/<condition dir>/3/result.json`):
+# copied from the run store or run. A default build never asks for it; it reruns a condition's
+# job when one of its runs is missing or was rewritten.
+rule run_replication:
+    output:
+        "{results}/{plan}/runs/{condition}/{replication}/result.json",
+    log:
+        "{results}/{plan}/logs/runs/{condition}.{replication}.log",
+    wildcard_constraints:
+        plan=r"[^/]+",
+        condition=r"[^/]+",
+        replication=r"\d+",
+    conda:
+        "../envs/simreport.yaml"
+    run:
+        simreport_workflow.run_replication(
+            WORKFLOW,
+            wildcards.plan,
+            wildcards.condition,
+            int(wildcards.replication),
+            output[0],
+            log[0],
+        )

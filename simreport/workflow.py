@@ -104,20 +104,14 @@ class ConditionTarget:
 
     @property
     def requested(self) -> str:
-        """What the analysis asks of this condition: its last replication's result.json, which
-        is missing when replications were added. Not every result.json: Snakemake compares each
-        requested file with the outputs of the rule that makes it, in order, so asking for all
-        of them costs replications² per condition; a run deleted or rewritten after the job is
-        caught by the retry token instead (see `_runs_changed`)."""
-        return self.outputs[-1]
-
-    @property
-    def products(self) -> list[str]:
-        """The job's outputs: the last replication first (found at once when the analysis asks
-        for it), the state file last. Snakemake touches a finished job's outputs in this order,
-        so the state file stays the newest: a result.json newer than it was written after the
-        job (see `_runs_changed`)."""
-        return [self.outputs[-1], *self.outputs[:-1], self.state]
+        """What the analysis asks of this condition's job, and the job's one declared output:
+        its state file, the job's last write. Every result.json of the condition is written by
+        the job too, but declaring them would cost Snakemake a metadata read and more per run at
+        every start (a no-op build of 10,000 runs took 4.3 s, 2.8 s of it Snakemake's own cost
+        for 10,000 declared outputs; see bench/bench_workflow.py). A run deleted or rewritten
+        after the job is caught by the retry token instead (see `_runs_changed`), and a single
+        run can be asked for by its path (the `run_replication` rule)."""
+        return self.state
 
     @property
     def rule_name(self) -> str:
@@ -406,7 +400,7 @@ def _plan_target(
         # here is cheap.)
         state_path = state_file(out_dir, condition.dir)
         state = read_state(state_path)
-        retry = retry_token(state, deleted=_runs_changed(outputs, state_path, bool(state)))
+        retry = retry_token(state, deleted=_runs_changed(outputs, state_path, state))
         if retry:
             key = f"{key}.retry{retry}"
         targets.append(
@@ -583,6 +577,7 @@ def run_condition(
     except Interrupted:
         if pool is not None:
             _retire_pool(pool)
+        _drop_unfinished(target)
         progress.close("interrupted")
         raise
     state = _condition_state(plan, target, results, generation=target.retry, log=log)
@@ -603,6 +598,19 @@ def run_condition(
         + "".join(f"\n  {line}" for line in state["failures"])
     )
     return counts
+
+
+def _drop_unfinished(target: ConditionTarget) -> None:
+    """After an interrupted condition job: the folders of its runs that did not finish (ended
+    `cancelled`), so results/ holds finished runs or nothing, and the next build runs them."""
+    for output in target.outputs:
+        path = Path(output)
+        try:
+            final = RunResult.model_validate_json(path.read_bytes()).final
+        except (OSError, ValueError):
+            continue
+        if not final:
+            shutil.rmtree(path.parent, ignore_errors=True)
 
 
 class ConditionLog:
@@ -688,26 +696,29 @@ def read_state(path: Path) -> dict[str, Any]:
     return doc if isinstance(doc, dict) else {}
 
 
-def _runs_changed(outputs: Sequence[str], state_path: Path, has_state: bool) -> bool:
-    """Whether a run of the condition was deleted, or its result.json written, after the
-    condition's job ended (its state file is the job's last write). A condition never built
-    (no state, no run) has not changed."""
+def _runs_changed(outputs: Sequence[str], state_path: Path, state: Mapping[str, Any]) -> bool:
+    """Whether a run of the condition was deleted, or its result.json rewritten, after the
+    condition's job ended (its state file is the job's last write). A result.json newer than the
+    state file whose sha256 is the one the state records (Snakemake touches the output of a run
+    asked for by its path after it is put back) has not changed. A condition never built (no
+    state, no run) has not changed."""
     try:
         ended: int | None = os.stat(state_path).st_mtime_ns
     except OSError:
         ended = None
+    digests = state.get("digests") or {}
     present = False
     missing = False
-    for path in outputs:
+    for r, path in enumerate(outputs):
         try:
             written = os.stat(path).st_mtime_ns
         except OSError:
             missing = True
             continue
         present = True
-        if ended is not None and written > ended:
+        if ended is not None and written > ended and _digest(Path(path)) != digests.get(str(r)):
             return True
-    return missing and (has_state or present)
+    return missing and (bool(state) or present)
 
 
 def retry_token(state: Mapping[str, Any], *, deleted: bool = False) -> int:
@@ -824,6 +835,9 @@ def repair_runs(
     results = execute_jobs([job for job in jobs if job.replication in wanted], None)
     path = Path(target.state)
     state = read_state(path)
+    if not state:
+        # The condition's job has not run: it writes the whole state when it does.
+        return
     reasons: dict[int, RunResult | None] = {}
     digests = dict(state.get("digests") or {})
     for r in damaged:
@@ -849,6 +863,43 @@ def repair_runs(
         f"{plan.id} · {target.condition.id}: replaced {len(damaged)} damaged or missing "
         f"result.json ({', '.join(str(r) for r in damaged)})"
     )
+
+
+def run_replication(
+    workflow: Workflow,
+    plan_id: str,
+    condition_dir: str,
+    replication: int,
+    output: str,
+    log: str | Path | None = None,
+) -> None:
+    """One replication asked for by its path (`snakemake results/<plan>/runs/<condition
+    dir>/<r>/result.json`): copied from the run store when it holds it, else run. When the
+    condition's job has run, its state file records the new run, so the analysis reruns and
+    the condition's job does not."""
+    if plan_id not in {plan.id for plan in workflow.plans}:
+        known = ", ".join(plan.id for plan in workflow.plans)
+        raise InputError(f"no plan {plan_id!r} in the config (its plans: {known})")
+    plan = workflow.plan(plan_id)
+    target = next((t for t in plan.conditions if t.condition.dir == condition_dir), None)
+    if target is None:
+        raise InputError(f"plan {plan_id!r} has no condition folder {condition_dir!r}")
+    if not 0 <= replication < len(target.outputs):
+        raise InputError(
+            f"plan {plan_id!r} runs replications 0 to {len(target.outputs) - 1}, not {replication}"
+        )
+    if os.path.normpath(output) != os.path.normpath(target.outputs[replication]):
+        raise InputError(
+            f"{output} is not where the workflow keeps this run: {target.outputs[replication]}"
+        )
+    repair_runs(workflow, plan, target, [replication])
+    if log is not None:
+        written = Path(target.outputs[replication])
+        outcome = "missing"
+        if written.exists():
+            result = RunResult.model_validate_json(written.read_bytes())
+            outcome = "finished" if result.final else _reason(result)
+        write_atomic(Path(log), f"{target.condition.id} replication {replication}: {outcome}\n")
 
 
 def write_figures(workflow: Workflow, plan_id: str, outputs: Sequence[str]) -> None:

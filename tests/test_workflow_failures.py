@@ -317,19 +317,62 @@ def test_deleted_or_damaged_results_are_put_back_before_the_analysis(tmp_path: P
 
 @pytest.mark.slow
 @needs_snakemake
+def test_one_run_asked_for_by_its_path(tmp_path: Path) -> None:
+    """`snakemake results/<plan>/runs/<condition dir>/<r>/result.json` puts back that run alone:
+    from the store, else by running it. The condition's state records its digest, so the next
+    build reruns no condition job (and, the run being the same, no analysis either). A path
+    outside the plan fails naming it."""
+    dest = _workspace(tmp_path)
+    code, out = _snakemake(dest)
+    assert code == 0, out[-3000:]
+    runs = dest / "results" / "study" / "runs"
+    audit = dest / "results" / "study" / "audit.json"
+    clean = audit.read_bytes()
+    wanted = runs / "base" / "1" / "result.json"
+    original = wanted.read_bytes()
+    untouched = {p: p.stat().st_mtime_ns for p in runs.glob("*/*/result.json") if p != wanted}
+
+    for store_too in (False, True):
+        wanted.unlink()
+        if store_too:
+            shutil.rmtree(dest / "results" / ".store")
+        code, out = _snakemake(dest, "results/study/runs/base/1/result.json")
+        assert code == 0, out[-3000:]
+        assert wanted.read_bytes() == original
+        assert {p: p.stat().st_mtime_ns for p in untouched} == untouched
+        assert (dest / "results" / "study" / "logs" / "runs" / "base.1.log").read_text() == (
+            "base replication 1: finished\n"
+        )
+        state = _state(dest, "base")
+        assert state["pending"] == [] and "1" in state["digests"]
+        # The run put back is the same run: its state file says so, and nothing is to be done.
+        code, out = _snakemake(dest, "--dry-run")
+        assert code == 0 and "Nothing to be done" in out, out[-3000:]
+        assert audit.read_bytes() == clean
+
+    for path, expected in (
+        ("results/study/runs/nowhere/0/result.json", "has no condition folder 'nowhere'"),
+        ("results/study/runs/base/7/result.json", "replications 0 to 1, not 7"),
+        ("results/other/runs/base/0/result.json", "no plan 'other' in the config"),
+    ):
+        code, out = _snakemake(dest, path)
+        assert code != 0 and expected in out, out[-3000:]
+
+
+@pytest.mark.slow
+@needs_snakemake
 def test_overrides_and_switches_from_the_command_line(tmp_path: Path) -> None:
     dest = _workspace(tmp_path)
     code, out = _snakemake(
         dest,
-        "--dry-run",
         "--config",
         "overrides={study: {replications: 3}}",
         "failOnRunFailure=true",
         "verbose=false",
     )
     assert code == 0, out[-3000:]
-    assert "results/study/runs/base/2/result.json" in out
-    assert "results/study/runs/base/3/result.json" not in out
+    runs = dest / "results" / "study" / "runs" / "base"
+    assert sorted(p.name for p in runs.iterdir()) == ["0", "1", "2"]
     code, out = _snakemake(
         dest, "--dry-run", "--config", "overrides={elsewhere: {replications: 3}}"
     )
