@@ -1,7 +1,7 @@
 """simreport: audit LLM-driven simulations and publish the evidence.
 
 The Python API has the command line's verbs: `validate`, `run`, `conditions`, `audit`, `analyse`,
-`report`.
+`report`, `power`, `estimate`.
 """
 
 from __future__ import annotations
@@ -10,12 +10,14 @@ from typing import Any
 
 from .core.version import __version__
 
-__all__ = ["__version__", "analyse", "audit", "conditions", "report", "run", "validate"]
+_VERBS = {"analyse", "audit", "conditions", "estimate", "power", "report", "run", "validate"}
+
+__all__ = ["__version__", *sorted(_VERBS)]
 
 
 def __getattr__(name: str) -> Any:
     # The verbs load lazily so `import simreport` stays cheap for the command line and workers.
-    if name in {"analyse", "audit", "conditions", "report", "run", "validate"}:
+    if name in _VERBS:
         from . import api
 
         return getattr(api, name)

@@ -25,13 +25,37 @@ class Validated:
     details: dict[str, Any]
 
 
+PLAN_ONLY_KEYS = frozenset(
+    {
+        "axes",
+        "design",
+        "replications",
+        "models",
+        "metrics",
+        "claimType",
+        "concurrency",
+        "includeIncomplete",
+    }
+)
+"""Keys only an audit plan has: a document with one of them and no `world` or `simulator` is a
+plan, even when it lacks its base scenario."""
+
+
 def is_plan_document(data: Any) -> bool:
-    return isinstance(data, dict) and ("baseScenario" in data or "base" in data)
+    """Whether a document is an audit plan: it names a base scenario (`baseScenario`, `base`),
+    or it has a key only plans have and names no world or simulator."""
+    if not isinstance(data, dict):
+        return False
+    if "baseScenario" in data or "base" in data:
+        return True
+    engine = "world" in data or "simulator" in data
+    return not engine and any(key in data for key in PLAN_ONLY_KEYS)
 
 
 def validate(path: str | Path, *, max_runs: int | None = None) -> Validated:
-    """Validate a scenario or a plan file (told apart by `baseScenario`/`base`); raise on error.
-    A plan of more than `max_runs` runs (default: the harness's DEFAULT_MAX_RUNS) is refused."""
+    """Validate a scenario or a plan file (see `is_plan_document`); raise on error. A plan
+    without a base scenario is reported as such, not as a scenario without a world. A plan of
+    more than `max_runs` runs (default: the harness's DEFAULT_MAX_RUNS) is refused."""
     from .harness import build_conditions, load_plan
     from .kernel import validate_scenario
 
@@ -49,6 +73,7 @@ def validate(path: str | Path, *, max_runs: int | None = None) -> Validated:
                 "conditions": len(conditions),
                 "runs": runs,
                 "hash": loaded.hash,
+                "identityHash": loaded.identity_hash,
             },
         )
     scenario = validate_scenario(document.data, document=document)
@@ -146,11 +171,22 @@ def audit(
     return result
 
 
+RENDERED_PAGES = ("report.html", "methods.md", "methods.html", "figures")
+"""What `report` renders from audit.json: re-rendered whenever `analyse` rewrites it."""
+
+
 def analyse(audit_dir: str | Path, *, include_incomplete: bool | None = None) -> dict[str, Any]:
-    """Compute audit.json and runs.parquet from an audit directory's runs."""
+    """Compute audit.json and runs.parquet from an audit directory's runs. Pages already in the
+    directory (report, methods, figures) are re-rendered from the new audit.json, so none is
+    left describing the old one; a directory without pages gets none."""
     from .analysis.audit import analyse_dir
 
-    return analyse_dir(Path(audit_dir), include_incomplete=include_incomplete)
+    root = Path(audit_dir)
+    had_pages = any((root / name).exists() for name in RENDERED_PAGES)
+    audit = analyse_dir(root, include_incomplete=include_incomplete)
+    if had_pages:
+        report(root)
+    return audit
 
 
 def report(audit_dir: str | Path) -> Path:
@@ -224,5 +260,125 @@ def check_output_dir(out: str | Path, *, name: str = "out") -> None:
 
 
 def _analyse_if_available(audit_dir: Path, include_incomplete: bool | None) -> None:
-    analyse(audit_dir, include_incomplete=include_incomplete)
+    from .analysis.audit import analyse_dir
+
+    analyse_dir(audit_dir, include_incomplete=include_incomplete)
     report(audit_dir)
+
+
+def _sizing_levels(power: float, alpha: float, effect: float | None) -> None:
+    """Refuse a power, α or effect size no sizing can use, naming the setting."""
+    import math
+
+    if not 0.0 < alpha < 1.0:
+        raise InputError(f"alpha is {alpha}", path="alpha", expected="a number between 0 and 1")
+    if not alpha < power < 1.0:
+        raise InputError(
+            f"power is {power}", path="power", expected=f"a number between alpha ({alpha}) and 1"
+        )
+    if effect is not None and not (math.isfinite(effect) and effect > 0):
+        raise InputError(f"effect is {effect}", path="effect", expected="a positive finite |d|")
+
+
+def power(
+    plan_path: str | Path,
+    *,
+    pilot: str | Path,
+    effect: float | None = None,
+    power: float = 0.8,
+    alpha: float = 0.05,
+    max_runs: int | None = None,
+) -> dict[str, Any]:
+    """Replications per condition the plan needs to detect, with `power` at α/m (m: the
+    comparisons per metric the plan tests, the conservative end of Holm), each effect a pilot
+    audit saw, or `effect` (a |d|) for every comparison; and the smallest |d| the plan's own
+    replications detect. The pilot must have run this plan; only its replications may differ
+    (then `warnings` says so), anything else is an InputError naming what differs."""
+    from .analysis import power as sizing
+    from .harness import build_conditions, load_plan
+
+    _sizing_levels(power, alpha, effect)
+    loaded = load_plan(plan_path, max_runs=max_runs)
+    ran = sizing.read_pilot(pilot)
+    warning = sizing.check_pilot(
+        plan_path, loaded.hash, loaded.plan.replications, ran, max_runs=max_runs
+    )
+    tested = [c for c in build_conditions(loaded) if not c.is_base and not c.identical_to_base]
+    m = max(len(tested), 1)
+    rows = sizing.recommend_replications(ran.tests, effect=effect, power=power, alpha=alpha, m=m)
+    planned = loaded.plan.replications
+    at_plan_mde, at_plan_note = (
+        sizing.detectable_effect(planned, planned, alpha / m, power)
+        if tested
+        else (None, "no conditions besides the base: nothing to test")
+    )
+    return {
+        "plan": {"id": loaded.plan_id, "hash": loaded.hash, "replications": planned},
+        "pilot": {
+            "dir": str(pilot),
+            "hash": ran.plan_hash,
+            "replications": ran.replications,
+            "runs": ran.cost.runs,
+        },
+        "power": power,
+        "alpha": alpha,
+        "comparisons": len(tested),
+        "alphaPerComparison": alpha / m,
+        "effect": effect,
+        "warnings": [warning] if warning else [],
+        "metrics": rows,
+        "recommendation": sizing.plan_recommendation(rows),
+        "atPlannedReplications": {
+            "replications": planned,
+            "alpha": alpha / m,
+            "mde": at_plan_mde,
+            "note": at_plan_note,
+        },
+    }
+
+
+def estimate(
+    plan_path: str | Path,
+    *,
+    pilot: str | Path | None = None,
+    replications: int | None = None,
+    max_runs: int | None = None,
+    cache_dir: str | Path | None = None,
+) -> dict[str, Any]:
+    """Runs, LLM calls and tokens the plan will take, before running it: per-run averages of a
+    pilot audit of the same plan times the planned runs, or without a pilot the tokens per call
+    the response cache (`cache_dir`, default the environment's) recorded for the plan's models.
+    `basis` says which ("pilot", "cache" or "none") and `notes` what the numbers rest on."""
+    from .analysis import power as sizing
+    from .harness import build_conditions, load_plan
+    from .kernel.providers import CACHED
+    from .kernel.providers.cache import ResponseCache
+
+    loaded = load_plan(plan_path, replications=replications, max_runs=max_runs)
+    conds = build_conditions(loaded)
+    reps = loaded.plan.replications
+    provider = loaded.base.llm.provider
+    models = sorted({c.scenario.llm.model for c in conds})
+    warnings_: list[str] = []
+    pilot_cost = None
+    if pilot is not None:
+        ran = sizing.read_pilot(pilot)
+        warning = sizing.check_pilot(plan_path, loaded.hash, reps, ran, max_runs=max_runs)
+        if warning:
+            warnings_.append(warning)
+        pilot_cost = ran.cost
+    rates = None
+    if provider in CACHED and (pilot_cost is None or pilot_cost.llm_calls == 0):
+        cache = ResponseCache(cache_dir)
+        rates = sizing.cache_token_rates(cache.recorded_usage(), provider, models)
+    result = sizing.estimate_cost(
+        runs=len(conds) * reps, provider=provider, pilot=pilot_cost, rates=rates
+    )
+    return {
+        **result,
+        "conditions": len(conds),
+        "replications": reps,
+        "models": models,
+        "pilot": str(pilot) if pilot is not None else None,
+        "warnings": warnings_,
+    }

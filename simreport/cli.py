@@ -91,11 +91,15 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
-    from .core.schema import AuditPlan, Model, RunResult, Scenario
+    from .core.schema import RunResult, Scenario
+    from .harness.plan import plan_json_schema
 
-    models: dict[str, type[Model]] = {"scenario": Scenario, "plan": AuditPlan, "result": RunResult}
-    model = models[args.which]
-    print(json.dumps(model.model_json_schema(by_alias=True), indent=2, sort_keys=True))
+    schemas: dict[str, Callable[[], dict[str, Any]]] = {
+        "scenario": lambda: Scenario.model_json_schema(by_alias=True),
+        "plan": plan_json_schema,
+        "result": lambda: RunResult.model_json_schema(by_alias=True),
+    }
+    print(json.dumps(schemas[args.which](), indent=2, sort_keys=True))
     return EXIT_OK
 
 
@@ -125,12 +129,15 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_conditions(args: argparse.Namespace) -> int:
     from .api import conditions
 
+    if args.estimate or args.pilot is not None:
+        return _print_estimate(args)
     loaded, conds = conditions(args.plan, replications=args.replications, max_runs=args.max_runs)
     reps = loaded.plan.replications
     if args.json:
         rows = [
             {
                 "id": c.id,
+                "label": c.label,
                 "dir": c.dir,
                 "model": c.model,
                 "identicalToBase": c.identical_to_base,
@@ -145,6 +152,142 @@ def cmd_conditions(args: argparse.Namespace) -> int:
         flag = "  identicalToBase" if c.identical_to_base else ""
         print(f"{c.id:<{width}}  {c.dir}{flag}")
     print(f"{len(conds)} conditions × {reps} replications = {len(conds) * reps} runs")
+    return EXIT_OK
+
+
+def _probability(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
+    if not 0.0 < value < 1.0:
+        raise argparse.ArgumentTypeError(f"must lie between 0 and 1, not {text}")
+    return value
+
+
+def _effect_size(text: str) -> float:
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive finite |d|, not {text}")
+    return value
+
+
+def _count(value: float | None) -> str:
+    return "unknown" if value is None else f"{round(value):,}"
+
+
+def _print_estimate(args: argparse.Namespace) -> int:
+    """`conditions --estimate`: runs, LLM calls and tokens before running."""
+    from .api import estimate
+    from .core.errors import InputError
+
+    if not args.estimate:
+        raise InputError("--pilot goes with --estimate", path="--pilot", expected="--estimate")
+    result = estimate(
+        args.plan, pilot=args.pilot, replications=args.replications, max_runs=args.max_runs
+    )
+    for warning in result["warnings"]:
+        print(f"simreport: warning: {warning}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(result, indent=2, sort_keys=True))
+        return EXIT_OK
+    print(
+        f"{result['conditions']} conditions × {result['replications']} replications = "
+        f"{result['runs']} runs (provider {result['provider']}, "
+        f"model{'s' if len(result['models']) > 1 else ''} {', '.join(result['models'])})"
+    )
+    per_run, per_call = result["perRun"], result["perCall"]
+    if result["basis"] == "pilot":
+        tokens = (
+            f", {_count(per_run.get('promptTokens'))} prompt and "
+            f"{_count(per_run.get('completionTokens'))} completion tokens"
+            if per_call is not None
+            else ""
+        )
+        print(
+            f"basis: the pilot {result['pilot']}: {per_run['llmCalls']:.4g} LLM calls{tokens} "
+            "per run"
+        )
+    elif result["basis"] == "cache":
+        print(
+            f"basis: the response cache: {per_call['promptTokens']:.4g} prompt and "
+            f"{per_call['completionTokens']:.4g} completion tokens per call"
+        )
+    else:
+        print("basis: none")
+    total = result["total"]
+    print(f"LLM calls          {_count(total['llmCalls'])}")
+    print(f"prompt tokens      {_count(total['promptTokens'])}")
+    print(f"completion tokens  {_count(total['completionTokens'])}")
+    for note in result["notes"]:
+        print(f"note: {note}")
+    return EXIT_OK
+
+
+def cmd_power(args: argparse.Namespace) -> int:
+    from .api import power
+
+    result = power(
+        args.plan, pilot=args.pilot, effect=args.effect, power=args.power, alpha=args.alpha
+    )
+    for warning in result["warnings"]:
+        print(f"simreport: warning: {warning}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(result, indent=2, sort_keys=True))
+        return EXIT_OK
+    header = ("metric", "condition", "pilot n base/cond", "pilot |d|", "replications")
+    table = [
+        (
+            metric,
+            row["condition"],
+            f"{row['nBase']}/{row['nCond']}",
+            "-" if row["pilotD"] is None else f"{abs(row['pilotD']):.3g}",
+            "-" if row["replications"] is None else f"{row['replications']:,}",
+            row["note"],
+        )
+        for metric, rows in result["metrics"].items()
+        for row in rows
+    ]
+    widths = [max(len(r[i]) for r in [header, *table]) for i in range(len(header))]
+    print("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip())
+    for *cells, note in table:
+        print("  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip())
+        if note:
+            print(f"{'':{widths[0]}}  note: {note}")
+    level = f"power {result['power']:g} at α = {result['alpha']:g}/{max(result['comparisons'], 1)}"
+    planned = result["plan"]["replications"]
+    best = result["recommendation"]
+    if best is None:
+        print("plan: no row gives a number of replications; --effect d sizes it for an effect")
+    elif result["effect"] is not None:
+        print(
+            f"plan: {best['replications']:,} replications per condition detect |d| "
+            f"{result['effect']:g} with {level}; the plan has {planned}"
+        )
+    else:
+        print(
+            f"plan: {best['replications']:,} replications per condition detect every effect the "
+            f"pilot saw with {level} (driven by {best['metric']}, {best['condition']}, |d| "
+            f"{best['effect']:.3g}); the plan has {planned}"
+        )
+        if best["replications"] > 10 * max(planned, result["pilot"]["replications"]):
+            print(
+                "the smallest effects the pilot saw drive this number, and a pilot's |d| is "
+                "noisy: --effect d sizes the plan for the smallest effect that matters"
+            )
+    at_plan = result["atPlannedReplications"]
+    if at_plan["mde"] is not None:
+        print(
+            f"at the plan's {planned} replications the smallest detectable |d| is "
+            f"{at_plan['mde']:.3g} ({level})"
+        )
+    elif at_plan["note"]:
+        print(f"at the plan's {planned} replications: {at_plan['note']}")
     return EXIT_OK
 
 
@@ -177,6 +320,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 
 def cmd_analyse(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from .api import analyse
 
     audit = analyse(args.audit_dir, include_incomplete=True if args.include_incomplete else None)
@@ -185,6 +330,9 @@ def cmd_analyse(args: argparse.Namespace) -> int:
         f"audit.json: grade {audit['grade']['grade']}, {summary['runs']} runs "
         f"({summary['used']} used, {summary['excluded']} excluded)"
     )
+    report = Path(args.audit_dir) / "report.html"
+    if report.is_file():
+        print(f"report: {report} (re-rendered with the methods pages and figures)")
     return EXIT_OK
 
 
@@ -202,6 +350,19 @@ def cmd_site(args: argparse.Namespace) -> int:
     _check_options(args)
     index = site(args.audit_dirs, args.out, title=args.title)
     print(f"site: {index}")
+    return EXIT_OK
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    from .core.canonical import pretty_json
+    from .report.history import diff_audits, diff_lines, load_audit
+
+    diff = diff_audits(load_audit(args.audit_a), load_audit(args.audit_b))
+    if args.json:
+        sys.stdout.write(pretty_json(diff))
+        return EXIT_OK
+    for line in diff_lines(diff):
+        print(line)
     return EXIT_OK
 
 
@@ -244,7 +405,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--replications", type=int)
     p.add_argument("--max-runs", type=_positive_int, metavar="N", help=MAX_RUNS_HELP)
     p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--estimate",
+        action="store_true",
+        help="estimate runs, LLM calls and tokens instead of listing (--json: the estimate)",
+    )
+    p.add_argument("--pilot", metavar="AUDIT_DIR", help="with --estimate: a pilot audit's costs")
     p.set_defaults(func=cmd_conditions)
+
+    p = sub.add_parser("power", help="replications a plan needs, sized from a pilot audit")
+    p.add_argument("plan")
+    p.add_argument("--pilot", required=True, metavar="AUDIT_DIR", help="a pilot audit directory")
+    p.add_argument("--effect", type=_effect_size, metavar="D", help="size for this |d| instead")
+    p.add_argument("--power", type=_probability, default=0.8)
+    p.add_argument("--alpha", type=_probability, default=0.05, help="family α per metric")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_power)
 
     p = sub.add_parser("audit", help="run an audit plan, then analyse and report")
     p.add_argument("plan")
@@ -260,7 +436,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--include-incomplete", action="store_true")
     p.set_defaults(func=cmd_audit)
 
-    p = sub.add_parser("analyse", help="compute audit.json and runs.parquet from an audit's runs")
+    p = sub.add_parser(
+        "analyse",
+        help="compute audit.json and runs.parquet from an audit's runs; re-render the pages it has",
+    )
     p.add_argument("audit_dir")
     p.add_argument("--include-incomplete", action="store_true")
     p.set_defaults(func=cmd_analyse)
@@ -274,6 +453,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="site")
     p.add_argument("--title", default="simreport audits")
     p.set_defaults(func=cmd_site)
+
+    p = sub.add_parser("diff", help="what changed between two audits, and why")
+    p.add_argument("audit_a", help="the earlier audit: its directory or an audit.json file")
+    p.add_argument("audit_b", help="the later audit: its directory or an audit.json file")
+    p.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    p.set_defaults(func=cmd_diff)
 
     p = sub.add_parser("serve", help="serve a built site on this machine")
     p.add_argument("site_dir", nargs="?", default="site")

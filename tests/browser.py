@@ -6,7 +6,9 @@ Test modules import this as `from browser import ...` (pytest puts tests/ on sys
 
 from __future__ import annotations
 
+import html
 import json
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -118,3 +120,82 @@ def render(url: str, folder: Path, *, window: str = "1280,2000") -> RenderedPage
     assert net_log.is_file()
     dom = run_chromium(chromium_command(url, folder / "profile-dom", "--dump-dom", window=window))
     return RenderedPage(screenshot=shot, dom=dom.stdout, requests=page_requests(net_log))
+
+
+# A measuring script added to a test's copy of a page (the pages themselves have no script): it
+# records the viewport width, the document's scroll width, and every element that sticks out of
+# the viewport without being inside a container that scrolls or clips it, and writes them into
+# the frame around the page (headless Chromium's windows are at least 500 px wide, so a narrower
+# viewport is an iframe).
+_MEASURE = """<script>
+(function () {
+  var width = window.innerWidth;
+  var outside = [];
+  document.querySelectorAll("body *").forEach(function (element) {
+    if (element.getBoundingClientRect().right <= width + 0.5) return;
+    for (var p = element.parentElement; p; p = p.parentElement) {
+      var overflow = getComputedStyle(p).overflowX;
+      if (overflow === "auto" || overflow === "scroll" || overflow === "hidden") return;
+    }
+    var name = element.tagName.toLowerCase();
+    var cls = element.getAttribute("class");
+    outside.push(cls ? name + "." + cls : name);
+  });
+  var out = parent.document.createElement("pre");
+  out.id = "page-width";
+  out.textContent = JSON.stringify({
+    viewport: width,
+    clientWidth: document.documentElement.clientWidth,
+    scrollWidth: document.documentElement.scrollWidth,
+    outside: outside.slice(0, 20)
+  });
+  parent.document.body.appendChild(out);
+})();
+</script>
+"""
+_FRAME = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>frame</title></head>
+<body style="margin:0"><iframe src="{src}" title="page"
+style="width:{width}px;height:{height}px;border:0"></iframe></body></html>
+"""
+
+
+@dataclass(frozen=True)
+class PageWidth:
+    viewport: int  # the window's width
+    client_width: int  # what of it the page can use (less a vertical scroll bar)
+    scroll_width: int  # how wide the document is: wider than client_width scrolls sideways
+    outside: list[str]  # elements wider than the viewport outside any scrolling container
+
+    @property
+    def scrolls_sideways(self) -> bool:
+        return self.scroll_width > self.client_width
+
+
+def page_width(page: Path, folder: Path, *, width: int = 400, height: int = 900) -> PageWidth:
+    """Open a copy of `page` (next to it, so its relative links still resolve) with a measuring
+    script added, in a viewport `width` px wide, and read back how wide the document is."""
+    folder.mkdir(parents=True, exist_ok=True)
+    probe = page.with_name(f".measure-{page.name}")
+    frame = page.with_name(f".frame-{page.name}")
+    text = page.read_text(encoding="utf-8")
+    probe.write_text(text.replace("</body>", _MEASURE + "</body>", 1), encoding="utf-8")
+    frame.write_text(_FRAME.format(src=probe.name, width=width, height=height), encoding="utf-8")
+    try:
+        done = run_chromium(
+            chromium_command(
+                frame.resolve().as_uri(),
+                folder / "profile-width",
+                "--allow-file-access-from-files",  # the page may write into its frame
+                "--dump-dom",
+                window=f"{max(width, 500) + 100},{height + 100}",
+            )
+        )
+    finally:
+        probe.unlink()
+        frame.unlink()
+    found = re.search(r'<pre id="page-width">(.*?)</pre>', done.stdout, re.S)
+    assert found, done.stdout[-2000:]
+    measured = json.loads(html.unescape(found.group(1)))
+    return PageWidth(
+        measured["viewport"], measured["clientWidth"], measured["scrollWidth"], measured["outside"]
+    )

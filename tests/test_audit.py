@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,7 @@ from scipy import stats as sps
 from statsmodels.stats.multitest import multipletests
 
 from simreport.analysis.audit import RunRecord, analyse, analyse_dir
+from simreport.analysis.stats import SMALL_SPREAD_FRACTION
 from simreport.core.canonical import pretty_json
 from simreport.core.schema import RunResult
 
@@ -165,6 +168,276 @@ def _sample(records: list[RunRecord], cid: str, metric: str, include: bool = Fal
     return out
 
 
+# --------------------------------------------------------------------------- the reference
+# Everything below recomputes audit.json's statistics from the run records with scipy,
+# statsmodels and numpy, without calling simreport's statistics.
+
+
+def _finite(values: Sequence[float]) -> np.ndarray:
+    return np.array([v for v in values if math.isfinite(v)], dtype=float)
+
+
+def _used(rec: RunRecord, include: bool) -> bool:
+    res = rec.result
+    if res is None:
+        return False
+    if include:
+        return res.failure is None or bool(res.metrics)
+    return res.failure is None and res.integrity.complete
+
+
+def _values(records: Sequence[RunRecord], cid: str, metric: str, include: bool) -> np.ndarray:
+    return _finite(
+        [
+            rec.result.metrics.get(metric, math.nan)
+            for rec in records
+            if rec.condition == cid and rec.result is not None and _used(rec, include)
+        ]
+    )
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+
+
+def _ref_moved(plan: Mapping[str, Any], cond: Mapping[str, Any]) -> list[str]:
+    levels = cond.get("levels") or {}
+    if len(levels) <= 1:
+        return list(levels)
+    targets = {a["id"]: a["target"] for a in plan["axes"]}
+    moved = []
+    for axis, value in levels.items():
+        node: Any = plan["base"]
+        for part in targets[axis].split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        if _text(value) != _text(node):
+            moved.append(axis)
+    return moved or list(levels)
+
+
+def _ref_expected(plan: Mapping[str, Any], cond: Mapping[str, Any], metric: str) -> str | None:
+    hyp = plan.get("hypothesis") or {}
+    outcomes, by_axis, by_level = (hyp.get(k) or {} for k in ("outcomes", "axes", "levels"))
+    for key in (cond["id"], cond["id"].split("@")[0]):
+        if metric in by_level.get(key, {}):
+            return str(by_level[key][metric])
+    moved = _ref_moved(plan, cond)
+    if not moved:
+        return outcomes.get(metric)
+    directions = set()
+    for axis in moved:
+        level_id = f"{axis}={_text(cond['levels'][axis])}"
+        directions.add(
+            by_level.get(level_id, {}).get(metric)
+            or by_axis.get(axis, {}).get(metric)
+            or outcomes.get(metric)
+        )
+    directions.discard(None)
+    return directions.pop() if len(directions) == 1 else None
+
+
+def _ref_p(base: np.ndarray, cond: np.ndarray) -> float:
+    pooled = np.concatenate([base, cond])
+    if np.all(pooled == pooled[0]):
+        return 1.0
+    exact = min(base.size, cond.size) < 8 and np.unique(pooled).size == pooled.size
+    method = "exact" if exact else "asymptotic"
+    return float(
+        sps.mannwhitneyu(
+            cond, base, alternative="two-sided", method=method, use_continuity=True
+        ).pvalue
+    )
+
+
+def _ref_ci(plan_hash: str, metric: str, cid: str, base: np.ndarray, cond: np.ndarray) -> Any:
+    material = f"{plan_hash}\x1f{metric}\x1f{cid}".encode()
+    rng = np.random.default_rng(int.from_bytes(hashlib.sha256(material).digest()[:16], "big"))
+    base_idx = rng.integers(0, base.size, size=(2000, base.size))
+    cond_idx = rng.integers(0, cond.size, size=(2000, cond.size))
+    diffs = cond[cond_idx].mean(axis=1) - base[base_idx].mean(axis=1)
+    return list(np.percentile(diffs, [2.5, 97.5]))
+
+
+def _reference(
+    plan: Mapping[str, Any],
+    conditions: Sequence[Mapping[str, Any]],
+    records: Sequence[RunRecord],
+    include: bool = False,
+) -> dict[str, Any]:
+    """tests, sensitivity and directionConsistency as SPEC §5-§6 and the schemaVersion 2
+    contract define them."""
+    tests: dict[str, list[dict[str, Any]]] = {}
+    for metric in plan["metrics"]:
+        rows = []
+        for cond in conditions:
+            if cond["isBase"]:
+                continue
+            base = _values(records, cond["baseId"], metric, include)
+            values = _values(records, cond["id"], metric, include)
+            expected = _ref_expected(plan, cond, metric)
+            row: dict[str, Any] = {
+                "condition": cond["id"],
+                "nBase": base.size,
+                "nCond": values.size,
+                "expected": expected,
+                "tested": False,
+                "cohenD": None,
+                "mwuP": None,
+                "ci95": None,
+                "smallSpread": False,
+                "directionFlip": None,
+            }
+            rows.append(row)
+            if cond.get("identicalToBase"):
+                row["note"] = "identical to the base, not tested"
+                continue
+            if base.size and values.size:
+                diff = values.mean() - base.mean()
+                greater = sum(1 for c in values for b in base if c > b)
+                less = sum(1 for c in values for b in base if c < b)
+                row["diff"] = diff
+                row["w1"] = sps.wasserstein_distance(base, values)
+                row["cliffDelta"] = (greater - less) / (base.size * values.size)
+            if min(base.size, values.size) < 2:
+                row["note"] = "fewer than 2 replications with a finite value in"
+                continue
+            pooled = math.sqrt(
+                ((base.size - 1) * base.var(ddof=1) + (values.size - 1) * values.var(ddof=1))
+                / (base.size + values.size - 2)
+            )
+            if pooled < 1e-12 * max(1.0, abs(base.mean())):
+                d = 0.0 if diff == 0 else math.copysign(math.inf, diff)
+                pooled = 0.0
+            else:
+                d = diff / pooled
+            larger_mean = max(abs(base.mean()), abs(values.mean()))
+            row.update(
+                tested=True,
+                cohenD=d,
+                mwuP=_ref_p(base, values),
+                ci95=_ref_ci(plan["hash"], metric, cond["id"], base, values),
+                smallSpread=d != 0
+                and (pooled == 0 or pooled < SMALL_SPREAD_FRACTION * larger_mean),
+                directionFlip=None
+                if expected is None
+                else (diff < 0 if expected == "increase" else diff > 0),
+            )
+        tested = [r for r in rows if r["tested"]]
+        if tested:
+            holm = multipletests([r["mwuP"] for r in tested], method="holm")[1]
+            for r, p in zip(tested, holm, strict=True):
+                r["holmP"] = float(p)
+        tests[metric] = rows
+
+    by_id = {c["id"]: c for c in conditions}
+    isolated: dict[str, tuple[float, str, str]] = {}
+    any_cell: dict[str, tuple[float, str, str]] = {}
+    for metric, rows in tests.items():
+        for row in rows:
+            if not row["tested"]:
+                continue
+            moved = _ref_moved(plan, by_id[row["condition"]])
+            for axis in moved:
+                here = (abs(row["cohenD"]), metric, row["condition"])
+                if axis not in any_cell or here[0] > any_cell[axis][0]:
+                    any_cell[axis] = here
+                if len(moved) == 1 and (axis not in isolated or here[0] > isolated[axis][0]):
+                    isolated[axis] = here
+    axis_ids = [a["id"] for a in plan["axes"]]
+    ranked = sorted(
+        (a for a in axis_ids if a in isolated or a in any_cell),
+        key=lambda a: -(isolated.get(a) or any_cell[a])[0],
+    )
+    sensitivity = [
+        {
+            "axis": a,
+            "rank": ranked.index(a) + 1 if a in ranked else None,
+            "isolated": isolated.get(a),
+            "anyCell": any_cell.get(a),
+        }
+        for a in ranked + [a for a in axis_ids if a not in ranked]
+    ]
+
+    consistency: dict[str, dict[str, Any]] = {}
+    outcomes = (plan.get("hypothesis") or {}).get("outcomes") or {}
+    for metric, rows in tests.items():
+        counted = [r for r in rows if r["tested"] and r["expected"] is not None]
+        if metric not in outcomes and all(r["expected"] is None for r in rows):
+            continue
+
+        def ok(r: Mapping[str, Any]) -> bool:
+            return bool(r["diff"] > 0 if r["expected"] == "increase" else r["diff"] < 0)
+
+        directions = {r["expected"] for r in counted}
+        per_axis: dict[str, dict[str, int]] = {}
+        for axis in axis_ids:
+            mine = [r for r in counted if axis in _ref_moved(plan, by_id[r["condition"]])]
+            if mine:
+                per_axis[axis] = {"consistent": sum(map(ok, mine)), "total": len(mine)}
+        consistency[metric] = {
+            "expected": (directions.pop() if len(directions) == 1 else "mixed")
+            if directions
+            else outcomes.get(metric),
+            "consistent": sum(map(ok, counted)),
+            "total": len(counted),
+            "share": sum(map(ok, counted)) / len(counted) if counted else None,
+            "byAxis": per_axis,
+        }
+    return {"tests": tests, "sensitivity": sensitivity, "directionConsistency": consistency}
+
+
+def _check_against_reference(
+    audit: Mapping[str, Any],
+    plan: Mapping[str, Any],
+    conditions: Sequence[Mapping[str, Any]],
+    records: Sequence[RunRecord],
+    include: bool = False,
+) -> None:
+    ref = _reference(plan, conditions, records, include)
+    for metric, expected_rows in ref["tests"].items():
+        rows = audit["tests"][metric]
+        assert [r["condition"] for r in rows] == [r["condition"] for r in expected_rows]
+        for row, want in zip(rows, expected_rows, strict=True):
+            where = (metric, row["condition"])
+            assert row["baseId"] == next(
+                c["baseId"] for c in conditions if c["id"] == want["condition"]
+            )
+            for key in ("nBase", "nCond", "tested", "expected", "smallSpread", "directionFlip"):
+                assert row[key] == want[key], (where, key)
+            for key in ("diff", "w1", "cliffDelta", "cohenD", "mwuP", "holmP"):
+                assert row[key] == pytest.approx(want.get(key), nan_ok=False), (where, key)
+            if want["ci95"] is None:
+                assert row["ci95"] is None, where
+            else:
+                assert row["ci95"] == pytest.approx(want["ci95"], abs=1e-12), where
+                assert row["ci95"][0] <= row["diff"] <= row["ci95"][1], where
+            if "note" in want:
+                assert row["note"].startswith(want["note"]), where
+            elif row["smallSpread"]:
+                assert "near-zero spread" in row["note"], where
+            else:
+                assert row["note"] is None, where
+    got = audit["sensitivity"]
+    assert [(e["axis"], e["rank"]) for e in got] == [
+        (e["axis"], e["rank"]) for e in ref["sensitivity"]
+    ]
+    for entry, want in zip(got, ref["sensitivity"], strict=True):
+        for key in ("isolated", "anyCell"):
+            if want[key] is None:
+                assert entry[key] is None, (entry["axis"], key)
+            else:
+                measure = entry[key]
+                assert (measure["maxAbsD"], measure["metric"], measure["condition"]) == (
+                    pytest.approx(want[key][0]),
+                    want[key][1],
+                    want[key][2],
+                ), (entry["axis"], key)
+        assert entry["rankedBy"] == (
+            "isolated" if want["isolated"] else "anyCell" if want["anyCell"] else None
+        )
+    assert audit["directionConsistency"] == ref["directionConsistency"]
+
+
 def test_conditions_rows_count_runs(audit: dict[str, Any]) -> None:
     ids = [c["id"] for c in audit["conditions"]]
     assert ids[:2] == ["base@m1", "base@m2"]
@@ -190,32 +463,106 @@ def test_pairwise_rows_recomputed_independently(audit: dict[str, Any]) -> None:
     records = _records()
     rows = audit["tests"]["score"]
     assert {r["condition"] for r in rows} == {c["id"] for c in _conditions() if not c["isBase"]}
-    raw = []
-    for row in rows:
-        base = np.array(_sample(records, row["baseId"], "score"))
-        cond = np.array(_sample(records, row["condition"], "score"))
-        assert row["baseId"] == "base@" + row["condition"].split("@")[1]
-        assert (row["nBase"], row["nCond"]) == (base.size, cond.size)
-        assert row["diff"] == pytest.approx(cond.mean() - base.mean())
-        pooled = math.sqrt(
-            ((base.size - 1) * base.var(ddof=1) + (cond.size - 1) * cond.var(ddof=1))
-            / (base.size + cond.size - 2)
+    assert all(r["tested"] and r["expected"] == "increase" for r in rows)
+    assert all(r["expected"] is None for r in audit["tests"]["rate"])
+    _check_against_reference(audit, PLAN, _conditions(), records)
+    assert audit["schemaVersion"] == 2
+
+
+def _factorial_case() -> tuple[dict[str, Any], list[dict[str, Any]], list[RunRecord]]:
+    """A full factorial design with models: a cell identical to the base, a cell with one
+    replication, a metric with near-constant runs, and per-axis and per-level expectations."""
+    plan = {
+        **PLAN,
+        "design": "full_factorial",
+        "replications": 6,
+        "metrics": ["score", "rate", "steady"],
+        "base": {"params": {"framing": "neutral", "window": 3}},
+        "hypothesis": {
+            "outcomes": {"score": "increase", "steady": "decrease"},
+            "axes": {"window": {"score": "decrease"}},
+            "levels": {"framing=risk": {"rate": "increase"}, "framing=moral|window=1": {}},
+        },
+        "axes": [
+            {**PLAN["axes"][0], "levels": ["neutral", "moral", "risk"]},
+            {**PLAN["axes"][1], "levels": [3, 1]},
+        ],
+    }
+    conditions: list[dict[str, Any]] = []
+    cells = [{"framing": f, "window": w} for f in ("neutral", "moral", "risk") for w in (3, 1)]
+    for model in ("m1", "m2"):
+        conditions.append(
+            {
+                "id": f"base@{model}",
+                "dir": f"b{model}",
+                "isBase": True,
+                "baseId": f"base@{model}",
+                "levels": {},
+                "model": model,
+                "identicalToBase": False,
+            }
         )
-        assert row["cohenD"] == pytest.approx((cond.mean() - base.mean()) / pooled)
-        expected_p = sps.mannwhitneyu(
-            cond, base, alternative="two-sided", method="asymptotic", use_continuity=True
-        ).pvalue
-        assert row["mwuP"] == pytest.approx(expected_p)
-        assert row["w1"] == pytest.approx(sps.wasserstein_distance(base, cond))
-        greater = sum(1 for c in cond for b in base if c > b)
-        less = sum(1 for c in cond for b in base if c < b)
-        assert row["cliffDelta"] == pytest.approx((greater - less) / (base.size * cond.size))
-        lo, hi = row["ci95"]
-        assert lo < row["diff"] < hi
-        assert row["directionFlip"] == (row["diff"] < 0)
-        raw.append(row["mwuP"])
-    holm = multipletests(raw, method="holm")[1]
-    assert [r["holmP"] for r in rows] == pytest.approx(list(holm))
+    for levels in cells:
+        for model in ("m1", "m2"):
+            core = "|".join(f"{a}={v}" for a, v in levels.items())
+            conditions.append(
+                {
+                    "id": f"{core}@{model}",
+                    "dir": f"{core}@{model}",
+                    "isBase": False,
+                    "baseId": f"base@{model}",
+                    "axis": "framing|window",
+                    "level": levels,
+                    "levels": levels,
+                    "model": model,
+                    "identicalToBase": levels == {"framing": "neutral", "window": 3},
+                }
+            )
+    rng = np.random.default_rng(17)
+    shift = {"neutral": 0.0, "moral": 0.7, "risk": -0.4}
+    records = []
+    for cond in conditions:
+        levels = cond["levels"]
+        mu = shift.get(levels.get("framing", "neutral"), 0.0) + (
+            -0.9 if levels.get("window") == 1 else 0.0
+        )
+        reps = 1 if cond["id"] == "framing=risk|window=3@m2" else 6
+        for r in range(reps):
+            metrics = {
+                "score": float(rng.normal(mu, 1.0)),
+                "rate": float(round(rng.uniform(), 1)),
+                # Near-constant: every |d| of this metric comes from a spread of 1e-7.
+                "steady": 2.0
+                + (0.001 if levels.get("framing") == "moral" else 0.0)
+                + 1e-7 * float(rng.normal()),
+            }
+            records.append(
+                RunRecord(
+                    cond["id"], r, _result("base@m1", r, rng, condition=cond["id"], metrics=metrics)
+                )
+            )
+    return plan, conditions, records
+
+
+def test_factorial_audit_recomputed_independently() -> None:
+    plan, conditions, records = _factorial_case()
+    audit = analyse(plan, conditions, records)
+    _check_against_reference(audit, plan, conditions, records)
+    # The case exercises what it claims to.
+    rows = audit["tests"]["score"]
+    assert sum(not r["tested"] for r in rows) == 3  # two identical cells, one short cell
+    assert any(r["expected"] is None for r in rows)  # framing up, window down
+    assert any(r["smallSpread"] for r in audit["tests"]["steady"])
+    assert any(e["rankedBy"] == "isolated" for e in audit["sensitivity"])
+    assert audit["directionConsistency"]["score"]["expected"] == "mixed"
+    # framing=risk expects rate to rise; window, which expects nothing of rate, does not object.
+    risk = {
+        r["condition"]: r["expected"] for r in audit["tests"]["rate"] if "risk" in r["condition"]
+    }
+    assert set(risk.values()) == {"increase"}
+    assert {f["condition"] for f in audit["flags"]} == {
+        r["condition"] for r in audit["tests"]["steady"] if r["smallSpread"]
+    }
 
 
 def test_incomplete_runs_enter_when_asked() -> None:
@@ -225,6 +572,7 @@ def test_incomplete_runs_enter_when_asked() -> None:
     row = next(r for r in audit["tests"]["score"] if r["condition"] == "framing=moral@m1")
     assert row["nCond"] == 10
     assert audit["options"]["includeIncomplete"] is True
+    _check_against_reference(audit, PLAN, _conditions(), _records(), include=True)
 
 
 def test_sensitivity_direction_cross_model(audit: dict[str, Any]) -> None:
@@ -236,12 +584,15 @@ def test_sensitivity_direction_cross_model(audit: dict[str, Any]) -> None:
             axis = row["condition"].split("=")[0]
             if row["cohenD"] is not None:
                 best[axis] = max(best.get(axis, 0.0), abs(row["cohenD"]))
-    assert {e["axis"]: e["maxAbsD"] for e in ranked} == pytest.approx(best)
-    assert ranked[0]["maxAbsD"] >= ranked[1]["maxAbsD"]
+    # One axis at a time: every cell is isolated, so both measures agree.
+    assert {e["axis"]: e["isolated"]["maxAbsD"] for e in ranked} == pytest.approx(best)
+    assert all(e["isolated"] == e["anyCell"] and e["rankedBy"] == "isolated" for e in ranked)
+    assert ranked[0]["isolated"]["maxAbsD"] >= ranked[1]["isolated"]["maxAbsD"]
     consistency = audit["directionConsistency"]["score"]
     diffs = [r["diff"] for r in audit["tests"]["score"]]
     assert consistency["total"] == len(diffs)
     assert consistency["consistent"] == sum(1 for d in diffs if d > 0)
+    assert consistency["byAxis"]["framing"]["total"] == 4
     assert "rate" not in audit["directionConsistency"]
     records = _records()
     m2 = [
@@ -307,9 +658,12 @@ def test_single_replication_notes() -> None:
     records = [RunRecord(c["id"].replace("@", ""), 0, _result(c["id"], 0, rng)) for c in conditions]
     audit = analyse(plan, conditions, records)
     row = audit["tests"]["score"][0]
-    assert row["cohenD"] is None and row["mwuP"] == 1.0
-    assert "fewer than two usable replications" in row["note"]
-    assert "fewer than two usable replications" in audit["notes"]["score"]
+    assert row["cohenD"] is None and row["mwuP"] is None and row["ci95"] is None
+    assert row["tested"] is False and row["holmP"] is None
+    assert row["note"].startswith(
+        "fewer than 2 replications with a finite value in the base and the condition"
+    )
+    assert "fewer than 2 replications" in audit["notes"]["score"]
 
 
 def test_no_usable_base_is_noted() -> None:
@@ -412,7 +766,9 @@ def test_factorial_sensitivity_prefers_cells_that_move_one_axis() -> None:
             records.append(RunRecord(cid, r, res))
     audit = analyse(plan, conditions, records)
     ranked = {e["axis"]: e for e in audit["sensitivity"]}
-    assert ranked["framing"]["condition"] == "framing=moral|window=3"
-    assert ranked["window"]["condition"] == "framing=neutral|window=1"
-    assert ranked["framing"]["isolated"] and ranked["window"]["isolated"]
-    assert all(e["condition"] != "framing=moral|window=1" for e in audit["sensitivity"])
+    assert ranked["framing"]["isolated"]["condition"] == "framing=moral|window=3"
+    assert ranked["window"]["isolated"]["condition"] == "framing=neutral|window=1"
+    assert ranked["framing"]["rankedBy"] == ranked["window"]["rankedBy"] == "isolated"
+    # The cell that moves both axes is no axis's isolated effect, but each axis's largest overall.
+    assert all(e["isolated"]["condition"] != "framing=moral|window=1" for e in audit["sensitivity"])
+    assert all(e["anyCell"]["condition"] == "framing=moral|window=1" for e in audit["sensitivity"])

@@ -8,6 +8,8 @@ import pytest
 
 from simreport.core.errors import InputError, SchemaError
 from simreport.core.files import parse_document
+from simreport.core.schema import PerturbationAxis
+from simreport.core.validation import validate_model
 from simreport.harness import AXIS_CATALOG, axis_from_template, axis_template
 from simreport.harness.axes import expand_axis_templates
 
@@ -196,6 +198,30 @@ def test_plan_template_entry_may_not_override_the_dimension() -> None:
     assert info.value.path == "axes.0.kind"
     assert info.value.line == 3
     assert "fixed by the template" in info.value.message
+
+
+def test_plan_template_entries_keep_their_display_labels() -> None:
+    text = (
+        "axes:\n  - template: D4\n    label: Memory\n    levels: [1, 5]\n"
+        "    labels: {1: one round}\n"
+    )
+    doc = parse_document(text, Path("audit.yaml"))
+    entry = expand_axis_templates(doc.data, document=doc)["axes"][0]
+    assert entry["label"] == "Memory"
+    assert entry["labels"] == {1: "one round"}
+    axis = validate_model(PerturbationAxis, entry)
+    # A YAML key `1:` is a number; it names the level whose id text is `1`.
+    assert axis.labels == {"1": "one round"}
+    assert axis.code == "D4"
+
+
+def test_a_fixed_key_in_a_template_entry_names_the_keys_allowed() -> None:
+    doc = parse_document("axes:\n  - {template: R3, code: R1, levels: [a]}\n", Path("a.yaml"))
+    with pytest.raises(InputError) as info:
+        expand_axis_templates(doc.data, document=doc)
+    assert info.value.expected == (
+        "only template, levels, target, id, label, labels in a template entry"
+    )
 
 
 def test_non_plan_shapes_are_left_for_the_schema() -> None:

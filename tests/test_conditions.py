@@ -13,6 +13,7 @@ import pytest
 
 from simreport.core.canonical import content_hash
 from simreport.core.errors import InvalidOverride, PlanError
+from simreport.core.schema import PerturbationAxis
 from simreport.harness import (
     Condition,
     LoadedPlan,
@@ -24,6 +25,7 @@ from simreport.harness import (
     replication_scenarios,
     run_audit,
 )
+from simreport.harness.conditions import condition_labels
 
 SCENARIO = """\
 world: prisoners_dilemma
@@ -350,6 +352,7 @@ def test_run_audit_writes_plan_conditions_and_every_run(tmp_path: Path) -> None:
     assert [e["id"] for e in entries] == ["base", "linguistic_framing=risk"]
     assert entries[1] == {
         "id": "linguistic_framing=risk",
+        "label": "linguistic_framing: risk",
         "dir": "linguistic_framing~3drisk",
         "isBase": False,
         "axis": "linguistic_framing",
@@ -382,3 +385,153 @@ def test_run_audit_in_a_worker_pool_matches_in_process(tmp_path: Path) -> None:
     serial = run_audit(loaded, tmp_path / "serial", concurrency=1)
     pooled = run_audit(loaded, tmp_path / "pooled", concurrency=2)
     assert [r.to_doc() for _, _, r in serial.results] == [r.to_doc() for _, _, r in pooled.results]
+
+
+# --------------------------------------------------------------------------- display labels
+
+
+def labels(conditions: list[Condition]) -> list[str]:
+    return [c.label for c in conditions]
+
+
+def test_labels_name_the_axis_and_the_level(tmp_path: Path) -> None:
+    assert labels(build_conditions(load(tmp_path, OAT))) == [
+        "base",
+        "framing: moralised",
+        "framing: risk",
+        "memoryWindow: 1",
+        "memoryWindow: 5",
+    ]
+
+
+def test_labels_use_the_axis_label_and_level_labels(tmp_path: Path) -> None:
+    plan = """\
+    axes:
+      - template: R3
+        label: Wording
+        levels: [moralised, risk]
+        labels: {moralised: moral appeal}
+      - template: D4
+        levels: [1, 5, 10]
+        labels: {1: last round only, '5': five rounds}
+    """
+    loaded = load(tmp_path, plan)
+    assert labels(build_conditions(loaded)) == [
+        "base",
+        "Wording: moral appeal",
+        "Wording: risk",
+        "memory_temporality: last round only",
+        "memory_temporality: five rounds",
+        "memory_temporality: 10",
+    ]
+    # The labels ride along in the plan; they are not part of what it means.
+    assert loaded.normalised()["axes"][0]["labels"] == {"moralised": "moral appeal"}
+    unlabelled = load(
+        tmp_path / "plain",
+        "axes:\n  - {template: R3, levels: [moralised, risk]}\n"
+        "  - {template: D4, levels: [1, 5, 10]}\n",
+    )
+    assert loaded.hash == unlabelled.hash
+
+
+def test_factorial_labels_join_the_axes_and_models_follow(tmp_path: Path) -> None:
+    conditions = build_conditions(
+        load(tmp_path, "design: full_factorial\nmodels: [m1, m2]\n" + OAT)
+    )
+    assert labels(conditions)[:4] == [
+        "base @ m1",
+        "base @ m2",
+        "framing: moralised, memoryWindow: 1 @ m1",
+        "framing: moralised, memoryWindow: 1 @ m2",
+    ]
+    assert len(set(labels(conditions))) == len(conditions)
+
+
+def test_labels_of_structured_levels_are_their_text(tmp_path: Path) -> None:
+    plan = "axes:\n  - {template: D3, levels: [[instructions, goals]]}\n"
+    assert labels(build_conditions(load(tmp_path, plan)))[1] == (
+        'internal_state: ["instructions","goals"]'
+    )
+
+
+def test_coinciding_labels_show_what_tells_them_apart(tmp_path: Path) -> None:
+    plan = """\
+    axes:
+      - template: R3
+        label: Setting
+        levels: [moralised, risk]
+        labels: {moralised: strong, risk: strong}
+      - template: D4
+        label: Setting
+        levels: [1]
+        labels: {1: strong}
+    """
+    assert labels(build_conditions(load(tmp_path, plan))) == [
+        "base",
+        "Setting [linguistic_framing]: strong (moralised)",
+        "Setting [linguistic_framing]: strong (risk)",
+        "Setting [memory_temporality]: strong (1)",
+    ]
+
+
+def axis(axis_id: str, levels: list[Any]) -> PerturbationAxis:
+    return PerturbationAxis.model_validate(
+        {
+            "id": axis_id,
+            "level": "micro",
+            "kind": "design",
+            "dimension": "d",
+            "target": f"params.{axis_id}",
+            "levels": levels,
+        }
+    )
+
+
+def test_labels_that_still_coincide_gain_the_condition_id() -> None:
+    # Level texts that read like other axes: both cells read "a: x, b: y, b: y".
+    axes = [axis("a", ["x, b: y", "x"]), axis("b", ["y", "y, b: y"])]
+    cells = [((), None), (((0, 0), (1, 0)), None), (((0, 1), (1, 1)), None)]
+    assert condition_labels(axes, cells) == [
+        "base",
+        "a: x, b: y, b: y [a=x, b: y|b=y]",
+        "a: x, b: y, b: y [a=x|b=y, b: y]",
+    ]
+    # Whatever happens, no two labels are the same.
+    assert condition_labels(axes, [((), None)] * 3) == [
+        "base [base]",
+        "base [base] #2",
+        "base [base] #3",
+    ]
+
+
+def test_a_label_for_a_level_the_axis_does_not_have(tmp_path: Path) -> None:
+    plan = "axes:\n  - template: R3\n    levels: [risk]\n    labels: {riks: framed as risk}\n"
+    with pytest.raises(PlanError) as info:
+        load(tmp_path, plan)
+    err = info.value
+    assert (err.path, err.line) == ("axes.0.labels.riks", 5)
+    assert err.expected == "one of risk"
+    assert "not one of its levels" in err.message
+
+
+def test_labels_with_credentials_are_refused(tmp_path: Path) -> None:
+    plan = "axes:\n  - template: R3\n    levels: [risk]\n    labels: {risk: 'http://u:pw@h/x'}\n"
+    with pytest.raises(PlanError) as info:
+        load(tmp_path, plan)
+    assert info.value.path == "axes.0.labels.risk"
+
+
+def test_conditions_json_and_the_cli_carry_labels(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from simreport.cli import main
+
+    loaded = load(tmp_path, "axes:\n  - {template: R3, levels: [risk], labels: {risk: Risk}}\n")
+    assert [c.to_doc(1)["label"] for c in build_conditions(loaded)] == [
+        "base",
+        "linguistic_framing: Risk",
+    ]
+    assert main(["conditions", str(loaded.plan_file), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [row["label"] for row in rows] == ["base", "linguistic_framing: Risk"]
+    assert [row["dir"] for row in rows] == ["base", "linguistic_framing~3drisk"]

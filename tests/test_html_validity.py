@@ -29,6 +29,40 @@ pytestmark = [
 ]
 
 
+def _edited(audit_dir: Path, out: Path) -> Path:
+    """A copy of the audit with what a plain run may lack: long labels, a comparison with |d|
+    from near-zero spread, an unranked axis, hostile text, a power analysis with notes."""
+    from simreport.core.files import write_json
+    from simreport.report import write_methods, write_report
+
+    shutil.copytree(audit_dir, out, ignore=shutil.ignore_patterns("runs"))
+    audit = json.loads((out / "audit.json").read_text(encoding="utf-8"))
+    audit["plan"]["id"] = "edited"
+    audit["plan"]["title"] = '<b>Edited</b> & "quoted"'
+    for i, cond in enumerate(audit["conditions"]):
+        cond["label"] = f"A long shared prefix for every level <{i}> of the audit, then the end"
+    metric = audit["metrics"][0]
+    tested = [r for r in audit["tests"][metric] if r.get("tested")]
+    tested[0]["smallSpread"] = True
+    audit["sensitivity"].append(
+        {"axis": "<never>", "code": None, "rank": None, "rankedBy": None, "isolated": None,
+         "anyCell": None}
+    )  # fmt: skip
+    audit["power"] = {
+        "power": 0.8,
+        "alphaFamily": 0.05,
+        "method": "a <method>",
+        "metrics": {metric: [{"condition": tested[0]["condition"], "nBase": 2, "nCond": 2,
+                              "alpha": 0.05, "mde": None, "note": "too few <values>"}]},
+    }  # fmt: skip
+    audit["noiseFloor"] = {metric: [{"base": "base", "n": 2, "splits": 0, "flipRate": None,
+                                     "alpha": 0.05, "note": "too few"}]}  # fmt: skip
+    write_json(out / "audit.json", audit)
+    write_report(out)
+    write_methods(out)
+    return out
+
+
 def test_report_methods_and_index_are_valid_html(tmp_path: Path) -> None:
     import simreport
     from simreport.api import site
@@ -36,11 +70,14 @@ def test_report_methods_and_index_are_valid_html(tmp_path: Path) -> None:
     plan = ROOT / "examples" / "prisoners_dilemma" / "audit.yaml"
     audit_dir = tmp_path / "results" / "prisoners_dilemma"
     simreport.audit(plan, out=audit_dir, replications=2)
-    site([audit_dir], tmp_path / "site")
+    edited = _edited(audit_dir, tmp_path / "results" / "edited")
+    site([audit_dir, edited], tmp_path / "site")
     pages = [
         tmp_path / "site" / "index.html",
         tmp_path / "site" / "prisoners_dilemma" / "report.html",
         tmp_path / "site" / "prisoners_dilemma" / "methods.html",
+        tmp_path / "site" / "edited" / "report.html",
+        tmp_path / "site" / "edited" / "methods.html",
     ]
     proc = subprocess.run(
         ["java", "-jar", str(VNU), "--format", "json", "--errors-only", *map(str, pages)],

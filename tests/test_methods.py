@@ -25,6 +25,7 @@ from simreport.report.methods import (
     methods_title,
     write_methods,
 )
+from simreport.report.naming import audit_fingerprint
 
 EXAMPLE_PLAN = Path(__file__).resolve().parents[1] / "examples" / "prisoners_dilemma" / "audit.yaml"
 HOSTILE = (
@@ -73,7 +74,7 @@ def _with_models(audit: dict[str, Any]) -> dict[str, Any]:
     edited["summary"].update(failed=3, incomplete=2, excluded=4, used=26)
     first = edited["metrics"][0]
     edited["tests"][first][0]["cohenD"] = "inf"
-    edited["tests"][first][1]["mwuP"] = None
+    edited["tests"][first][1].update(mwuP=None, holmP=None, tested=False)
     return edited
 
 
@@ -121,8 +122,11 @@ def test_hostile_plan_strings_cannot_reach_the_page(audit: dict[str, Any]) -> No
     assert text.startswith(r"# Methods: \<script\>alert(1)\</script\> a\|b\*c\_" + "\n")
     assert r"\[click\](javascript:alert(1))" in text
     page = methods_html(text, methods_title(edited))
-    for forbidden in ("<script", "<b>", "<img", "<a ", "href", "<ul>", "<li>"):
+    for forbidden in ("<script", "<b>", "<img", "<ul>", "<li>"):
         assert forbidden not in page
+    # The only links are the page's own navigation.
+    assert re.findall(r'href="([^"]*)"', page) == ["report.html", "../index.html", "audit.json"]
+    assert page.count("<a ") == 3
     plain = methods_html(methods_markdown(audit), "plain")
     for emphasis in (r"<em>.*?</em>", r"<strong>.*?</strong>"):
         assert re.findall(emphasis, page) == re.findall(emphasis, plain)
@@ -173,10 +177,16 @@ def test_every_number_in_the_text_comes_from_the_audit(audit: dict[str, Any], te
         audit["summary"][k] for k in ("conditions", "runs", "failed", "incomplete", "used")
     } | {audit["summary"]["excluded"], audit["plan"]["replications"], audit["schemaVersion"]}
     known |= {len(rows) for rows in audit["tests"].values()}
+    known |= {sum(1 for r in rows if r.get("tested")) for rows in audit["tests"].values()}
     known |= {audit["plan"]["base"][k] for k in ("seed", "steps")}
     known |= {audit["plan"]["base"]["population"]["n"], *audit["cost"].values()}
     known |= {0, 1, 2, 5, 8, 10, 30, 95, 100, 2000}  # the grade rule, TRAILS codes, conventions
     known |= {int(s) for s in re.findall(r"\d+", audit["grade"]["rule"])}
+    # Notes and the method of the power analysis are quoted as audit.json words them.
+    quoted = [(audit.get("power") or {}).get("method") or ""] + [
+        row.get("note") or "" for rows in (audit.get("noiseFloor") or {}).values() for row in rows
+    ]
+    known |= {int(s) for text in quoted for s in re.findall(r"\d+", text)}
     code_free = re.sub(r"`[^`]*`|\b[DR]\d\b|[DR]1–[DR]\d|SHA-256|Wasserstein-1", " ", text)
     numbers = {int(n) for n in re.findall(r"(?<![\w.])\d+(?![\w.])", code_free)}
     assert numbers <= known, numbers - known
@@ -266,8 +276,8 @@ def test_models_override_failures_and_include_incomplete(audit: dict[str, Any]) 
     assert "includeIncomplete was set" in exclusions
     assert "In all, 4 runs were excluded and 26 entered the statistics." in exclusions
     first = edited["metrics"][0]
-    m = sum(1 for r in edited["tests"][first] if r["mwuP"] is not None)
-    assert m == len(edited["tests"][first]) - 1
+    m = sum(1 for r in edited["tests"][first] if r["tested"])
+    assert m == sum(1 for r in audit["tests"][first] if r["tested"]) - 1
     assert f"*m* = {m} for `{first}`" in text
 
 
@@ -277,7 +287,7 @@ def test_full_factorial_target_distribution_and_untested_metric(audit: dict[str,
     edited["plan"]["hypothesis"]["targetDistribution"] = {"choice": {"C": 0.5, "D": 0.5}}
     last = edited["metrics"][-1]
     for row in edited["tests"][last]:
-        row["mwuP"] = None
+        row.update(mwuP=None, holmP=None, tested=False)
     edited["notes"][last] = "no condition has usable runs with a finite value of this metric"
     text = methods_markdown(edited)
     assert "full factorial design" in text
@@ -317,7 +327,7 @@ def test_paragraphs_are_prose_not_lists(text: str) -> None:
 def test_methods_html_is_one_self_contained_page(audit: dict[str, Any], text: str) -> None:
     page = methods_html(text, "Methods: <hostile> & co")
     assert page.startswith("<!doctype html>\n")
-    assert '<html lang="en">' in page
+    assert f'<html lang="en" data-audit-sha256="{audit_fingerprint(audit)}">' in page
     assert '<meta charset="utf-8">' in page
     assert "<title>Methods: &lt;hostile&gt; &amp; co</title>" in page
     assert "<style>" in page
@@ -357,6 +367,8 @@ def test_the_dict_and_its_json_give_the_same_text(audit_dir: Path) -> None:
     inputs = load_audit_inputs(audit_dir)
     fresh = analyse(*inputs)
     read_back = json.loads((audit_dir / "audit.json").read_text(encoding="utf-8"))
+    # What the analysis directory adds beside the statistics (its provenance) is not in `fresh`.
+    fresh.update({k: v for k, v in read_back.items() if k not in fresh})
     assert methods_markdown(fresh) == methods_markdown(read_back)
 
 
@@ -380,3 +392,122 @@ def test_methods_html_renders_in_headless_chromium(audit_dir: Path, tmp_path: Pa
     assert "<h2>Statistical analysis</h2>" in page.dom
     assert f"<code>{audit['plan']['hash']}</code>" in page.dom
     assert "<script" not in page.dom
+
+
+# --------------------------------------------------------------------------- untested, fixed, power
+
+
+def test_identical_conditions_are_said_to_be_untested(audit: dict[str, Any], text: str) -> None:
+    identical = [c["id"] for c in audit["conditions"] if c["identicalToBase"]]
+    assert identical
+    design = _section(text, "Design")
+    assert "run but not tested" in design
+    assert "no *p* value, no place in the Holm correction" in design
+    assert "tested like the others" not in text
+    stats = _section(text, "Statistical analysis")
+    assert "conditions identical to the base are not tested" in stats
+    for metric, rows in audit["tests"].items():
+        assert f"*m* = {sum(1 for r in rows if r['tested'])} for `{metric}`" in stats
+
+
+def test_settings_no_axis_touches_are_listed(audit: dict[str, Any], text: str) -> None:
+    fixed = _section(text, "Settings held fixed")
+    base = audit["plan"]["base"]
+    assert f"`params.matching` = `{base['params']['matching']}`" in fixed
+    assert f"`steps` = `{base['steps']}`" in fixed
+    assert f"`population.n` = `{base['population']['n']}`" in fixed
+    for axis in audit["plan"]["axes"]:
+        assert f"`{axis['target']}` =" not in fixed, axis["target"]
+    for described in ("seed", "seedPath", "replicationId", "llm.temperature", "llm.model"):
+        assert f"`{described}` =" not in fixed, described
+    assert "`name` =" not in fixed and "`hypothesis" not in fixed
+
+
+def test_settings_under_a_targeted_list_are_listed_item_by_item() -> None:
+    audit = {
+        "schemaVersion": 2,
+        "plan": {
+            "axes": [{"id": "c", "target": "executors.0.options.components", "levels": [[]]}],
+            "base": {
+                "executors": [
+                    {"agents": "all", "options": {"components": ["memory"], "params": {}}},
+                    {"agents": "rest", "options": {"components": ["goals"]}},
+                ],
+                "population": {"fields": {"age": {"kind": "uniform", "values": [1, 2]}}},
+                "llm": {"model": "m", "budgetCalls": None},
+            },
+        },
+    }
+    fixed = _section(methods_markdown(audit), "Settings held fixed")
+    assert "`executors.0.agents` = `all`" in fixed
+    assert '`executors.1.options.components` = `["goals"]`' in fixed
+    assert "`population.fields.age.values` = `[1,2]`" in fixed
+    assert "executors.0.options.components" not in fixed
+    assert "params" not in fixed and "budgetCalls" not in fixed  # empty settings are not listed
+
+
+def test_power_and_noise_floor_are_stated_when_the_audit_has_them(audit: dict[str, Any]) -> None:
+    edited = copy.deepcopy(audit)
+    metric = edited["metrics"][0]
+    edited["power"] = {
+        "power": 0.8,
+        "alphaFamily": 0.05,
+        "method": "normal approximation",
+        "metrics": {
+            metric: [
+                {"condition": "a", "alpha": 0.05, "mde": 1.25, "note": None},
+                {"condition": "b", "alpha": 0.025, "mde": "inf", "note": None},
+                {"condition": "c", "alpha": 0.0125, "mde": 2.5, "note": None},
+            ],
+            "other": [{"condition": "a", "alpha": 0.05, "mde": None, "note": "not computable"}],
+        },
+    }
+    edited["noiseFloor"] = {
+        metric: [{"base": "base", "n": 12, "splits": 200, "flipRate": 0.045, "alpha": 0.05}]
+    }
+    stats = _section(methods_markdown(edited), "Statistical analysis")
+    assert "at power 0.8 and a family α of 0.05, each at the Holm-adjusted α of its rank" in stats
+    assert "Method: normal approximation." in stats
+    assert f"was from 1.25 to 2.5 for `{metric}` and none could be computed for `other`." in stats
+    assert (
+        f"The noise floor, the share of splits of a base condition's replications into two halves "
+        f"that differed from each other at α, was 4.5% for `{metric}`, each over 200 splits of 12 "
+        "replications at α = 0.05." in stats
+    )
+    edited["noiseFloor"][metric][0].update(flipRate=None, note="too few <values> to split")
+    stats = _section(methods_markdown(edited), "Statistical analysis")
+    assert "No noise floor (the share of splits" in stats
+    assert "could be computed: too few \\<values\\> to split." in stats
+    bare = {k: v for k, v in audit.items() if k not in ("power", "noiseFloor")}
+    plain = _section(methods_markdown(bare), "Statistical analysis")
+    assert "Minimum detectable" not in plain and "noise floor" not in plain.lower()
+
+
+def test_axis_and_level_expectations_are_stated(audit: dict[str, Any]) -> None:
+    edited = copy.deepcopy(audit)
+    metric = edited["metrics"][0]
+    axis = edited["plan"]["axes"][0]["id"]
+    edited["plan"]["hypothesis"]["axes"] = {axis: {metric: "decrease"}}
+    edited["plan"]["hypothesis"]["levels"] = {f"{axis}=x": {metric: "increase"}}
+    design = _section(methods_markdown(edited), "Design")
+    assert (
+        f"expects, more specifically, for axis `{axis}`, `{metric}` to decrease and for "
+        f"condition `{axis}=x`, `{metric}` to increase; the most specific expectation applies"
+        in design
+    )
+
+
+def test_the_text_names_the_audit_json_it_was_written_from(audit: dict[str, Any]) -> None:
+    from simreport.report.methods import AUDIT_HASH_TEXT, audit_hash_of
+
+    text = methods_markdown(audit)
+    assert audit_hash_of(text) == audit_fingerprint(audit)
+    assert f"{AUDIT_HASH_TEXT}`{audit_fingerprint(audit)}`." in _section(
+        text, "Software and reproducibility"
+    )
+    # Plan text cannot forge the sentence: its backticks are escaped, and the text's own
+    # sentence comes last.
+    edited = copy.deepcopy(audit)
+    edited["plan"]["title"] = f"{AUDIT_HASH_TEXT}`{'0' * 64}`"
+    assert audit_hash_of(methods_markdown(edited)) == audit_fingerprint(edited)
+    assert audit_hash_of("no such sentence") is None

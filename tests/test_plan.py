@@ -160,7 +160,11 @@ def test_exactly_one_of_base_scenario_and_base(tmp_path: Path, plan: str) -> Non
     path = plan_in(tmp_path, plan)
     err = load_error(path, SchemaError)
     assert err.file == str(path)
-    assert "exactly one of `baseScenario` and `base`" in err.message
+    if "base:" in plan:
+        assert "exactly one of `baseScenario` and `base`" in err.message
+    else:
+        assert "a plan needs its base scenario" in err.message
+        assert "`baseScenario`" in err.message and "`base`" in err.message
 
 
 def test_missing_base_scenario_file_names_the_plan(tmp_path: Path) -> None:
@@ -356,3 +360,291 @@ def test_example_plans_load(name: str) -> None:
     assert loaded.plan_id == name
     assert loaded.plan.metrics
     assert all(axis.code for axis in loaded.plan.axes)
+
+
+# --------------------------------------------------------------------------- strict input
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("replications", "true"),
+        ("replications", '"3"'),
+        ("replications", "2.0"),
+        ("concurrency", '"2"'),
+        ("concurrency", "true"),
+        ("includeIncomplete", '"yes"'),
+        ("includeIncomplete", "1"),
+    ],
+)
+def test_numbers_and_switches_are_not_coerced(tmp_path: Path, key: str, value: str) -> None:
+    plan = PLAN.replace("replications: 3\n", "") + f"{key}: {value}\n"
+    path = plan_in(tmp_path, plan)
+    err = load_error(path, SchemaError)
+    assert (err.file, err.path) == (str(path), key)
+    assert err.expected in {"an integer", "true or false"}
+
+
+def test_repeated_metrics_are_refused(tmp_path: Path) -> None:
+    path = plan_in(tmp_path, PLAN.replace("averagePayoff]", "averagePayoff, cooperationRate]"))
+    err = load_error(path, SchemaError)
+    assert (err.file, err.path, err.line) == (str(path), "metrics", 8)
+    assert "repeated: cooperationRate" in err.message
+
+
+@pytest.mark.parametrize(
+    ("axis", "level"),
+    [
+        ("{template: D4, levels: [3, true]}", "true"),  # params.memoryWindow is an integer
+        ("{template: D4, levels: [3, '4']}", "'4'"),  # ... and not text
+        ("{template: D8, levels: [4, true]}", "true"),  # population.n
+        ("{template: D5, id: p2, levels: [0.5, true]}", "true"),  # policy.options.p: a number
+    ],
+)
+def test_levels_of_the_wrong_kind_are_refused(tmp_path: Path, axis: str, level: str) -> None:
+    plan = PLAN.replace("replications: 3", f"  - {axis}\nreplications: 3")
+    path = plan_in(tmp_path, plan)
+    err = load_error(path, InvalidOverride)
+    assert (err.file, err.path, err.line) == (str(path), "axes.2.levels.1", 7)
+    assert f"level {level.strip(chr(39))} of axis" in err.message and "is not a" in err.message
+    assert err.expected is not None
+
+
+def test_a_whole_number_level_for_a_number_target_is_accepted(tmp_path: Path) -> None:
+    loaded = load_plan(plan_in(tmp_path, PLAN.replace("[0.5, 1.0]", "[0.5, 1]")))
+    assert loaded.plan.axes[1].levels == [0.5, 1]
+
+
+@pytest.mark.parametrize("level", ["'a|b'", "'x=y'", "{note: 'dose=2'}"])
+def test_levels_that_would_read_as_other_conditions_are_refused(tmp_path: Path, level: str) -> None:
+    plan = PLAN.replace("[neutral, moralised]", f"[neutral, {level}]")
+    path = plan_in(tmp_path, plan)
+    err = load_error(path, PlanError)
+    assert (err.file, err.path, err.line) == (str(path), "axes.0.levels.1", 4)
+    assert "condition id" in err.message
+    assert err.expected is not None and "'|'" in err.expected
+
+
+def test_an_at_sign_in_a_level_is_refused_only_with_models(tmp_path: Path) -> None:
+    plan = PLAN.replace("[neutral, moralised]", "[neutral, 'v@2']")
+    # Without models no condition id ends in @<model>: the refund desk's asset labels
+    # (`refund-prompt@2.0.0`) are levels of this kind.
+    with pytest.raises(InvalidOverride):  # the world refuses the framing, not the id
+        load_plan(plan_in(tmp_path / "a", plan))
+    err = load_error(plan_in(tmp_path / "b", plan + "models: [m1, m2]\n"), PlanError)
+    assert err.path == "axes.0.levels.1"
+    assert "'@'" in err.message
+
+
+# --------------------------------------------------------------------------- hypothesis per axis
+
+
+HYPOTHESIS = """\
+hypothesis:
+  outcomes: {cooperationRate: increase}
+  axes:
+    linguistic_framing: {cooperationRate: decrease, averagePayoff: increase}
+  levels:
+    interaction_protocol=0.5: {cooperationRate: decrease}
+"""
+
+
+def test_hypothesis_per_axis_and_per_condition(tmp_path: Path) -> None:
+    loaded = load_plan(plan_in(tmp_path, PLAN + HYPOTHESIS))
+    hypothesis = loaded.normalised()["hypothesis"]
+    assert hypothesis["outcomes"] == {"cooperationRate": "increase"}
+    assert hypothesis["axes"] == {
+        "linguistic_framing": {"cooperationRate": "decrease", "averagePayoff": "increase"}
+    }
+    assert hypothesis["levels"] == {"interaction_protocol=0.5": {"cooperationRate": "decrease"}}
+
+
+def test_a_scenario_hypothesis_gains_empty_axes_and_levels(tmp_path: Path) -> None:
+    hypothesis = load_plan(plan_in(tmp_path)).normalised()["hypothesis"]
+    assert hypothesis["outcomes"] == {"cooperationRate": "increase"}
+    assert (hypothesis["axes"], hypothesis["levels"]) == ({}, {})
+
+
+def test_hypothesis_axes_must_be_axes_of_the_plan(tmp_path: Path) -> None:
+    plan = PLAN + HYPOTHESIS.replace("    linguistic_framing:", "    framing:")
+    path = plan_in(tmp_path, plan)
+    err = load_error(path, PlanError)
+    assert (err.file, err.path, err.line) == (str(path), "hypothesis.axes.framing", 12)
+    assert err.expected == "one of linguistic_framing, interaction_protocol"
+
+
+def test_hypothesis_axes_metrics_must_be_reported(tmp_path: Path) -> None:
+    plan = PLAN + HYPOTHESIS.replace("averagePayoff: increase", "trust: increase")
+    err = load_error(plan_in(tmp_path, plan), PlanError)
+    assert err.path == "hypothesis.axes.linguistic_framing.trust"
+    assert err.expected is not None and "averagePayoff" in err.expected
+
+
+def test_hypothesis_directions_are_increase_or_decrease(tmp_path: Path) -> None:
+    plan = PLAN + HYPOTHESIS.replace("averagePayoff: increase", "averagePayoff: up")
+    err = load_error(plan_in(tmp_path, plan), SchemaError)
+    assert err.path == "hypothesis.axes.linguistic_framing.averagePayoff"
+    assert err.expected == "'increase' or 'decrease'"
+
+
+def test_hypothesis_levels_must_be_condition_ids(tmp_path: Path) -> None:
+    plan = PLAN + HYPOTHESIS.replace("interaction_protocol=0.5", "interaction_protocol=0.25")
+    path = plan_in(tmp_path, plan)
+    err = load_error(path, PlanError)
+    assert (err.file, err.path, err.line) == (
+        str(path),
+        "hypothesis.levels.interaction_protocol=0.25",
+        14,
+    )
+    assert "not a level or a condition of this plan" in err.message
+    assert err.expected is not None
+    assert "interaction_protocol=0.5, interaction_protocol=1.0" in err.expected
+    assert "linguistic_framing=neutral" in err.expected
+    assert "@<model>" not in err.expected
+    # The base is compared against nothing: no expectation can apply to it.
+    plan = PLAN + HYPOTHESIS.replace("interaction_protocol=0.5", "base")
+    assert load_error(plan_in(tmp_path, plan)).path == "hypothesis.levels.base"
+
+
+def test_hypothesis_levels_with_models_may_name_the_model(tmp_path: Path) -> None:
+    plan = PLAN + "models: [m1, m2]\n" + HYPOTHESIS
+    # Without the model, an expectation applies to the condition under every model.
+    assert load_plan(plan_in(tmp_path, plan))
+    assert load_plan(plan_in(tmp_path, plan.replace("=0.5:", "=0.5@m2:")))
+    err = load_error(plan_in(tmp_path, plan.replace("=0.5:", "=0.5@m3:")), PlanError)
+    assert err.path == "hypothesis.levels.interaction_protocol=0.5@m3"
+    assert err.expected is not None and "(each may end in @<model>)" in err.expected
+    err = load_error(plan_in(tmp_path, plan.replace("=0.5:", "=0.5@m1|x=1:")), PlanError)
+    assert err.path == "hypothesis.levels.interaction_protocol=0.5@m1|x=1"
+
+
+def test_hypothesis_levels_in_a_factorial_design(tmp_path: Path) -> None:
+    plan = PLAN + "design: full_factorial\n" + HYPOTHESIS
+    # A level's own id applies to every cell with that level; a cell's id to that cell.
+    assert load_plan(plan_in(tmp_path, plan))
+    cell = "linguistic_framing=moralised|interaction_protocol=1.0"
+    assert load_plan(plan_in(tmp_path, plan.replace("interaction_protocol=0.5", cell)))
+    swapped = "interaction_protocol=1.0|linguistic_framing=moralised"
+    err = load_error(plan_in(tmp_path, plan.replace("interaction_protocol=0.5", swapped)))
+    assert err.path == f"hypothesis.levels.{swapped}"
+    assert err.expected is not None and cell in err.expected
+
+
+def test_hypothesis_level_metrics_must_be_reported(tmp_path: Path) -> None:
+    plan = PLAN + HYPOTHESIS.replace("{cooperationRate: decrease}\n", "{trust: decrease}\n")
+    err = load_error(plan_in(tmp_path, plan), PlanError)
+    assert err.path == "hypothesis.levels.interaction_protocol=0.5.trust"
+
+
+def test_a_long_list_of_condition_ids_is_cut_in_the_error(tmp_path: Path) -> None:
+    levels = ", ".join(str(n) for n in range(2, 60, 2))
+    plan = (
+        "baseScenario: scenario.yaml\naxes:\n  - {template: D8, levels: ["
+        + levels
+        + "]}\nhypothesis:\n  levels:\n    nope: {cooperationRate: increase}\n"
+    )
+    err = load_error(plan_in(tmp_path, plan), PlanError)
+    assert err.expected is not None
+    assert "population_scale=2," in err.expected and "more)" in err.expected
+    assert len(err.expected) < 600
+
+
+# --------------------------------------------------------------------------- validate and schema
+
+
+def test_validate_says_a_plan_without_a_base_is_a_plan(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from simreport.api import validate
+    from simreport.cli import main
+
+    path = write(tmp_path / "p", "audit.yaml", "axes:\n  - {template: R3, levels: [risk]}\n")
+    with pytest.raises(SchemaError) as info:
+        validate(path)
+    assert "a plan needs its base scenario" in info.value.message
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "audit.yaml" in err and "a plan needs its base scenario" in err
+    assert "world" not in err
+
+
+@pytest.mark.parametrize("key", ["metrics: [x]", "replications: 2", "design: full_factorial"])
+def test_plan_keys_alone_make_a_plan(tmp_path: Path, key: str) -> None:
+    from simreport.api import validate
+
+    path = write(tmp_path / "p", "audit.yaml", key + "\n")
+    with pytest.raises(SchemaError, match="a plan needs its base scenario"):
+        validate(path)
+
+
+def test_a_scenario_is_still_a_scenario(tmp_path: Path) -> None:
+    from simreport.api import validate
+
+    path = write(tmp_path / "s", "scenario.yaml", SCENARIO)
+    assert validate(path).kind == "scenario"
+    with pytest.raises(SchemaError, match="world"):
+        validate(write(tmp_path / "s", "bad.yaml", "steps: 3\n"))
+
+
+def plan_schema(capsys: pytest.CaptureFixture[str]) -> dict[str, object]:
+    from simreport.cli import main
+
+    assert main(["schema", "plan"]) == 0
+    schema: dict[str, object] = json.loads(capsys.readouterr().out)
+    return schema
+
+
+def schema_errors(schema: dict[str, object], doc: object) -> list[str]:
+    jsonschema = pytest.importorskip("jsonschema")
+    validator = jsonschema.Draft202012Validator(schema)
+    return [
+        f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(doc)
+    ]
+
+
+@pytest.mark.parametrize("name", ["prisoners_dilemma", "echo_chamber", "refund_desk"])
+def test_every_example_plan_passes_the_plan_json_schema(
+    name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import yaml
+
+    schema = plan_schema(capsys)
+    doc = yaml.safe_load((EXAMPLES / name / "audit.yaml").read_text(encoding="utf-8"))
+    assert schema_errors(schema, doc) == []
+
+
+def test_plan_json_schema_checks_template_entries_and_inline_bases(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    schema = plan_schema(capsys)
+    inline = {
+        "base": {
+            "world": "prisoners_dilemma",
+            "population": {
+                "fields": {
+                    "mood": ["calm", "tense"],
+                    "region": "north",
+                    "job": {"values": ["a", "b"], "weights": [1, 2]},
+                }
+            },
+            "params": {"framing": "neutral"},
+        },
+        "axes": [
+            {"template": "R3", "levels": ["risk"], "labels": {"risk": "framed as a risk"}},
+            {"template": "memory_temporality", "id": "mw", "levels": [1, 2]},
+        ],
+        "hypothesis": {"axes": {"mw": {"cooperationRate": "decrease"}}},
+    }
+    assert schema_errors(schema, inline) == []
+    wrong = [
+        {"base": {}, "axes": [{"template": "R9", "levels": [1]}]},
+        {"base": {}, "axes": [{"template": "R3"}]},
+        {"base": {}, "axes": [{"template": "R3", "levels": [1], "dimension": "x"}]},
+        {"base": {"world": "prisoners_dilemma", "params": {"framing": "shouting"}}},
+        {"base": {}, "replications": "3"},
+        {"base": {}, "replications": True},
+        {"base": {}, "metrics": ["a", "a"]},
+        {"base": {}, "hypothesis": {"levels": {"a=1": {"m": "up"}}}},
+    ]
+    for doc in wrong:
+        assert schema_errors(schema, doc), doc

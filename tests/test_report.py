@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import copy
+import html as html_module
 import json
+import re
+import shutil
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
 import pytest
-from browser import needs_chromium, render
+from browser import needs_chromium, page_width, render
 
 from simreport.analysis.audit import RunRecord, analyse
 from simreport.core.canonical import pretty_json
@@ -314,7 +318,7 @@ def test_the_eight_sections_come_in_the_seed_order(html: str) -> None:
 
 
 def test_the_page_is_one_self_contained_html5_file(html: str) -> None:
-    assert html.startswith('<!doctype html>\n<html lang="en">')
+    assert html.startswith('<!doctype html>\n<html lang="en" data-audit-sha256="')
     assert '<meta charset="utf-8">' in html
     assert "<title>Audit report: " in html
     lowered = html.lower()
@@ -365,8 +369,7 @@ def test_summary_counts_models_override_hash_and_grade_rule(
 def test_infinite_d_shows_as_inf_and_rows_sort_by_abs_d(html: str) -> None:
     table = html[html.index("<caption>cooperation: conditions") :]
     table = table[: table.index("</table>")]
-    cells = table.split('<td class="num">')
-    d_values = [c.split("<")[0] for c in cells if c.split("<")[0] in ("inf", "−inf")]
+    d_values = re.findall(r'<td class="num spread">(−?inf) ⚠</td>', table)
     assert d_values[:2] == ["inf", "inf"]
     first_rows = table.split("<tr>")[2:4]
     assert all("framing=moral" in row for row in first_rows)
@@ -426,7 +429,8 @@ def test_rendering_is_deterministic_and_survives_audit_json(
     assert render_report(reread(audit)) == html
     write_json(tmp_path / "audit.json", audit)
     loaded = json.loads((tmp_path / "audit.json").read_text(encoding="utf-8"))
-    assert loaded["sensitivity"][0]["maxAbsD"] == "inf"  # the reader really sees strings
+    top = loaded["sensitivity"][0]
+    assert top[top["rankedBy"]]["maxAbsD"] == "inf"  # the reader really sees strings
     assert render_report(loaded) == html
     report = write_report(tmp_path)
     assert report == tmp_path / "report.html"
@@ -539,3 +543,338 @@ def test_floating_point_residue_reads_as_zero() -> None:
 def test_large_counts_are_grouped_in_threes() -> None:
     assert figures.format_number(7753765) == "7\u202f753\u202f765"
     assert figures.format_number(9999) == "9999"
+
+
+# --------------------------------------------------------------------------- verdict and navigation
+
+
+def _section_of(html: str, start: str, end: str) -> str:
+    """From the first `start` to the first `end` after it."""
+    first = html.index(start)
+    return html[first : html.index(end, first)]
+
+
+def test_the_verdict_opens_the_report_with_the_grade_and_its_reasons(
+    audit: dict[str, Any], html: str
+) -> None:
+    from markupsafe import escape
+
+    from simreport.report.verdict import headline
+
+    box = _section_of(html, '<div class="verdict" id="verdict">', "</div>")
+    assert html.index('id="verdict"') < html.index('id="h-plan-summary"')
+    assert f"<strong>Verdict.</strong> {escape(headline(audit))}</p>" in box
+    assert f'<span class="grade grade-{audit["grade"]["grade"]}">' in box
+    for reason in audit["grade"]["reasons"]:
+        assert f"<li>{escape(reason)}</li>" in box
+
+
+def test_the_report_links_to_its_methods_its_audit_json_and_the_index(html: str) -> None:
+    nav = _section_of(html, '<nav class="pages"', "</nav>")
+    assert re.findall(r'href="([^"]*)"', nav) == ["../index.html", "methods.html", "audit.json"]
+
+
+def test_the_report_names_the_audit_it_was_rendered_from(audit: dict[str, Any], html: str) -> None:
+    from simreport.report.naming import audit_fingerprint
+
+    stamp = audit_fingerprint(audit)
+    assert f'<html lang="en" data-audit-sha256="{stamp}">' in html
+    assert f"content hash <code>{stamp}</code>" in html
+    assert audit_fingerprint(reread(audit)) == stamp
+
+
+def test_identical_conditions_are_shown_as_not_tested(audit: dict[str, Any], html: str) -> None:
+    from markupsafe import escape
+
+    section = _section_of(html, 'id="h-tests"', 'id="h-sensitivity"')
+    identical = [c["id"] for c in audit["conditions"] if c["identicalToBase"]]
+    assert identical
+    for cid in identical:
+        shown = re.search(
+            rf'<tr class="untested"><th scope="row" class="id">{re.escape(str(escape(cid)))}',
+            section,
+        )
+        assert shown, cid
+    assert section.count("identical to the base, not tested") >= len(identical)
+    conditions = _section_of(html, 'id="h-conditions"', 'id="h-tests"')
+    assert conditions.count('<span class="tag">identical to the base, not tested</span>') == len(
+        identical
+    )
+
+
+def test_each_row_shows_the_direction_it_is_expected_to_move(html: str) -> None:
+    cooperation = _section_of(html, "<caption>cooperation: conditions", "</table>")
+    payoff = _section_of(html, "<caption>payoff: conditions", "</table>")
+    assert '<th scope="col">Expected</th>' in cooperation
+    assert '<td class="nowrap">↑ increase</td>' in cooperation
+    assert '<td class="nowrap">↓ decrease</td>' in payoff
+    assert "↑ increase" not in payoff
+
+
+def test_near_zero_spread_is_a_visible_warning(audit: dict[str, Any], html: str) -> None:
+    flagged = [r for r in audit["tests"]["cooperation"] if r["smallSpread"]]
+    assert flagged  # the constant base against a constant condition: d = inf
+    warning = _section_of(html, '<p class="warning" id="small-spread">', "</p>")
+    assert f"{len(flagged)} tested comparisons have a Cohen d" in warning
+    assert "cooperation · framing=moral@model-b" in warning
+    assert html.index('id="small-spread"') < html.index('id="h-plan-summary"')
+    calm = copy.deepcopy(audit)
+    for rows in calm["tests"].values():
+        for r in rows:
+            r["smallSpread"] = False
+    assert 'id="small-spread"' not in render_report(calm)
+
+
+def test_sensitivity_shows_both_measures_and_unranked_axes(audit: dict[str, Any]) -> None:
+    from simreport.report.figures import ANY_CELL_CAPTION, ISOLATED_CAPTION
+
+    assert ISOLATED_CAPTION == (
+        "isolated effect: largest |d| where only this axis differs from the base"
+    )
+    assert ANY_CELL_CAPTION == (
+        "largest |d| in any cell where this axis is away from its base level"
+    )
+    edited = copy.deepcopy(audit)
+    edited["sensitivity"][1]["anyCell"] = {
+        "maxAbsD": 4.25, "metric": "payoff", "condition": "framing=moral@model-a"
+    }  # fmt: skip
+    html = render_report(edited)
+    section = _section_of(html, 'id="h-sensitivity"', 'id="h-direction"')
+    assert f"<figcaption>Blue: {ISOLATED_CAPTION}. Orange: {ANY_CELL_CAPTION}." in section
+    assert f"<small>Isolated: {ISOLATED_CAPTION}. Any cell: {ANY_CELL_CAPTION}." in section
+    rows = re.findall(r"<tr(?: class=\"untested\")?><td class=\"num\">(.*?)</tr>", section, re.S)
+    assert [r.split("<")[0] for r in rows] == ["1", "2", "unranked"]
+    second = rows[1]
+    assert '<td class="num">3.104</td>' in second and '<td class="num">4.250</td>' in second
+    assert "payoff, framing=moral@model-a" in second
+    assert 'class="untested"><td class="num">unranked</td>' in section
+    assert "<td>no effect size</td>" in section
+
+
+def _with_power(audit: dict[str, Any]) -> dict[str, Any]:
+    """The audit with a power analysis and a noise floor in the contract's shape (hand-made)."""
+    edited = copy.deepcopy(audit)
+    rows = {
+        m: [
+            {
+                "condition": r["condition"],
+                "nBase": r["nBase"],
+                "nCond": r["nCond"],
+                "alpha": 0.05 / (i + 1) if r["tested"] else None,
+                "mde": 1.75 + i / 10 if r["tested"] else None,
+                "note": None if r["tested"] else "not tested: no detectable effect to state",
+            }
+            for i, r in enumerate(edited["tests"][m])
+        ]
+        for m in ("cooperation", "payoff")
+    }
+    edited["power"] = {
+        "power": 0.8,
+        "alphaFamily": 0.05,
+        "method": "normal approximation <to> the t-test",
+        "metrics": rows,
+    }
+    edited["noiseFloor"] = {
+        "cooperation": [
+            {"base": "base@model-b", "n": 4, "splits": 35, "flipRate": 0.0, "alpha": 0.05,
+             "note": "a constant base never differs from itself"},
+            {"base": "base@model-a", "n": 4, "splits": 35, "flipRate": 0.0571, "alpha": 0.05,
+             "note": None},
+        ]
+    }  # fmt: skip
+    return edited
+
+
+def test_power_and_noise_floor_are_shown_when_the_audit_has_them(audit: dict[str, Any]) -> None:
+    html = render_report(_with_power(audit))
+    section = _section_of(html, 'id="power"', 'id="h-sensitivity"')
+    assert "smallest |Cohen d| it could detect with probability 80% at the Holm-adjusted α" in (
+        section
+    )
+    assert "(family α 0.05)" in section
+    assert "Method: normal approximation &lt;to&gt; the t-test." in section
+    table = _section_of(section, "<caption>Minimum detectable", "</table>")
+    first = re.search(r'<th scope="row" class="id">framing=moral@model-b</th>(.*?)</tr>', table)
+    assert first and re.findall(r'<td class="num">(.*?)</td>', first.group(1)) == [
+        "1.750", "0.0500", "1.750", "0.0500"
+    ]  # fmt: skip
+    assert (
+        '<p class="note">memory={&#34;window&#34;:3}@model-b (every metric): not tested: no '
+        "detectable effect to state</p>" in section
+    )
+    noise = _section_of(section, "<caption>Noise floor", "</table>")
+    assert "the flip rate is the share of those splits that differ at α" in section
+    assert '<td class="num">5.7%</td>' in noise and '<td class="num">0.0%</td>' in noise
+    assert "a constant base never differs from itself" in noise
+    without = {k: v for k, v in audit.items() if k not in ("power", "noiseFloor")}
+    assert 'id="power"' not in render_report(without)
+
+
+def _long_labels(audit: dict[str, Any]) -> tuple[dict[str, Any], str, str]:
+    """Two framing levels whose labels share a long prefix and a long suffix."""
+    edited = copy.deepcopy(audit)
+    prefix = "Framing of the dilemma as written in the instructions, version "
+    suffix = " of the wording, with the same closing sentence for every agent"
+    labels = {
+        "framing=moral@model-b": "alpha",
+        "framing=<script>alert(1)</script>@model-b": "omega",
+    }
+    for cond in edited["conditions"]:
+        if cond["id"] in labels:
+            cond["label"] = prefix + labels[cond["id"]] + suffix
+    return edited, prefix + "alpha" + suffix, prefix + "omega" + suffix
+
+
+def test_labels_are_shown_whole_in_tables(audit: dict[str, Any]) -> None:
+    edited, alpha, omega = _long_labels(audit)
+    html = render_report(edited)
+    tests = _section_of(html, "<caption>cooperation: conditions", "</table>")
+    for label, cid in ((alpha, "framing=moral@model-b"), (omega, "framing=&lt;script&gt;")):
+        assert f'<th scope="row" class="id">{label}<span class="cid">{cid}' in tests
+    conditions = _section_of(html, 'id="h-conditions"', 'id="h-tests"')
+    assert alpha in conditions and omega in conditions
+
+
+def _figure_texts(svg: str) -> list[str]:
+    """The texts matplotlib drew in a standalone SVG (it names each in a comment)."""
+    return [html_module.unescape(t) for t in re.findall(r"<!-- (.*?) -->", svg)]
+
+
+def test_labels_with_a_long_common_prefix_stay_distinct_in_figures(audit: dict[str, Any]) -> None:
+    edited, alpha, omega = _long_labels(audit)
+    for name in ("effects-cooperation.svg", "distribution-choice.svg"):
+        kind, metric = figures.figure_names(edited)[name]
+        texts = _figure_texts(figures.draw(edited, kind, metric))
+        joined = "".join(texts)
+        # Broken into lines, never cut: every character of both labels is drawn.
+        assert alpha in joined and omega in joined, name
+        alpha_lines = [t for t in texts if "alpha" in t]
+        omega_lines = [t for t in texts if "omega" in t]
+        assert alpha_lines and omega_lines and set(alpha_lines).isdisjoint(omega_lines)
+
+
+def test_figure_labels_never_drop_a_character() -> None:
+    from simreport.report.figures import LABEL_CHARS, _label
+
+    for text in ("x" * 200, "a|b=" * 30, "short", "naïve $x$ " * 9):
+        lines = _label(text).replace("\\$", "$").split("\n")  # `$` is escaped for matplotlib
+        assert all(len(line) <= LABEL_CHARS for line in lines)
+        assert "".join(lines) == text
+
+
+# --------------------------------------------------------------------------- analyse re-renders
+
+
+def test_analyse_rerenders_the_pages_from_the_new_audit_json(
+    audit_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from simreport.cli import main
+    from simreport.report.methods import audit_hash_of
+    from simreport.report.naming import audit_fingerprint
+
+    folder = tmp_path / "pd"
+    shutil.copytree(audit_dir, folder)
+    old_report = (folder / "report.html").read_text(encoding="utf-8")
+    # Change one run: the base's first replication now cooperates far less.
+    result_file = folder / "runs" / "base" / "0" / "result.json"
+    result = json.loads(result_file.read_text(encoding="utf-8"))
+    metric = sorted(result["metrics"])[0]
+    result["metrics"][metric] = -123.25
+    result_file.write_text(json.dumps(result), encoding="utf-8")
+
+    assert main(["analyse", str(folder)]) == 0
+    assert "re-rendered" in capsys.readouterr().out
+    new_audit = json.loads((folder / "audit.json").read_text(encoding="utf-8"))
+    stamp = audit_fingerprint(new_audit)
+    report = (folder / "report.html").read_text(encoding="utf-8")
+    assert report != old_report
+    assert f'data-audit-sha256="{stamp}"' in report
+    base = next(c for c in new_audit["conditions"] if c["id"] == "base")
+    assert f'<td class="num">{figures.format_number(base["means"][metric])}</td>' in report
+    assert audit_hash_of((folder / "methods.md").read_text(encoding="utf-8")) == stamp
+    assert f'data-audit-sha256="{stamp}"' in (folder / "methods.html").read_text(encoding="utf-8")
+    assert (folder / "figures" / "sensitivity.svg").read_text(encoding="utf-8") == (
+        figures.sensitivity_svg(new_audit)
+    )
+
+
+def test_analyse_writes_no_pages_where_there_were_none(audit_dir: Path, tmp_path: Path) -> None:
+    from simreport.api import analyse
+
+    folder = tmp_path / "bare"
+    shutil.copytree(
+        audit_dir,
+        folder,
+        ignore=shutil.ignore_patterns("report.html", "methods.*", "figures", "history"),
+    )
+    analyse(folder)
+    assert (folder / "audit.json").is_file()
+    for page in ("report.html", "methods.md", "methods.html", "figures"):
+        assert not (folder / page).exists(), page
+
+
+# --------------------------------------------------------------------------- narrow screens
+
+
+@pytest.mark.slow
+@needs_chromium
+def test_the_report_reads_at_400_px_without_sideways_scrolling(
+    audit: dict[str, Any], tmp_path: Path
+) -> None:
+    edited, _, _ = _long_labels(_with_power(audit))
+    edited["plan"]["id"] = "a-plan-id-that-is-long-" * 6
+    audit_dir = tmp_path / "audit"
+    write_json(audit_dir / "audit.json", edited)
+    report = write_report(audit_dir)
+    width = page_width(report, tmp_path / "chromium", width=400)
+    assert width.viewport == 400
+    assert not width.scrolls_sideways, width
+    assert width.outside == []
+
+
+def test_the_verdict_escapes_plan_text(audit: dict[str, Any]) -> None:
+    edited = copy.deepcopy(audit)
+    edited["plan"]["axes"][0]["dimension"] = "<script>framing</script>"
+    row = next(r for r in edited["tests"]["cooperation"] if r["tested"])
+    row["holmP"] = 0.001
+    html = render_report(edited)
+    box = _section_of(html, '<div class="verdict" id="verdict">', "</div>")
+    assert "(linguistic" not in box and "&lt;script&gt;framing&lt;/script&gt;" in box
+    assert "<script>" not in html
+
+
+def test_the_summary_states_axis_and_level_expectations(audit: dict[str, Any]) -> None:
+    edited = copy.deepcopy(audit)
+    edited["plan"]["hypothesis"]["axes"] = {"framing": {"payoff": "increase"}}
+    edited["plan"]["hypothesis"]["levels"] = {"framing=moral": {"cooperation": "decrease"}}
+    summary = _section_of(render_report(edited), 'id="h-plan-summary"', "</table>")
+    assert (
+        "cooperation: increase; payoff: decrease; payoff: increase under axis framing; "
+        "cooperation: decrease under condition framing=moral" in summary
+    )
+
+
+def test_a_schema_1_audit_still_renders(audit: dict[str, Any]) -> None:
+    """audit.json files written before schema 2: one sensitivity measure, rows without
+    `tested`, `expected` or `smallSpread`."""
+    old = copy.deepcopy(audit)
+    old["schemaVersion"] = 1
+    for key in ("power", "noiseFloor", "flags"):
+        old.pop(key, None)
+    for rows in old["tests"].values():
+        for r in rows:
+            for key in ("tested", "expected", "smallSpread"):
+                r.pop(key, None)
+    old["sensitivity"] = [
+        {"axis": "framing", "code": "R3", "rank": 1, "maxAbsD": 2.5, "metric": "payoff",
+         "condition": "framing=moral@model-a", "isolated": True},
+        {"axis": "memory", "code": "D4", "rank": 2, "maxAbsD": None, "metric": None,
+         "condition": None, "isolated": None},
+    ]  # fmt: skip
+    html = render_report(old)
+    section = _section_of(html, 'id="h-sensitivity"', 'id="h-direction"')
+    assert '<td class="num">1</td><th scope="row" class="id">framing</th>' in section
+    assert '<td class="num">2.500</td>' in section and "<td>isolated effect</td>" in section
+    assert '<tr class="untested"><td class="num">unranked</td>' in section
+    assert 'id="small-spread"' not in html and 'class="untested"><th' in html
+    assert '<td class="nowrap">–</td>' in html  # no expected direction recorded

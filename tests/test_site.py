@@ -15,10 +15,11 @@ from queue import Queue
 from typing import Any
 
 import pytest
-from browser import needs_chromium, render
+from browser import needs_chromium, page_width, render
 
 from simreport.core.errors import InputError
 from simreport.core.files import write_json
+from simreport.report.html import write_report
 from simreport.report.methods import write_methods
 from simreport.report.site import render_index, serve, site_entry, write_site
 
@@ -48,8 +49,10 @@ def edited_dir(
     edited["plan"]["models"] = ["model-a", "model-b"]
     edited["summary"].update(failed=3, incomplete=2, excluded=5, used=25)
     edited["grade"]["grade"] = "strong"
-    edited["sensitivity"][0]["maxAbsD"] = "inf"
+    top = edited["sensitivity"][0]
+    top[top["rankedBy"]]["maxAbsD"] = "inf"
     write_json(out / "audit.json", edited)
+    write_report(out)
     write_methods(out)
     return out
 
@@ -82,7 +85,7 @@ def test_site_entry_agrees_with_audit_json(audit: dict[str, Any]) -> None:
     for key in ("conditions", "runs", "failed", "incomplete", "excluded"):
         assert entry[key] == summary[key]
     assert entry["topAxis"]["axis"] == top["axis"]
-    assert entry["topAxis"]["maxAbsD"] == top["maxAbsD"]
+    assert entry["topAxis"]["maxAbsD"] == top[top["rankedBy"]]["maxAbsD"]
     assert entry["links"] == {
         "report": "prisoners_dilemma/report.html",
         "methods": "prisoners_dilemma/methods.html",
@@ -94,11 +97,11 @@ def test_site_entry_agrees_with_audit_json(audit: dict[str, Any]) -> None:
 def test_site_entry_without_effect_sizes_has_no_top_axis(audit: dict[str, Any]) -> None:
     edited = copy.deepcopy(audit)
     for entry in edited["sensitivity"]:
-        entry["maxAbsD"] = None
+        entry.update(rank=None, rankedBy=None, isolated=None, anyCell=None)
     row = site_entry(edited)
     assert row["topAxis"] is None
     page = render_index([row])
-    assert '<td class="none">—</td>' in page
+    assert '<td class="none" data-label="Most sensitive axis">—</td>' in page
 
 
 def test_site_entry_rejects_an_id_that_cannot_name_a_folder(audit: dict[str, Any]) -> None:
@@ -114,21 +117,24 @@ def test_index_lists_every_audit_with_its_numbers(
     site: Path, audit: dict[str, Any], edited_dir: Path
 ) -> None:
     page = (site / "index.html").read_text(encoding="utf-8")
-    rows = re.findall(r"<tr>\n<th scope=\"row\">(.*?)</tr>", page, re.S)
+    rows = re.findall(r'<tbody class="audit">\n<tr>\n<th scope="row">(.*?)</tbody>', page, re.S)
     assert len(rows) == 2
     first, second = rows
     summary = audit["summary"]
     assert "prisoners_dilemma" in first
-    cells = re.findall(r'<td class="num[^"]*">(\d+)</td>', first)
+    cells = re.findall(r'<td class="num[^"]*" data-label="[^"]*">(\d+)</td>', first)
     assert cells == [str(summary[k]) for k in ("conditions", "runs", "failed", "incomplete")]
     assert f'<span class="grade grade-{audit["grade"]["grade"]}">' in first
     top = next(e for e in audit["sensitivity"] if e["rank"] == 1)
-    assert top["axis"] in first and f"|d| = {top['maxAbsD']:.3f}" in first
+    assert top["axis"] in first and f"|d| = {top[top['rankedBy']]['maxAbsD']:.3f}" in first
     assert "world: prisoners_dilemma" in first and "one at a time" in first
     assert audit["plan"]["claimType"] in first
     # The edited audit: failures flagged, infinite d shown as inf, strong badge.
-    assert re.findall(r'<td class="num[^"]*">(\d+)</td>', second)[2:] == ["3", "2"]
-    assert '<td class="num bad">3</td>' in second
+    assert re.findall(r'<td class="num[^"]*" data-label="[^"]*">(\d+)</td>', second)[2:] == [
+        "3",
+        "2",
+    ]
+    assert '<td class="num bad" data-label="Failed">3</td>' in second
     assert "|d| = inf" in second
     assert '<span class="grade grade-strong">strong</span>' in second
     assert "1 strong, 0 moderate, 1 weak" in page
@@ -273,3 +279,128 @@ def test_index_renders_in_headless_chromium_from_file(site: Path, tmp_path: Path
             assert f'href="{plan_id}/{name}"' in page.dom
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page.dom
     assert "<script" not in page.dom
+
+
+# --------------------------------------------------------------------------- verdict and freshness
+
+
+def test_each_audit_has_its_verdict_and_grade_reasons_in_the_index(
+    site: Path, audit: dict[str, Any]
+) -> None:
+    from markupsafe import escape
+
+    from simreport.report.verdict import headline
+
+    page = (site / "index.html").read_text(encoding="utf-8")
+    first = re.findall(r'<tr class="verdict">\n<td colspan="11">(.*?)</td>', page, re.S)[0]
+    assert f"<strong>Verdict.</strong> {escape(headline(audit))} Evidence grade" in first
+    grade = audit["grade"]
+    assert f'<strong>{grade["grade"]}</strong>: <span class="reasons">' in first
+    for reason in grade["reasons"]:
+        assert str(escape(reason)) in first
+
+
+def test_the_index_warns_of_near_zero_spread(audit: dict[str, Any]) -> None:
+    edited = copy.deepcopy(audit)
+    metric = edited["metrics"][0]
+    tested = [r for r in edited["tests"][metric] if r["tested"]]
+    for r in edited["tests"][metric]:
+        r["smallSpread"] = False
+    tested[0]["smallSpread"] = True
+    page = render_index([site_entry(edited)])
+    assert (
+        '<span class="warning">Warning: 1 tested comparison has its |d| from near-zero spread; '
+        "see the report.</span>" in page
+    )
+    tested[0]["smallSpread"] = False
+    assert 'class="warning"' not in render_index([site_entry(edited)])
+
+
+def test_the_verdict_in_the_index_is_escaped() -> None:
+    row = {"id": "p", "verdict": "<b>moved</b> & more", "gradeReasons": ["<i>few</i>"]}
+    page = render_index([row])
+    assert "&lt;b&gt;moved&lt;/b&gt; &amp; more" in page and "&lt;i&gt;few&lt;/i&gt;" in page
+    assert "<b>" not in page and "<i>f" not in page
+
+
+def test_a_site_refuses_pages_older_than_their_audit_json(audit_dir: Path, tmp_path: Path) -> None:
+    stale = tmp_path / "stale"
+    shutil.copytree(audit_dir, stale, ignore=shutil.ignore_patterns("runs"))
+    edited = json.loads((stale / "audit.json").read_text(encoding="utf-8"))
+    edited["summary"]["failed"] = 7  # analysed again; the pages were not re-rendered
+    write_json(stale / "audit.json", edited)
+    with pytest.raises(InputError, match=r"report\.html is out of date") as refused:
+        write_site(tmp_path / "site", [("prisoners_dilemma", audit_dir), ("pd", stale)])
+    assert str(stale / "report.html") in str(refused.value)
+    assert "simreport report" in str(refused.value)
+    assert not (tmp_path / "site").exists()  # checked before anything was copied
+    write_report(stale)
+    with pytest.raises(InputError, match=r"methods\.md is out of date"):
+        write_site(tmp_path / "site", [("pd", stale)])
+    write_methods(stale)
+    (stale / "methods.html").write_text("<!doctype html><html lang=en></html>", encoding="utf-8")
+    with pytest.raises(InputError, match=r"methods\.html is out of date"):
+        write_site(tmp_path / "site", [("pd", stale)])
+    write_methods(stale)
+    index = write_site(tmp_path / "site", [("pd", stale)])
+    assert "pd/report.html" in index.read_text(encoding="utf-8")
+
+
+def test_the_cli_refuses_a_stale_site_with_one_line(
+    audit_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from simreport.cli import main
+
+    stale = tmp_path / "pd"
+    shutil.copytree(audit_dir, stale, ignore=shutil.ignore_patterns("runs"))
+    edited = json.loads((stale / "audit.json").read_text(encoding="utf-8"))
+    edited["grade"]["reasons"] = ["changed after the pages were rendered"]
+    write_json(stale / "audit.json", edited)
+    assert main(["site", str(stale), "--out", str(tmp_path / "site")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "report.html is out of date" in err[0]
+    assert main(["report", str(stale)]) == 0
+    assert main(["site", str(stale), "--out", str(tmp_path / "site")]) == 0
+
+
+def test_every_page_links_to_the_others_and_every_link_resolves(site: Path) -> None:
+    index = (site / "index.html").read_text(encoding="utf-8")
+    for plan_id in ("prisoners_dilemma", "pd-edited"):
+        folder = site / plan_id
+        assert {f"{plan_id}/report.html", f"{plan_id}/methods.html"} <= set(_hrefs(index))
+        report = (folder / "report.html").read_text(encoding="utf-8")
+        methods = (folder / "methods.html").read_text(encoding="utf-8")
+        assert {"../index.html", "methods.html", "audit.json"} <= set(_hrefs(report))
+        assert {"../index.html", "report.html", "audit.json"} <= set(_hrefs(methods))
+        for href in _hrefs(report) + _hrefs(methods):
+            if href.startswith("#"):
+                assert f'id="{href[1:]}"' in report, href
+                continue
+            assert not href.startswith(("/", "file:", "http")), href
+            assert (folder / href).resolve().is_file(), href
+
+
+@pytest.mark.slow
+@needs_chromium
+def test_the_index_reads_at_400_px_without_sideways_scrolling(site: Path, tmp_path: Path) -> None:
+    width = page_width(site / "index.html", tmp_path / "chromium", width=400)
+    assert width.viewport == 400
+    assert not width.scrolls_sideways, width
+    assert width.outside == []
+
+
+@pytest.mark.slow
+@needs_chromium
+def test_the_width_check_catches_a_page_that_scrolls_sideways(tmp_path: Path) -> None:
+    """The 400 px checks are only worth something if a too-wide page fails them."""
+    page = tmp_path / "wide.html"
+    page.write_text(
+        '<!doctype html><html lang="en"><head><meta charset="utf-8"><title>t</title></head>'
+        '<body><div class="wide" style="width:900px">x</div>'
+        '<div style="overflow-x:auto"><div style="width:900px">scrolls inside</div></div>'
+        "</body></html>",
+        encoding="utf-8",
+    )
+    width = page_width(page, tmp_path / "chromium", width=400)
+    assert width.viewport == 400 and width.scrolls_sideways
+    assert width.outside == ["div.wide"]

@@ -13,6 +13,7 @@ from statsmodels.stats.multitest import multipletests
 
 from simreport.analysis.stats import (
     NO_OBSERVATIONS_NOTE,
+    SMALL_SPREAD_FRACTION,
     UNIFORM_TARGET_NOTE,
     bootstrap_ci,
     bootstrap_seed,
@@ -24,6 +25,8 @@ from simreport.analysis.stats import (
     mann_whitney_p,
     mean,
     pairwise,
+    pooled_sd,
+    small_spread,
     tvd_score,
     wasserstein1,
     zero_violation_upper_bound,
@@ -566,6 +569,9 @@ PAIRWISE_KEYS = {
     "w1",
     "cliffDelta",
     "directionFlip",
+    "tested",
+    "smallSpread",
+    "note",
 }
 
 
@@ -588,27 +594,59 @@ def test_pairwise_row_agrees_with_the_single_functions() -> None:
     assert row["w1"] == wasserstein1(base, cond)
     assert row["cliffDelta"] == cliff_delta(base, cond)
     assert row["directionFlip"] is True
+    assert (row["tested"], row["smallSpread"], row["note"]) == (True, False, None)
     assert all(isinstance(v, float) for k, v in row.items() if k in {"meanBase", "cohenD", "mwuP"})
 
 
-def test_pairwise_single_replication_per_group() -> None:
+def test_pairwise_single_replication_per_group_is_not_a_test() -> None:
+    """SPEC §6: fewer than 2 usable values in a group leaves p, the interval and d undefined,
+    not p = 1 and a zero-width interval."""
     row = pairwise([1.0], [3.0], seed=1, expected="decrease")
     assert row["nBase"] == row["nCond"] == 1
     assert row["diff"] == 2.0
-    assert row["ci95"] == [2.0, 2.0]
-    assert row["cohenD"] is None
-    assert row["mwuP"] == 1.0
+    for key in ("ci95", "cohenD", "mwuP", "directionFlip"):
+        assert row[key] is None, key
     assert row["w1"] == 2.0
     assert row["cliffDelta"] == 1.0
-    assert row["directionFlip"] is True
+    assert row["tested"] is False and row["smallSpread"] is False
+    assert row["note"] == (
+        "fewer than 2 replications with a finite value in the base and the condition "
+        "(base 1, condition 1): not tested"
+    )
+
+
+@pytest.mark.parametrize(
+    ("base", "cond", "where"),
+    [
+        ([1.0], [2.0, 3.0, 4.0], "the base"),
+        ([1.0, 2.0, float("nan")], [3.0, float("inf")], "the condition"),
+    ],
+)
+def test_pairwise_one_value_in_one_group(base: list[float], cond: list[float], where: str) -> None:
+    row = pairwise(base, cond, seed=1, expected="increase")
+    assert row["tested"] is False
+    assert row["cohenD"] is None and row["mwuP"] is None and row["ci95"] is None
+    assert row["note"].startswith(f"fewer than 2 replications with a finite value in {where} (")
+    assert row["w1"] == wasserstein1(base, cond)
+    assert row["cliffDelta"] == cliff_delta(base, cond)
 
 
 def test_pairwise_empty_after_filtering_is_none_everywhere() -> None:
     row = pairwise([float("nan"), float("inf")], [1.0, 2.0], seed=1, expected="increase")
     assert row["nBase"] == 0 and row["nCond"] == 2
     assert row["meanCond"] == 1.5
-    for key in PAIRWISE_KEYS - {"nBase", "nCond", "meanCond"}:
+    for key in PAIRWISE_KEYS - {"nBase", "nCond", "meanCond", "tested", "smallSpread", "note"}:
         assert row[key] is None, key
+    assert row["tested"] is False and row["smallSpread"] is False
+    assert "in the base (base 0, condition 2)" in row["note"]
+
+
+def test_pairwise_two_values_each_is_a_test() -> None:
+    row = pairwise([1.0, 2.0], [3.0, 5.0], seed=1, expected=None)
+    assert row["tested"] is True
+    assert row["cohenD"] == pytest.approx(hand_cohen([1.0, 2.0], [3.0, 5.0]))
+    assert row["mwuP"] == pytest.approx(exact_mwu_p([1.0, 2.0], [3.0, 5.0]))
+    assert row["ci95"] is not None
 
 
 def test_pairwise_constant_groups() -> None:
@@ -617,3 +655,38 @@ def test_pairwise_constant_groups() -> None:
     assert row["mwuP"] == pytest.approx(normal_mwu_p([0.1] * 5, [0.3] * 5))
     assert row["cliffDelta"] == 1.0
     assert row["directionFlip"] is None
+    assert row["smallSpread"] is True
+    assert "near-zero spread" in row["note"] and "pooled SD 0" in row["note"]
+
+
+# --- pooled spread and the small-spread rule -----------------------------------------------------
+
+
+def test_pooled_sd_matches_hand_formula() -> None:
+    rng = np.random.default_rng(8)
+    b, c = rng.normal(0, 1, 9).tolist(), rng.normal(2, 3, 6).tolist()
+    expected = math.sqrt((8 * np.var(b, ddof=1) + 5 * np.var(c, ddof=1)) / 13)
+    assert pooled_sd([*b, float("nan")], c) == pytest.approx(expected)
+    assert pooled_sd([0.1] * 4, [0.1 + 0.2] * 3) == 0.0
+    assert pooled_sd([1.0], [2.0]) is None
+    assert pooled_sd([], [1.0, 2.0]) is None
+
+
+def test_small_spread_rule() -> None:
+    fraction = SMALL_SPREAD_FRACTION
+    noise = [-1.0, 0.0, 1.0]  # sample SD exactly 1
+    # Spread just under the fraction of the larger |mean| is small; just over it is not.
+    under = [10.0 + 0.99 * fraction * 10.0 * e for e in noise]
+    over = [10.0 + 1.01 * fraction * 10.0 * e for e in noise]
+    assert small_spread([v - 0.001 for v in under], under) is True
+    assert small_spread([v - 0.001 for v in over], over) is False
+    # Constant groups with different means: d is infinite, the spread is what made it so.
+    assert small_spread([1.0] * 3, [2.0] * 3) is True
+    # d = 0 (equal means) is not an effect, whatever the spread.
+    assert small_spread([1.0] * 3, [1.0] * 3) is False
+    assert small_spread(under, under) is False
+    # An ordinary spread, and undefined d.
+    assert small_spread([0.0, 1.0, 2.0], [1.0, 2.0, 3.0]) is False
+    assert small_spread([1.0], [2.0]) is False
+    # Means near zero: the rule is relative, so a small spread around 0 is not small.
+    assert small_spread([-1e-6, 0.0, 1e-6], [1e-6, 2e-6, 3e-6]) is False

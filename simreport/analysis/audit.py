@@ -14,15 +14,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..core.canonical import canonical_json
 from ..core.errors import InputError
-from ..core.files import read_json, write_atomic, write_json
+from ..core.files import read_json, write_atomic
+from ..core.overrides import lookup
 from ..core.schema import RunResult
 from ..core.version import __version__
-from . import stats
+from . import power, stats
 from .grade import GRADE_RULE, evidence_grade
 from .testbed import summarise_testbed
 
-AUDIT_SCHEMA_VERSION = 1
+AUDIT_SCHEMA_VERSION = 2
+IDENTICAL_NOTE = "identical to the base, not tested"
+"""The note of a condition flagged identicalToBase: it ran, but it is no test (SPEC §5)."""
 EVALUATION_FILE = "evaluation.json"
 """An agent-testbed run's evaluator output, next to its result.json."""
 
@@ -60,8 +64,6 @@ def _status_of(result: RunResult | None) -> dict[str, Any]:
 
 
 def _differs(value: Any, base_value: Any) -> bool:
-    from ..core.canonical import canonical_json
-
     return canonical_json(value) != canonical_json(base_value)
 
 
@@ -86,7 +88,7 @@ def analyse(
     plan_hash = str(plan["hash"])
     metrics: list[str] = list(plan.get("metrics") or [])
     hypothesis = plan.get("hypothesis") or {}
-    outcomes: Mapping[str, str] = hypothesis.get("outcomes") or {}
+    expectations = Expectations.from_hypothesis(hypothesis)
     targets: Mapping[str, Mapping[str, float]] = hypothesis.get("targetDistribution") or {}
     axes: list[Mapping[str, Any]] = list(plan.get("axes") or [])
     base_doc = plan.get("base") or {}
@@ -107,6 +109,9 @@ def analyse(
 
     samples: dict[str, dict[str, list[float]]] = {}
     condition_rows: list[dict[str, Any]] = []
+    used_runs = 0
+    reported: dict[str, int] = dict.fromkeys(metrics, 0)
+    """Per metric, how many used runs report a value for it at all (finite or not)."""
     for cond in conditions:
         cid = str(cond["id"])
         records = sorted(by_condition.get(cid, []), key=lambda r: r.replication)
@@ -115,6 +120,9 @@ def analyse(
             m: [r.result.metrics.get(m, math.nan) for r in kept if r.result is not None]
             for m in metrics
         }
+        used_runs += len(kept)
+        for m in metrics:
+            reported[m] += sum(1 for r in kept if r.result is not None and m in r.result.metrics)
         succeeded = sum(1 for r in records if r.result is not None and r.result.failure is None)
         complete = sum(
             1
@@ -131,6 +139,8 @@ def analyse(
                 "model": cond.get("model"),
                 "baseId": cond.get("baseId"),
                 "isBase": bool(cond.get("isBase", cond.get("baseId") == cid)),
+                "label": cond.get("label")
+                or ("base" if cond.get("isBase", cond.get("baseId") == cid) else cid),
                 "identicalToBase": bool(cond.get("identicalToBase", False)),
                 "runs": len(records),
                 "succeeded": succeeded,
@@ -140,8 +150,12 @@ def analyse(
             }
         )
 
+    moved = {
+        row["id"]: _moved_axes(row, axes, base_doc) for row in condition_rows if not row["isBase"]
+    }
     tests: dict[str, list[dict[str, Any]]] = {}
     notes: dict[str, str] = {}
+    flags: list[dict[str, Any]] = []
     for metric in metrics:
         rows: list[dict[str, Any]] = []
         for row in condition_rows:
@@ -150,26 +164,48 @@ def analyse(
             base_id = row["baseId"]
             base_sample = samples.get(base_id, {}).get(metric, [])
             cond_sample = samples[row["id"]][metric]
-            result = stats.pairwise(
-                base_sample,
-                cond_sample,
-                seed=stats.bootstrap_seed(plan_hash, metric, row["id"]),
-                expected=outcomes.get(metric),
-            )
+            expected = expectations.for_row(row, moved[row["id"]], metric)
+            if row["identicalToBase"]:
+                result = _identical_row(base_sample, cond_sample)
+            else:
+                result = stats.pairwise(
+                    base_sample,
+                    cond_sample,
+                    seed=stats.bootstrap_seed(plan_hash, metric, row["id"]),
+                    expected=expected,
+                )
             result["condition"] = row["id"]
             result["baseId"] = base_id
-            result["note"] = _row_note(result)
+            result["expected"] = expected
             rows.append(result)
-        adjusted = stats.holm([r["mwuP"] for r in rows])
+        # The Holm family of a metric is its tested rows: m counts nothing else.
+        adjusted = stats.holm([r["mwuP"] if r["tested"] else None for r in rows])
         for r, p in zip(rows, adjusted, strict=True):
             r["holmP"] = p
         tests[metric] = rows
-        note = _metric_note(metric, rows, condition_rows, samples)
+        flags.extend(
+            {
+                "kind": "smallSpread",
+                "metric": metric,
+                "condition": r["condition"],
+                "note": r["note"],
+            }
+            for r in rows
+            if r["smallSpread"]
+        )
+        note = _metric_note(rows, used_runs, reported[metric])
         if note:
             notes[metric] = note
 
-    sensitivity = _sensitivity(axes, condition_rows, tests, base_doc)
-    direction = _direction_consistency(metrics, outcomes, tests)
+    # What the design could have detected, and how often the test calls identical data different.
+    power_doc = power.power_section(tests)
+    base_samples = {
+        m: {row["id"]: samples[row["id"]][m] for row in condition_rows if row["isBase"]}
+        for m in metrics
+    }
+    noise_floor = power.noise_floor(base_samples, plan_hash)
+    sensitivity = _sensitivity(axes, moved, tests)
+    direction = _direction_consistency(metrics, expectations, tests, axes, moved)
     distribution = _distribution(condition_rows, by_condition, targets, include)
     cross_model = _cross_model(condition_rows, samples, metrics)
 
@@ -249,6 +285,9 @@ def analyse(
         "runs": run_rows,
         "tests": tests,
         "notes": notes,
+        "flags": flags,
+        "power": power_doc,
+        "noiseFloor": noise_floor,
         "sensitivity": sensitivity,
         "directionConsistency": direction,
         "distribution": distribution,
@@ -275,127 +314,281 @@ def _order(rows: Sequence[Mapping[str, Any]], cid: str) -> int:
     return len(rows)
 
 
-def _row_note(row: Mapping[str, Any]) -> str | None:
-    n_base, n_cond = row["nBase"], row["nCond"]
-    if n_base == 0 and n_cond == 0:
-        return "no usable runs in the condition or its base"
-    if n_base == 0:
-        return "the base has no usable runs"
-    if n_cond == 0:
-        return "the condition has no usable runs"
-    if row["cohenD"] is None:
-        return "fewer than two usable replications per condition: no effect size"
-    return None
+def _identical_row(base: Sequence[float], cond: Sequence[float]) -> dict[str, Any]:
+    """The row of a condition flagged identicalToBase: its runs are counted and averaged, but it
+    is no comparison, so every statistic is None."""
+    b, c = stats.finite(base), stats.finite(cond)
+    return {
+        "nBase": int(b.size),
+        "nCond": int(c.size),
+        "meanBase": stats.mean(b),
+        "meanCond": stats.mean(c),
+        "diff": None,
+        "ci95": None,
+        "cohenD": None,
+        "mwuP": None,
+        "w1": None,
+        "cliffDelta": None,
+        "directionFlip": None,
+        "tested": False,
+        "smallSpread": False,
+        "note": IDENTICAL_NOTE,
+    }
 
 
-def _metric_note(
-    metric: str,
-    rows: Sequence[Mapping[str, Any]],
-    conditions: Sequence[Mapping[str, Any]],
-    samples: Mapping[str, Mapping[str, list[float]]],
-) -> str | None:
+def _metric_note(rows: Sequence[Mapping[str, Any]], used_runs: int, reported: int) -> str | None:
+    """Why a metric has no test at all; None when at least one row is tested."""
     if not rows:
         return "no conditions besides the base: nothing to test"
-    if all(r["mwuP"] is None for r in rows):
-        bases = [c["id"] for c in conditions if c["isBase"]]
-        if all(not stats.finite(samples[b][metric]).size for b in bases):
-            return "the base has no usable runs with a finite value of this metric"
+    if any(r["tested"] for r in rows):
+        return None
+    if used_runs == 0:
+        return "no usable runs: nothing to test"
+    if reported == 0:
+        return "no usable run reports this metric: nothing to test"
+    if all(r["nBase"] == 0 and r["nCond"] == 0 for r in rows):
+        missing = used_runs - reported
+        which = (
+            "each reports NaN or an infinity"
+            if missing == 0
+            else f"{reported} report NaN or an infinity, {missing} do not report it"
+        )
+        return (
+            f"this metric is not a finite number in any of the {used_runs} usable runs "
+            f"({which}): nothing to test"
+        )
+    candidates = [r for r in rows if r["note"] != IDENTICAL_NOTE]
+    if not candidates:
+        return "every condition is identical to the base: nothing to test"
+    if all(r["nBase"] == 0 for r in candidates):
+        return "the base has no usable runs with a finite value of this metric"
+    if all(r["nCond"] == 0 for r in candidates):
         return "no condition has usable runs with a finite value of this metric"
-    if all(r["cohenD"] is None for r in rows):
-        return "fewer than two usable replications per condition: p values only, no effect sizes"
-    return None
+    return (
+        f"fewer than {stats.MIN_REPLICATIONS} replications with a finite value in the base or "
+        "the condition of every comparison: nothing tested"
+    )
+
+
+def _moved_axes(
+    condition: Mapping[str, Any], axes: Sequence[Mapping[str, Any]], base_doc: Mapping[str, Any]
+) -> list[str]:
+    """The plan axes a condition moves away from their base value, in plan order.
+
+    A one_at_a_time condition moves its one axis. A full_factorial cell also sets the axes it
+    leaves at their base value; those are not moved. A cell whose every level matches the base
+    (the base value could not be read, say) counts every axis it sets.
+    """
+    levels: Mapping[str, Any] = condition.get("levels") or {}
+    own = [str(a["id"]) for a in axes if str(a["id"]) in levels]
+    if len(own) <= 1:
+        return own
+    moved = [
+        axis_id
+        for axis_id, axis in ((str(a["id"]), a) for a in axes)
+        if axis_id in levels
+        and _differs(levels[axis_id], lookup(base_doc, str(axis.get("target", "")))[1])
+    ]
+    return moved or own
+
+
+@dataclass(frozen=True)
+class Expectations:
+    """The directions a plan's hypothesis expects: per metric (`outcomes`), per axis (`axes`) and
+    per level or cell (`levels`, keyed by condition id, with or without the `@model` suffix)."""
+
+    outcomes: Mapping[str, str]
+    axes: Mapping[str, Mapping[str, str]]
+    levels: Mapping[str, Mapping[str, str]]
+
+    @classmethod
+    def from_hypothesis(cls, hypothesis: Mapping[str, Any]) -> Expectations:
+        """Read and check the hypothesis; an unknown direction is an InputError at its path."""
+        if not isinstance(hypothesis, Mapping):
+            raise InputError(
+                "the hypothesis is not a mapping", path="hypothesis", expected="a mapping"
+            )
+        return cls(
+            outcomes=_directions(hypothesis.get("outcomes"), "hypothesis.outcomes"),
+            axes=_directions_by_key(hypothesis.get("axes"), "hypothesis.axes"),
+            levels=_directions_by_key(hypothesis.get("levels"), "hypothesis.levels"),
+        )
+
+    def for_row(
+        self, condition: Mapping[str, Any], moved: Sequence[str], metric: str
+    ) -> str | None:
+        """The direction expected of one row: the condition's own entry in `levels`, else what
+        its moved axes expect (each axis: its level's entry, its `axes` entry, the metric's
+        outcome). Moved axes that expect different directions leave the row without one; an
+        axis that expects nothing does not count against the others."""
+        cid = str(condition["id"])
+        model = condition.get("model")
+        suffix = f"@{model}" if model is not None else None
+        plain = cid[: -len(suffix)] if suffix and cid.endswith(suffix) else cid
+        for key in (cid, plain):
+            if metric in self.levels.get(key, {}):
+                return self.levels[key][metric]
+        if not moved:
+            return self.outcomes.get(metric)
+        levels: Mapping[str, Any] = condition.get("levels") or {}
+        directions = {self._for_axis(axis, levels.get(axis), metric) for axis in moved}
+        directions.discard(None)  # an axis with no expectation does not disagree
+        if len(directions) != 1:
+            return None
+        return directions.pop()
+
+    def _for_axis(self, axis: str, value: Any, metric: str) -> str | None:
+        # The id a one_at_a_time condition of this level has: `<axis>=<level>`, a level that is
+        # not text written as compact canonical JSON.
+        level_id = f"{axis}={value if isinstance(value, str) else canonical_json(value)}"
+        for table, key in ((self.levels, level_id), (self.axes, axis)):
+            if metric in table.get(key, {}):
+                return table[key][metric]
+        return self.outcomes.get(metric)
+
+
+def _directions(value: Any, path: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    expected = "a mapping of metric name to increase or decrease"
+    if not isinstance(value, Mapping):
+        raise InputError("not a mapping of metric to direction", path=path, expected=expected)
+    out: dict[str, str] = {}
+    for metric, direction in value.items():
+        if direction not in stats.DIRECTIONS:
+            raise InputError(
+                f"unknown direction {direction!r}",
+                path=f"{path}.{metric}",
+                expected=" or ".join(stats.DIRECTIONS),
+            )
+        out[str(metric)] = str(direction)
+    return out
+
+
+def _directions_by_key(value: Any, path: str) -> dict[str, dict[str, str]]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InputError(
+            "not a mapping",
+            path=path,
+            expected="a mapping of id to a mapping of metric name to increase or decrease",
+        )
+    return {str(key): _directions(inner, f"{path}.{key}") for key, inner in value.items()}
 
 
 def _sensitivity(
     axes: Sequence[Mapping[str, Any]],
-    conditions: Sequence[Mapping[str, Any]],
+    moved: Mapping[str, Sequence[str]],
     tests: Mapping[str, Sequence[Mapping[str, Any]]],
-    base_doc: Mapping[str, Any],
 ) -> list[dict[str, Any]]:
-    """Per axis, the largest |d| at any of its levels across all metrics, ranked.
+    """Per axis, the largest |d| over every metric, measured two ways, and the ranking.
 
-    In a full factorial design a cell moves several axes at once, so its d is not one axis's
-    effect: an axis is judged on the cells where it is the only axis off its base value
-    (`isolated`), and only when it has none on every cell that moves it (`isolated` false).
+    `isolated` takes the tested cells in which this axis is the only one away from its base value;
+    `anyCell` every tested cell that moves it (in a full factorial design other axes may move
+    too, so its d is not this axis's effect alone). An axis is ranked by `isolated` when it has
+    one, else by `anyCell`; larger |d| first, ties in plan order. Axes with neither (every level
+    identical to the base, or nothing testable) follow unranked, in plan order.
     """
-    by_id = {c["id"]: c for c in conditions}
-    best: dict[str, dict[str, Any]] = {
-        str(a["id"]): {
-            "axis": str(a["id"]),
-            "code": a.get("code"),
-            "maxAbsD": None,
-            "metric": None,
-            "condition": None,
-            "isolated": None,
-        }
-        for a in axes
-    }
-    targets = {str(a["id"]): str(a["target"]) for a in axes}
+    isolated: dict[str, dict[str, Any]] = {}
+    any_cell: dict[str, dict[str, Any]] = {}
     for metric, rows in tests.items():
         for row in rows:
-            d = row.get("cohenD")
-            if d is None or (isinstance(d, float) and math.isnan(d)):
+            d = row["cohenD"]
+            if not row["tested"] or d is None or math.isnan(d):
                 continue
-            levels = by_id[row["condition"]].get("levels") or {}
-            moved = [
-                axis_id
-                for axis_id, value in levels.items()
-                if axis_id in best
-                and (len(levels) == 1 or _differs(value, _base_value(base_doc, targets[axis_id])))
-            ]
-            for axis_id in moved:
-                entry, isolated = best[axis_id], len(moved) == 1
-                if entry["isolated"] and not isolated:
-                    continue  # an isolated estimate beats any confounded one
-                if (
-                    entry["maxAbsD"] is None
-                    or (isolated and not entry["isolated"])
-                    or abs(d) > entry["maxAbsD"]
-                ):
-                    entry.update(
-                        maxAbsD=abs(d), metric=metric, condition=row["condition"], isolated=isolated
-                    )
+            measure = {
+                "maxAbsD": abs(d),
+                "metric": metric,
+                "condition": row["condition"],
+                "smallSpread": row["smallSpread"],
+            }
+            cell_axes = moved.get(row["condition"], ())
+            for axis_id in cell_axes:
+                _keep_larger(any_cell, axis_id, measure)
+                if len(cell_axes) == 1:
+                    _keep_larger(isolated, axis_id, measure)
+    entries: list[dict[str, Any]] = []
+    ranking_value: dict[str, float] = {}
+    for axis in axes:
+        axis_id = str(axis["id"])
+        ranked_by = (
+            "isolated" if axis_id in isolated else "anyCell" if axis_id in any_cell else None
+        )
+        if ranked_by is not None:
+            ranking_value[axis_id] = (isolated.get(axis_id) or any_cell[axis_id])["maxAbsD"]
+        entries.append(
+            {
+                "axis": axis_id,
+                "code": axis.get("code"),
+                "rank": None,
+                "rankedBy": ranked_by,
+                "isolated": isolated.get(axis_id),
+                "anyCell": any_cell.get(axis_id),
+            }
+        )
+    # sorted() is stable, so equal |d| keep plan order.
     ranked = sorted(
-        best.values(),
-        key=lambda e: (e["maxAbsD"] is None, -(e["maxAbsD"] or 0.0), e["axis"]),
+        (e for e in entries if e["axis"] in ranking_value),
+        key=lambda e: -ranking_value[e["axis"]],
     )
     for rank, entry in enumerate(ranked, start=1):
         entry["rank"] = rank
-    return ranked
+    return ranked + [e for e in entries if e["axis"] not in ranking_value]
 
 
-def _base_value(doc: Mapping[str, Any], path: str) -> Any:
-    node: Any = doc
-    for part in path.split("."):
-        if isinstance(node, Mapping) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
-        else:
-            return None
-    return node
+def _keep_larger(best: dict[str, dict[str, Any]], axis_id: str, measure: Mapping[str, Any]) -> None:
+    # Strictly larger: the first row seen (metric order, then condition order) wins a tie.
+    if axis_id not in best or measure["maxAbsD"] > best[axis_id]["maxAbsD"]:
+        best[axis_id] = dict(measure)
 
 
 def _direction_consistency(
     metrics: Sequence[str],
-    outcomes: Mapping[str, str],
+    expectations: Expectations,
     tests: Mapping[str, Sequence[Mapping[str, Any]]],
+    axes: Sequence[Mapping[str, Any]],
+    moved: Mapping[str, Sequence[str]],
 ) -> dict[str, dict[str, Any]]:
+    """Per metric with any expectation, how many tested rows with an expectation moved as
+    expected, overall and per moved axis (a factorial cell counts for each axis it moves).
+
+    `expected` is the direction those rows share, "mixed" when they differ, and the metric's
+    outcome (or None) when there is no such row.
+    """
     out: dict[str, dict[str, Any]] = {}
     for metric in metrics:
-        expected = outcomes.get(metric)
-        if expected is None:
+        rows = tests.get(metric, [])
+        if metric not in expectations.outcomes and all(r["expected"] is None for r in rows):
             continue
-        diffs = [r["diff"] for r in tests.get(metric, []) if r["diff"] is not None]
-        if expected == "increase":
-            consistent = sum(1 for d in diffs if d > 0)
-        else:
-            consistent = sum(1 for d in diffs if d < 0)
+        counted = [r for r in rows if r["tested"] and r["expected"] is not None]
+        directions = {r["expected"] for r in counted}
+        expected = (
+            expectations.outcomes.get(metric)
+            if not directions
+            else directions.pop()
+            if len(directions) == 1
+            else "mixed"
+        )
+        as_expected = {
+            r["condition"]: r["directionFlip"] is False and r["diff"] != 0 for r in counted
+        }
+        by_axis: dict[str, dict[str, int]] = {}
+        for axis in axes:
+            axis_id = str(axis["id"])
+            mine = [c for c in as_expected if axis_id in moved.get(c, ())]
+            if mine:
+                by_axis[axis_id] = {
+                    "consistent": sum(1 for c in mine if as_expected[c]),
+                    "total": len(mine),
+                }
+        consistent = sum(1 for ok in as_expected.values() if ok)
         out[metric] = {
             "expected": expected,
             "consistent": consistent,
-            "total": len(diffs),
-            "share": consistent / len(diffs) if diffs else None,
+            "total": len(counted),
+            "share": consistent / len(counted) if counted else None,
+            "byAxis": by_axis,
         }
     return out
 
@@ -509,7 +702,11 @@ def analyse_dir(
         category_order=plan_doc.get("categoryOrder"),
         declared_metrics=plan_doc.get("declaredMetrics"),
     )
-    write_json(root / "audit.json", audit)
+    from .provenance import provenance, write_audit
+
+    audit["provenance"] = provenance(root, conditions, audit.get("plan") or {})
+    # The audit this one replaces is kept in history/ first, so builds can be compared.
+    write_audit(root, audit)
     write_runs_table(root / "runs.parquet", audit, conditions)
     return audit
 

@@ -23,6 +23,14 @@ EXACT_MWU_MAX_EXCLUSIVE = 8
 BOOTSTRAP_DRAWS = 2000
 DIRECTIONS = ("increase", "decrease")
 
+# A comparison is a test only with at least this many finite values in each group (SPEC §6).
+MIN_REPLICATIONS = 2
+
+# A nonzero d counts as coming from near-zero spread when the pooled SD is 0 or below this
+# fraction of the larger absolute mean of the two groups: at that point the size of d says how
+# little the runs vary, not how far apart the groups are.
+SMALL_SPREAD_FRACTION = 1e-3
+
 UNIFORM_TARGET_NOTE = "target distribution is uniform; the score is undefined"
 NO_OBSERVATIONS_NOTE = "no observations in the target's categories"
 
@@ -113,6 +121,35 @@ def holm(pvalues: Sequence[float | None]) -> list[float | None]:
     return out
 
 
+def _pooled_variance(b: FloatArray, c: FloatArray) -> float:
+    n1, n2 = b.size, c.size
+    return ((n1 - 1) * _spread(b) + (n2 - 1) * _spread(c)) / (n1 + n2 - 2)
+
+
+def pooled_sd(base: Sample, cond: Sample) -> float | None:
+    """The pooled standard deviation (n - 1 denominators) that Cohen's d divides by.
+
+    None when a sample is empty or the pooled degrees of freedom are 0; exactly 0 when both
+    samples are constant.
+    """
+    b, c = finite(base), finite(cond)
+    if b.size == 0 or c.size == 0 or b.size + c.size - 2 < 1:
+        return None
+    return math.sqrt(_pooled_variance(b, c))
+
+
+def small_spread(base: Sample, cond: Sample) -> bool:
+    """Whether Cohen's d is nonzero only because the runs barely vary: the pooled SD is 0 (d is
+    ±inf) or below `SMALL_SPREAD_FRACTION` of the larger absolute mean. False when d is 0 or
+    undefined."""
+    b, c = finite(base), finite(cond)
+    sd = pooled_sd(b, c)
+    if sd is None or _center(c) == _center(b):
+        return False
+    scale = max(abs(_center(b)), abs(_center(c)))
+    return sd == 0.0 or sd < SMALL_SPREAD_FRACTION * scale
+
+
 def cohen_d(base: Sample, cond: Sample) -> float | None:
     """(mean(cond) - mean(base)) / pooled SD with n - 1 denominators.
 
@@ -124,7 +161,7 @@ def cohen_d(base: Sample, cond: Sample) -> float | None:
     if n1 == 0 or n2 == 0 or n1 + n2 - 2 < 1:
         return None
     diff = _center(c) - _center(b)
-    pooled_var = ((n1 - 1) * _spread(b) + (n2 - 1) * _spread(c)) / (n1 + n2 - 2)
+    pooled_var = _pooled_variance(b, c)
     if pooled_var == 0.0:
         if diff == 0.0:
             return 0.0
@@ -262,12 +299,57 @@ def direction_flip(diff: float | None, expected: str | None) -> bool | None:
     return diff > 0
 
 
+def too_few_note(n_base: int, n_cond: int) -> str:
+    """Why a comparison with fewer than `MIN_REPLICATIONS` finite values in a group is no test."""
+    short = [
+        where
+        for where, n in (("the base", n_base), ("the condition", n_cond))
+        if n < MIN_REPLICATIONS
+    ]
+    return (
+        f"fewer than {MIN_REPLICATIONS} replications with a finite value in "
+        f"{' and '.join(short)} (base {n_base}, condition {n_cond}): not tested"
+    )
+
+
+def small_spread_note(base: Sample, cond: Sample) -> str:
+    """Explains a d flagged by `small_spread`: where its size comes from."""
+    b, c = finite(base), finite(cond)
+    sd = pooled_sd(b, c)
+    if not sd:
+        return (
+            "|d| comes from near-zero spread: both groups are constant (pooled SD 0) and their "
+            "means differ, so d is infinite whatever the size of the difference"
+        )
+    scale = max(abs(_center(b)), abs(_center(c)))
+    return (
+        f"|d| comes from near-zero spread: the pooled SD ({sd:.3g}) is below "
+        f"{SMALL_SPREAD_FRACTION:.1%} of the larger |mean| ({scale:.3g}), so a difference of "
+        f"{_center(c) - _center(b):.3g} is {abs(_center(c) - _center(b)) / sd:.3g} SDs"
+    )
+
+
 def pairwise(base: Sample, cond: Sample, *, seed: int, expected: str | None) -> dict[str, Any]:
-    """One row of audit.json `tests` for a condition against its base, without `holmP`."""
+    """One row of audit.json `tests` for a condition against its base, without `holmP`.
+
+    With at least `MIN_REPLICATIONS` finite values in each group the row is a test (`tested`):
+    it has a p value, an interval and d, and `smallSpread` says whether d comes from near-zero
+    spread (with a note saying so). With fewer, p, the interval, d and the direction flip are
+    None and the note says which group is short; the difference, W1 and Cliff's delta stay
+    whenever both groups have a value.
+    """
     b, c = finite(base), finite(cond)
     mean_base, mean_cond = mean(b), mean(c)
     diff = None if mean_base is None or mean_cond is None else mean_cond - mean_base
-    ci = bootstrap_ci(b, c, seed=seed)
+    tested = min(b.size, c.size) >= MIN_REPLICATIONS
+    ci = bootstrap_ci(b, c, seed=seed) if tested else None
+    spread_is_small = tested and small_spread(b, c)
+    if not tested:
+        note: str | None = too_few_note(int(b.size), int(c.size))
+    elif spread_is_small:
+        note = small_spread_note(b, c)
+    else:
+        note = None
     return {
         "nBase": int(b.size),
         "nCond": int(c.size),
@@ -275,9 +357,12 @@ def pairwise(base: Sample, cond: Sample, *, seed: int, expected: str | None) -> 
         "meanCond": mean_cond,
         "diff": diff,
         "ci95": None if ci is None else [ci[0], ci[1]],
-        "cohenD": cohen_d(b, c),
-        "mwuP": mann_whitney_p(b, c),
+        "cohenD": cohen_d(b, c) if tested else None,
+        "mwuP": mann_whitney_p(b, c) if tested else None,
         "w1": wasserstein1(b, c),
         "cliffDelta": cliff_delta(b, c),
-        "directionFlip": direction_flip(diff, expected),
+        "directionFlip": direction_flip(diff, expected) if tested else None,
+        "tested": tested,
+        "smallSpread": spread_is_small,
+        "note": note,
     }

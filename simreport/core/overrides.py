@@ -7,9 +7,24 @@ only the kernel knows every world's parameters.
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from typing import Any
 
 from .errors import UnknownOverride
+
+
+def lookup(doc: Any, dotted: str) -> tuple[bool, Any]:
+    """`(True, value)` at a dotted path of a document (list items by index), or `(False, None)`
+    when the path does not exist there. Never raises: for readers of documents already valid."""
+    node = doc
+    for part in dotted.split("."):
+        if isinstance(node, Mapping) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return False, None
+    return True, node
 
 
 def split_path(path: str) -> list[str]:

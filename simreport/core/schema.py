@@ -14,14 +14,13 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    PositiveInt,
     field_validator,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
-from .canonical import parse_number
+from .canonical import canonical_json, parse_number
 
 SCHEMA_VERSION = 1
 
@@ -337,6 +336,27 @@ class Hypothesis(Model):
         return value
 
 
+Direction = Literal["increase", "decrease"]
+
+
+class PlanHypothesis(Hypothesis):
+    """A plan's hypothesis: the scenario's metric directions, and more specific ones for an axis
+    or a single condition. The most specific applies to a comparison: a condition's own, else
+    its axis's, else the metric's."""
+
+    axes: dict[str, dict[str, Direction]] = Field(
+        default_factory=dict,
+        description="Axis id → metric → expected direction when that axis moves off the base.",
+    )
+    levels: dict[str, dict[str, Direction]] = Field(
+        default_factory=dict,
+        description=(
+            "Condition id (as `simreport conditions` lists it) → metric → expected direction "
+            "for that condition against its base."
+        ),
+    )
+
+
 class SimulatorConfig(Model):
     """An external simulator run as a command instead of a built-in world."""
 
@@ -475,6 +495,16 @@ def _def_name(ref: Mapping[str, Any], template: str) -> str:
 # --------------------------------------------------------------------------- plan
 
 
+def _label_key(key: Any) -> Any:
+    """A `labels` key as text: YAML reads `1:` or `true:` as a number or a boolean; the key
+    names the level whose condition-id text it matches (`1`, `true`)."""
+    if isinstance(key, str):
+        return key
+    if key is None or isinstance(key, (bool, int, float)):
+        return canonical_json(key)
+    return key
+
+
 class PerturbationAxis(Model):
     """One design choice or wording the audit varies."""
 
@@ -489,6 +519,25 @@ class PerturbationAxis(Model):
     code: str | None = Field(
         None, description="TRAILS code (D1–D8, R1–R5) when from the catalogue."
     )
+    label: str | None = Field(
+        None,
+        min_length=1,
+        description="Display name of the axis in reports; the id when omitted. Not hashed.",
+    )
+    labels: dict[str, Annotated[str, Field(min_length=1)]] = Field(
+        default_factory=dict,
+        description=(
+            'Level (as written, or as it reads in condition ids: 5, true, ["a","b"]) → display '
+            "text in reports. Not hashed."
+        ),
+    )
+
+    @field_validator("labels", mode="before")
+    @classmethod
+    def _labels_by_text(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {_label_key(k): v for k, v in value.items()}
+        return value
 
 
 class AuditPlan(Model):
@@ -504,27 +553,55 @@ class AuditPlan(Model):
         None, description="Base scenario file, relative to the plan file."
     )
     base: dict[str, JsonValue] | None = Field(None, description="Inline base scenario.")
-    hypothesis: Hypothesis | None = Field(None, description="Overrides the scenario's hypothesis.")
+    hypothesis: PlanHypothesis | None = Field(
+        None,
+        description=(
+            "Overrides the scenario's hypothesis as a whole; may add expectations per axis and "
+            "per condition."
+        ),
+    )
     axes: list[PerturbationAxis] = Field(default_factory=list, description="Perturbation axes.")
     design: Literal["one_at_a_time", "full_factorial"] = Field(
         "one_at_a_time", description="How axes combine into conditions."
     )
-    replications: PositiveInt = Field(1, description="Runs per condition.")
+    # Strict: `replications: true` or `"3"` is a mistake to report, not a number to guess.
+    replications: int = Field(1, strict=True, gt=0, description="Runs per condition.")
     models: list[Annotated[str, Field(min_length=1)]] = Field(
-        default_factory=list, description="Models; each becomes a variant of every condition."
+        default_factory=list,
+        description="Models; each becomes a variant of every condition.",
+        json_schema_extra={"uniqueItems": True},
     )
-    metrics: list[str] = Field(default_factory=list, description="Metrics to compare.")
+    metrics: list[str] = Field(
+        default_factory=list,
+        description="Metrics to compare, each once.",
+        json_schema_extra={"uniqueItems": True},
+    )
     claim_type: Literal["exploratory", "mechanism", "policy"] = Field(
         "exploratory", description="Policy claims need micro, meso and macro axes to be strong."
     )
-    concurrency: PositiveInt = Field(1, description="Runs in flight; not part of the hash.")
-    include_incomplete: bool = Field(
-        False, description="Let failed or incomplete runs into the statistics."
+    concurrency: int = Field(
+        1, strict=True, gt=0, description="Runs in flight; not part of the hash."
     )
+    include_incomplete: bool = Field(
+        False, strict=True, description="Let failed or incomplete runs into the statistics."
+    )
+
+    @field_validator("metrics")
+    @classmethod
+    def _metrics_once(cls, value: list[str]) -> list[str]:
+        repeated = sorted({m for m in value if value.count(m) > 1})
+        if repeated:
+            raise ValueError(f"metrics must not repeat; repeated: {', '.join(repeated)}")
+        return value
 
     @model_validator(mode="after")
     def _one_base(self) -> AuditPlan:
-        if (self.base_scenario is None) == (self.base is None):
+        if self.base_scenario is None and self.base is None:
+            raise ValueError(
+                "a plan needs its base scenario: give exactly one of `baseScenario` and `base` "
+                "(a scenario file relative to the plan, or the scenario inline)"
+            )
+        if self.base_scenario is not None and self.base is not None:
             raise ValueError("give exactly one of `baseScenario` and `base`")
         ids = [a.id for a in self.axes]
         dupes = sorted({i for i in ids if ids.count(i) > 1})

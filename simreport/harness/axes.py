@@ -160,8 +160,10 @@ AXIS_CATALOG: Mapping[str, AxisTemplate] = MappingProxyType({t.id: t for t in _T
 _BY_CODE = {t.code: t for t in _TEMPLATES}
 
 # Keys a `{template: ...}` plan entry may carry; level, kind, dimension and code come from the
-# template so that a code in a report always means the same dimension.
-TEMPLATE_ENTRY_KEYS = ("template", "levels", "target", "id")
+# template so that a code in a report always means the same dimension. `label` and `labels`
+# (display text) pass through to the axis as they are.
+TEMPLATE_ENTRY_KEYS = ("template", "levels", "target", "id", "label", "labels")
+_EXPANDED_KEYS = ("template", "levels", "target", "id")
 _FIXED_BY_TEMPLATE = ("level", "kind", "dimension", "code")
 
 
@@ -254,5 +256,5 @@ def _expand_entry(entry: dict[str, Any], index: int, document: Document | None) 
     if "levels" not in entry:
         del expanded["levels"]  # let the schema report the missing key at its usual path
     # Unknown keys pass through so the schema rejects them at their own path and line.
-    extra = {k: v for k, v in entry.items() if k not in TEMPLATE_ENTRY_KEYS}
+    extra = {k: v for k, v in entry.items() if k not in _EXPANDED_KEYS}
     return {**expanded, **extra}

@@ -8,11 +8,18 @@ Order (the order of conditions.json, of the runs and of every report table):
    them its model variants in model order (condition-major, model-minor).
 
 Condition ids are `<axisId>=<level>` joined with `|`, plus `@<model>` when the plan lists models.
-Their directory names are a reversible encoding of the id (see `condition_dir`).
+A level's text may therefore contain neither `|` nor `=`, nor `@` when the plan lists models:
+such a level is refused, so an id always reads one way. Their directory names are a reversible
+encoding of the id (see `condition_dir`).
+
+Each condition also has a display `label`: `base` (`base @ <model>`), `<axis>: <level>` for one
+axis, the parts joined with `, ` for a factorial cell, using the axis's `label` and its `labels`
+for the levels where the plan gives them. Labels are unique within a plan.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import itertools
@@ -70,11 +77,14 @@ class Condition:
     base_id: str
     """The base this condition is compared against: the base of the same model (itself for a
     base)."""
+    label: str = ""
+    """How reports name the condition (see the module docstring); unique within the plan."""
 
     def to_doc(self, replications: int) -> dict[str, Any]:
         """This condition's entry in conditions.json."""
         return {
             "id": self.id,
+            "label": self.label,
             "dir": self.dir,
             "isBase": self.is_base,
             "axis": self.axis,
@@ -95,6 +105,13 @@ def level_text(value: Any) -> str:
     """How a level appears in a condition id: strings as they are, anything else as compact
     canonical JSON (`5`, `true`, `null`, `{"dose":0.2}`)."""
     return value if isinstance(value, str) else canonical_json(value)
+
+
+ID_SEPARATORS = ("|", "=")
+"""Characters a level's text may not contain: they separate the parts of a condition id."""
+MODEL_SEPARATOR = "@"
+"""Separates a condition id from its model; refused in a level's text when the plan lists
+models."""
 
 
 def condition_id(levels: Sequence[tuple[str, Any]], model: str | None = None) -> str:
@@ -191,6 +208,7 @@ def build_conditions(loaded: LoadedPlan) -> list[Condition]:
     for i, axis in enumerate(axes):
         _check_target(loaded, base_doc, i, axis)
         _check_level_ids(loaded, i, axis)
+        _check_labels(loaded, i, axis)
 
     # (axis indices, level indices) per perturbed condition, in design order.
     combos: list[tuple[tuple[int, int], ...]]
@@ -207,9 +225,14 @@ def build_conditions(loaded: LoadedPlan) -> list[Condition]:
     base_plain = _prepare(base_doc)
     base_hash = content_hash(base_plain)
     models: list[str | None] = list(plan.models) if plan.models else [None]
+    # Every condition's (axis, level) indices and model, in plan order; labels need them all.
+    cells = [((), model) for model in models] + [
+        (combo, model) for combo in combos for model in models
+    ]
+    labels = condition_labels(axes, cells)
 
     conditions: list[Condition] = []
-    for model in models:
+    for model, label in zip(models, labels[: len(models)], strict=True):
         base_id = condition_id((), model)
         conditions.append(
             Condition(
@@ -224,8 +247,10 @@ def build_conditions(loaded: LoadedPlan) -> list[Condition]:
                 scenario_hash=base_hash,
                 identical_to_base=False,
                 base_id=base_id,
+                label=label,
             )
         )
+    perturbed_labels = iter(labels[len(models) :])
     for combo in combos:
         plain = _prepare(_apply(loaded, base_doc, combo))
         scenario_hash = content_hash(plain)
@@ -252,10 +277,90 @@ def build_conditions(loaded: LoadedPlan) -> list[Condition]:
                     scenario_hash=scenario_hash,
                     identical_to_base=scenario_hash == base_hash,
                     base_id=condition_id((), model),
+                    label=next(perturbed_labels),
                 )
             )
     _check_unique(loaded, conditions)
     return conditions
+
+
+# --------------------------------------------------------------------------- labels
+
+Cell = tuple[tuple[tuple[int, int], ...], str | None]
+"""A condition before it is built: its (axis index, level index) pairs and its model."""
+
+
+def level_label(axis: PerturbationAxis, value: Any) -> str:
+    """How reports show one level of `axis`: its entry in the axis's `labels`, else its text."""
+    text = level_text(value)
+    return axis.labels.get(text, text)
+
+
+def condition_labels(axes: Sequence[PerturbationAxis], cells: Sequence[Cell]) -> list[str]:
+    """The display label of each cell, unique among them.
+
+    Plain labels first (`framing: moralised`); where two coincide, the parts that hide
+    something say it (an axis label gains its id in brackets, a level label its value in
+    parentheses); where they still coincide, the condition id is appended; a last resort
+    numbers the rest, so labels never repeat."""
+    styles = (_plain_label, _detailed_label, _label_with_id)
+    chosen = [_plain_label(axes, cell) for cell in cells]
+    for style in styles[1:]:
+        repeated = _repeated(chosen)
+        if not repeated:
+            return chosen
+        chosen = [
+            style(axes, cell) if label in repeated else label
+            for cell, label in zip(cells, chosen, strict=True)
+        ]
+    seen: dict[str, int] = {}
+    out = []
+    for label in chosen:
+        candidate = label
+        while candidate in seen:
+            seen[label] += 1
+            candidate = f"{label} #{seen[label]}"
+        seen.setdefault(candidate, 1)
+        out.append(candidate)
+    return out
+
+
+def _repeated(labels: Sequence[str]) -> set[str]:
+    seen: set[str] = set()
+    repeated: set[str] = set()
+    for label in labels:
+        (repeated if label in seen else seen).add(label)
+    return repeated
+
+
+def _label_with_model(core: str, model: str | None) -> str:
+    return core if model is None else f"{core} @ {model}"
+
+
+def _plain_label(axes: Sequence[PerturbationAxis], cell: Cell) -> str:
+    combo, model = cell
+    parts = [
+        f"{axes[i].label or axes[i].id}: {level_label(axes[i], axes[i].levels[j])}"
+        for i, j in combo
+    ]
+    return _label_with_model(", ".join(parts) or BASE_ID, model)
+
+
+def _detailed_label(axes: Sequence[PerturbationAxis], cell: Cell) -> str:
+    combo, model = cell
+    parts = []
+    for i, j in combo:
+        axis, value = axes[i], axes[i].levels[j]
+        name = axis.id if axis.label in (None, axis.id) else f"{axis.label} [{axis.id}]"
+        shown, text = level_label(axis, value), level_text(value)
+        parts.append(f"{name}: {shown if shown == text else f'{shown} ({text})'}")
+    return _label_with_model(", ".join(parts) or BASE_ID, model)
+
+
+def _label_with_id(axes: Sequence[PerturbationAxis], cell: Cell) -> str:
+    combo, model = cell
+    cid = condition_id([(axes[i].id, axes[i].levels[j]) for i, j in combo], model)
+    return f"{_detailed_label(axes, cell)} [{cid}]"
 
 
 def replication_scenarios(condition: Condition, replications: int) -> list[Scenario]:
@@ -297,9 +402,31 @@ def _check_target(
 
 
 def _check_level_ids(loaded: LoadedPlan, i: int, axis: PerturbationAxis) -> None:
+    forbidden = ID_SEPARATORS + ((MODEL_SEPARATOR,) if loaded.plan.models else ())
     seen: dict[str, int] = {}
     for j, value in enumerate(axis.levels):
         text = level_text(value)
+        found = [char for char in forbidden if char in text]
+        if found:
+            path = f"axes.{i}.levels.{j}"
+            file, line = loaded.locate(path)
+            why = (
+                "it ends a condition id before its model"
+                if found == [MODEL_SEPARATOR]
+                else "it separates the parts of a condition id"
+            )
+            raise PlanError(
+                f"axis {axis.id!r}: level {text!r} contains {found[0]!r}, which cannot appear in "
+                f"a condition id: {why}",
+                file=file,
+                path=path,
+                line=line,
+                expected=(
+                    "a level without "
+                    + ", ".join(repr(c) for c in forbidden)
+                    + "; give it a display text with the axis's `labels` instead"
+                ),
+            )
         if text in seen:
             path = f"axes.{i}.levels.{j}"
             file, line = loaded.locate(path)
@@ -314,6 +441,64 @@ def _check_level_ids(loaded: LoadedPlan, i: int, axis: PerturbationAxis) -> None
         seen[text] = j
 
 
+def _check_labels(loaded: LoadedPlan, i: int, axis: PerturbationAxis) -> None:
+    """Every key of the axis's `labels` names one of its levels."""
+    texts = [level_text(value) for value in axis.levels]
+    for key in axis.labels:
+        if key not in texts:
+            path = f"axes.{i}.labels.{key}"
+            file, line = loaded.locate(path)
+            raise PlanError(
+                f"axis {axis.id!r} has a label for {key!r}, which is not one of its levels",
+                file=file,
+                path=path,
+                line=line,
+                expected="one of " + ", ".join(texts),
+            )
+
+
+_KINDS: tuple[tuple[type | tuple[type, ...], str], ...] = (
+    (bool, "boolean"),
+    ((int, float), "number"),
+    (str, "text"),
+)
+
+
+def _kind(value: Any) -> str | None:
+    """boolean, number or text for a scalar; None for anything else (null, lists, mappings)."""
+    for types, name in _KINDS:
+        if isinstance(value, types):
+            return name
+    return None
+
+
+def _check_level_kinds(
+    loaded: LoadedPlan, validated: dict[str, Any], combo: tuple[tuple[int, int], ...]
+) -> None:
+    """Refuse a level the scenario accepted only by converting it: `true` for an integer, "5"
+    for a number. The validated scenario holds the converted value; its kind tells."""
+    axes = loaded.plan.axes
+    for i, j in combo:
+        given = _kind(axes[i].levels[j])
+        try:
+            kept = _kind(get_path(validated, axes[i].target))
+        except UnknownOverride:
+            continue
+        if given is None or kept is None or given == kept:
+            continue
+        path = f"axes.{i}.levels.{j}"
+        file, line = loaded.locate(path)
+        raise InvalidOverride(
+            f"level {level_text(axes[i].levels[j])} of axis {axes[i].id!r} is not a {kept}, "
+            f"which {axes[i].target} takes (a {given} is not converted)",
+            [ValidationIssue(axes[i].target, f"expected a {kept}", f"a {kept}")],
+            file=file,
+            path=path,
+            line=line,
+            expected=f"a {kept}",
+        )
+
+
 def _apply(
     loaded: LoadedPlan, base_doc: dict[str, Any], combo: tuple[tuple[int, int], ...]
 ) -> dict[str, Any]:
@@ -323,8 +508,12 @@ def _apply(
     for i, j in combo:
         doc = set_path(doc, axes[i].target, axes[i].levels[j])
     try:
-        return validate_scenario(doc).to_doc()
+        validated = validate_scenario(doc).to_doc()
     except InputError as exc:
+        # A converted level that the world then rejects (`true` → 1 agent) is reported as the
+        # wrong kind of level, which is the mistake to fix.
+        with contextlib.suppress(ValueError):
+            _check_level_kinds(loaded, Scenario.model_validate(doc).to_doc(), combo)
         issues = (
             list(exc.issues)
             if isinstance(exc, SchemaError)
@@ -347,6 +536,8 @@ def _apply(
             line=line,
             expected=issues[0].expected,
         ) from None
+    _check_level_kinds(loaded, validated, combo)
+    return validated
 
 
 def _blame(

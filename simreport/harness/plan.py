@@ -2,7 +2,12 @@
 validate its base scenario, check it against what the world reports, and build every condition so
 that nothing the plan asks for can fail after the first run has started.
 
-The plan hash is the sha256 of the canonical normalised plan (see `LoadedPlan.normalised`).
+A plan has two hashes. Its *meaning* hash (`LoadedPlan.hash`, plan.json's `hash`) covers what
+decides its numbers: the base scenario's content, the axes and their levels, the design,
+replications, models, metrics, hypothesis, claim type and whether incomplete runs count, with
+credentials in URLs redacted. Bootstrap seeds derive from it, so copying a plan's folder,
+renaming it, giving it a title or spelling its scenario's path differently changes no result.
+Its *identity* hash (`LoadedPlan.identity_hash`) covers its id, title and file.
 """
 
 from __future__ import annotations
@@ -10,7 +15,7 @@ from __future__ import annotations
 import copy
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,10 +24,10 @@ from ..core.canonical import content_hash
 from ..core.errors import InputError, PlanError, SchemaError, join_path
 from ..core.files import Document, load_document
 from ..core.redaction import redact_document
-from ..core.schema import AuditPlan, Hypothesis, Scenario
+from ..core.schema import AuditPlan, Hypothesis, PlanHypothesis, Scenario
 from ..core.validation import validate_model
 from ..kernel import load_scenario, scenario_outputs, validate_scenario
-from .axes import expand_axis_templates
+from .axes import AXIS_CATALOG, TEMPLATE_ENTRY_KEYS, expand_axis_templates
 
 if TYPE_CHECKING:
     from .conditions import Condition
@@ -35,6 +40,14 @@ _HARNESS_OWNED = {
     "replicationId": "the replication index is set per replication",
 }
 
+
+IDENTITY_KEYS = ("id", "title", "baseScenario")
+"""Keys of the normalised plan that name or place it rather than say what it does: left out of
+the meaning hash (`baseScenario` is the path as written; the scenario it names is hashed in
+full as `base`)."""
+
+PRESENTATION_AXIS_KEYS = ("label", "labels")
+"""Keys of an axis that only change how reports show it: left out of the meaning hash."""
 
 DEFAULT_MAX_RUNS = 100_000
 """Most runs (conditions × replications) one plan may ask for unless the caller raises the limit
@@ -85,20 +98,49 @@ class LoadedPlan:
 
     def normalised(self) -> dict[str, Any]:
         """The canonical plan: every field with its default, `id` filled in, `hypothesis` the
-        effective one, `base` the fully validated base scenario document, `baseScenario` the text
-        the plan gave (or null), and no `concurrency` (so the same plan hashes the same on any
-        machine)."""
+        effective one (with its `axes` and `levels`, empty when the scenario's applies), `base`
+        the fully validated base scenario document, `baseScenario` the text the plan gave (or
+        null), `identity` and `identityHash`, and no `concurrency` (a setting of the machine,
+        not of the study)."""
         doc = self.plan.to_doc()
         doc.pop("concurrency", None)
         doc["id"] = self.plan_id
         doc["base"] = self.base.to_doc()
-        doc["hypothesis"] = self.hypothesis.to_doc() if self.hypothesis is not None else None
+        doc["hypothesis"] = _plan_hypothesis_doc(self.hypothesis)
+        doc["identity"] = self.identity
+        doc["identityHash"] = self.identity_hash
         return doc
+
+    def meaning(self) -> dict[str, Any]:
+        """What the plan asks for, without what names or places it: `normalised()` with URLs'
+        credentials redacted, without the identity keys (id, title, the base scenario's path as
+        written) and without axis display labels."""
+        doc = redact_document(self.normalised())
+        for key in (*IDENTITY_KEYS, "identity", "identityHash"):
+            doc.pop(key, None)
+        doc["axes"] = [
+            {k: v for k, v in axis.items() if k not in PRESENTATION_AXIS_KEYS}
+            for axis in doc["axes"]
+        ]
+        return doc  # type: ignore[no-any-return]
 
     @property
     def hash(self) -> str:
-        """sha256 of the canonical JSON of `normalised()`."""
-        return content_hash(self.normalised())
+        """The meaning hash: sha256 of the canonical JSON of `meaning()`. Bootstrap seeds derive
+        from it."""
+        return content_hash(self.meaning())
+
+    @property
+    def identity(self) -> dict[str, Any]:
+        """Which plan this is: its id, its title and its file as given, credentials in URLs
+        redacted."""
+        identity = {"id": self.plan_id, "title": self.plan.title, "file": str(self.plan_file)}
+        return redact_document(identity)  # type: ignore[no-any-return]
+
+    @property
+    def identity_hash(self) -> str:
+        """sha256 of the canonical JSON of `identity`."""
+        return content_hash(self.identity)
 
     @property
     def base_document(self) -> dict[str, Any]:
@@ -108,6 +150,16 @@ class LoadedPlan:
     def locate(self, path: str) -> tuple[Path, int | None]:
         """The plan file and the line of `path` in it, for errors about the plan."""
         return self.plan_file, self.document.line_of(path)
+
+
+def _plan_hypothesis_doc(hypothesis: Hypothesis | None) -> dict[str, Any] | None:
+    """The effective hypothesis in the plan's form: a scenario's gains empty `axes` and
+    `levels`."""
+    if hypothesis is None:
+        return None
+    if isinstance(hypothesis, PlanHypothesis):
+        return hypothesis.to_doc()
+    return PlanHypothesis.model_validate(hypothesis.to_doc()).to_doc()
 
 
 def plan_id_from_folder(folder_name: str) -> str:
@@ -175,6 +227,7 @@ def load_plan(
     hypothesis = plan.hypothesis if plan.hypothesis is not None else base.hypothesis
     if plan.hypothesis is not None:
         _check_hypothesis(plan.hypothesis, metrics, distributions, document, "hypothesis")
+        _check_hypothesis_axes(plan, plan.hypothesis, metrics, document)
     elif base.hypothesis is not None:
         _check_hypothesis(
             base.hypothesis, metrics, distributions, base_doc, join_path(base_prefix, "hypothesis")
@@ -198,6 +251,8 @@ def load_plan(
     from .conditions import build_conditions
 
     loaded._conditions = tuple(build_conditions(loaded))
+    if plan.hypothesis is not None:
+        _check_hypothesis_levels(loaded, plan.hypothesis, metrics)
     return loaded
 
 
@@ -349,16 +404,7 @@ def _check_hypothesis(
     document: Document,
     prefix: str,
 ) -> None:
-    for name in hypothesis.outcomes:
-        if name not in metrics:
-            path = join_path(prefix, "outcomes", name)
-            raise PlanError(
-                f"hypothesis names unknown metric {name!r}: the base scenario does not report it",
-                file=document.path,
-                path=path,
-                line=document.line_of(path),
-                expected=_one_of(metrics, "metrics"),
-            )
+    _check_outcome_metrics(hypothesis.outcomes, metrics, document, join_path(prefix, "outcomes"))
     for name in hypothesis.target_distribution or {}:
         if name not in distributions:
             path = join_path(prefix, "targetDistribution", name)
@@ -371,10 +417,90 @@ def _check_hypothesis(
             )
 
 
-def _one_of(names: tuple[str, ...], what: str) -> str:
-    return (
-        "one of " + ", ".join(names) if names else f"nothing: the base scenario reports no {what}"
-    )
+def _check_hypothesis_axes(
+    plan: AuditPlan, hypothesis: PlanHypothesis, metrics: tuple[str, ...], document: Document
+) -> None:
+    axis_ids = [axis.id for axis in plan.axes]
+    for axis_id, outcomes in hypothesis.axes.items():
+        path = join_path("hypothesis", "axes", axis_id)
+        if axis_id not in axis_ids:
+            raise PlanError(
+                f"hypothesis names unknown axis {axis_id!r}",
+                file=document.path,
+                path=path,
+                line=document.line_of(path),
+                expected=_one_of(tuple(axis_ids), "axes", "the plan has"),
+            )
+        _check_outcome_metrics(outcomes, metrics, document, path)
+
+
+def hypothesis_level_keys(loaded: LoadedPlan) -> list[str]:
+    """The keys `hypothesis.levels` may use, models aside: each level's own id
+    (`<axis>=<level>`, which in a factorial design applies to every cell with that level) and
+    each compared condition's id without its `@<model>`. A condition's full id, model
+    included, is a key too."""
+    from .conditions import condition_id
+
+    keys = [condition_id([(axis.id, value)]) for axis in loaded.plan.axes for value in axis.levels]
+    for condition in loaded._conditions or ():
+        if not condition.is_base:
+            keys.append(condition_id(list(condition.levels.items())))
+    return list(dict.fromkeys(keys))
+
+
+def _check_hypothesis_levels(
+    loaded: LoadedPlan, hypothesis: PlanHypothesis, metrics: tuple[str, ...]
+) -> None:
+    """Every key of `hypothesis.levels` names a level or a condition compared with its base."""
+    document = loaded.document
+    listed = hypothesis_level_keys(loaded)
+    known = set(listed) | {c.id for c in loaded._conditions or () if not c.is_base}
+    for key, outcomes in hypothesis.levels.items():
+        path = join_path("hypothesis", "levels", key)
+        if key not in known:
+            models = " (each may end in @<model>)" if loaded.plan.models else ""
+            raise PlanError(
+                f"hypothesis.levels names {key!r}, which is not a level or a condition of this "
+                "plan compared with its base",
+                file=loaded.plan_file,
+                path=path,
+                line=document.line_of(path),
+                expected=_some_of(listed, "condition ids")
+                + models
+                + "; `simreport conditions` lists the condition ids",
+            )
+        _check_outcome_metrics(outcomes, metrics, document, path)
+
+
+def _check_outcome_metrics(
+    outcomes: Mapping[str, str], metrics: tuple[str, ...], document: Document, prefix: str
+) -> None:
+    for name in outcomes:
+        if name not in metrics:
+            path = join_path(prefix, name)
+            raise PlanError(
+                f"hypothesis names unknown metric {name!r}: the base scenario does not report it",
+                file=document.path,
+                path=path,
+                line=document.line_of(path),
+                expected=_one_of(metrics, "metrics"),
+            )
+
+
+MAX_LISTED = 20
+"""Most names an error lists before it says how many more there are."""
+
+
+def _some_of(names: Sequence[str], what: str) -> str:
+    if not names:
+        return f"nothing: the plan has no {what}"
+    shown = ", ".join(names[:MAX_LISTED])
+    more = len(names) - MAX_LISTED
+    return f"one of {shown}" + (f", … ({more} more)" if more > 0 else "")
+
+
+def _one_of(names: tuple[str, ...], what: str, owner: str = "the base scenario reports") -> str:
+    return "one of " + ", ".join(names) if names else f"nothing: {owner} no {what}"
 
 
 def paths_overlap(owner: str, target: str) -> bool:
@@ -392,6 +518,16 @@ def _check_axis_targets(plan: AuditPlan, plan_file: Path, document: Document) ->
     if plan.models:
         owned["llm.model"] = "the plan's `models` set the model of every condition"
     for i, axis in enumerate(plan.axes):
+        for key, text in [
+            ("label", axis.label),
+            *((f"labels.{k}", v) for k, v in axis.labels.items()),
+        ]:
+            if redact_document(text) != text:
+                raise refuse(
+                    f"axes.{i}.{key}",
+                    f"axis {axis.id!r} has a label with credentials in a URL; every page shows it",
+                    "a label without user:password@ or key parameters",
+                )
         for j, level in enumerate(axis.levels):
             if redact_document(level) != level:
                 # A level is part of a condition's id and folder name, which every page shows.
@@ -422,3 +558,48 @@ def _check_axis_targets(plan: AuditPlan, plan_file: Path, document: Document) ->
                     "full_factorial design",
                     "axes with separate targets",
                 )
+
+
+# --------------------------------------------------------------------------- JSON Schema
+
+
+def plan_json_schema() -> dict[str, Any]:
+    """The plan's JSON Schema as an editor should check it: an axis may be a `{template: ...}`
+    entry (its keys and the catalogue's ids and codes), and an inline `base` is checked as a
+    scenario (its `params` per world, persona-field shorthands included)."""
+    schema = AuditPlan.model_json_schema(by_alias=True)
+    scenario = Scenario.model_json_schema(by_alias=True)
+    defs: dict[str, Any] = schema.setdefault("$defs", {})
+    for name, definition in scenario.pop("$defs", {}).items():
+        if defs.setdefault(name, definition) != definition:
+            raise RuntimeError(f"the plan and scenario schemas define {name!r} differently")
+    defs["Scenario"] = scenario
+    base = schema["properties"]["base"]
+    base["anyOf"] = [{"$ref": "#/$defs/Scenario"}, {"type": "null"}]
+
+    axis = defs["PerturbationAxis"]
+    codes = [t.code for t in AXIS_CATALOG.values()]
+    entry_keys = [k for k in TEMPLATE_ENTRY_KEYS if k != "template"]
+    defs["AxisTemplateEntry"] = {
+        "type": "object",
+        "title": "AxisTemplateEntry",
+        "description": (
+            "An axis from the TRAILS catalogue: its level, kind, dimension, code and default "
+            "target come from the template."
+        ),
+        "properties": {
+            "template": {
+                "description": "Template id or TRAILS code (any case).",
+                "enum": [*AXIS_CATALOG, *codes, *(c.lower() for c in codes)],
+            },
+            **{key: axis["properties"][key] for key in entry_keys},
+        },
+        "required": ["template", "levels"],
+        "additionalProperties": False,
+    }
+    schema["properties"]["axes"]["items"] = {
+        "if": {"type": "object", "required": ["template"]},
+        "then": {"$ref": "#/$defs/AxisTemplateEntry"},
+        "else": {"$ref": "#/$defs/PerturbationAxis"},
+    }
+    return schema

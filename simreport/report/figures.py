@@ -25,7 +25,8 @@ from matplotlib.figure import Figure
 
 from ..core.canonical import parse_number
 from ..core.files import visible_control_characters
-from .naming import figure_names
+from .naming import condition_names, figure_names
+from .verdict import Effect, Sensitivity, as_float, identical_ids, sensitivity
 
 # matplotlib's rc settings are process-global: figures drawn in threads (Snakemake runs jobs in
 # threads locally) must take turns, or one figure's settings leak into another's bytes.
@@ -36,6 +37,8 @@ ROW_HEIGHT_IN = 0.34
 MIN_HEIGHT_IN = 2.2
 DISTRIBUTION_COLUMNS = 3
 LABEL_CHARS = 38
+LABEL_BREAKS = " |=@·,_-/"
+LINE_GROWTH = 0.6  # a row's height grows by this share of a row for each extra label line
 CHAR_WIDTH_IN = 0.072  # mean width of a DejaVu Sans character at the 9 pt tick label size
 EMPTY_MESSAGE_CHARS = 90
 INF_LABEL = "inf"
@@ -58,6 +61,7 @@ _METADATA: dict[str, Any] = {"Date": None, "Creator": "simreport"}
 _BASE_COLOUR = "#7f7f7f"
 _TARGET_COLOUR = "#222222"
 _BAR_COLOUR = "#0072B2"
+_ANY_CELL_COLOUR = "#E69F00"
 
 _PROLOG = re.compile(r"\A\s*(<\?xml[^>]*\?>\s*)?(<!DOCTYPE[^>]*>\s*)?", re.IGNORECASE)
 _METADATA_BLOCK = re.compile(r"\s*<metadata>.*?</metadata>", re.DOTALL)
@@ -69,17 +73,6 @@ _URL_REF = re.compile(r"url\(#([^)]+)\)")
 
 
 # --------------------------------------------------------------------------- numbers
-
-
-def as_float(value: Any) -> float | None:
-    """A number from audit.json as a float: None stays None, "inf"/"-inf"/"nan" become floats,
-    anything that is not a number becomes None."""
-    value = parse_number(value)
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, (int, float)):
-        return float(value)
-    return None
 
 
 def format_number(value: Any, missing: str = "–") -> str:
@@ -113,14 +106,22 @@ def _text(text: str) -> str:
 
 
 def _label(text: Any, suffix: str = "") -> str:
-    """A plan string as a short matplotlib label; long ones lose their middle, so a condition
-    keeps both its axis and its `@model`."""
-    s = text if isinstance(text, str) else str(text)
-    room = LABEL_CHARS - len(suffix)
-    if len(s) > room:
-        head = (room - 1) * 3 // 5
-        s = s[:head] + "…" + s[len(s) - (room - 1 - head) :]
-    return _text(s + suffix)
+    """A plan string as a matplotlib label, broken into lines of at most LABEL_CHARS characters
+    (after a separator where one is near). No character is dropped, so two different names never
+    read alike, however long their common prefix."""
+    rest = visible_control_characters((text if isinstance(text, str) else str(text)) + suffix)
+    lines = []
+    while len(rest) > LABEL_CHARS:
+        cut = max((rest.rfind(c, LABEL_CHARS // 2, LABEL_CHARS) for c in LABEL_BREAKS), default=-1)
+        cut = cut + 1 if cut > 0 else LABEL_CHARS
+        lines.append(rest[:cut])
+        rest = rest[cut:]
+    lines.append(rest)
+    return _text("\n".join(lines))
+
+
+def _lines(labels: Sequence[str]) -> int:
+    return max((label.count("\n") + 1 for label in labels), default=1)
 
 
 # --------------------------------------------------------------------------- SVG plumbing
@@ -168,17 +169,20 @@ def _new_figure(height: float) -> Figure:
     return Figure(figsize=(FIGURE_WIDTH_IN, max(MIN_HEIGHT_IN, height)), layout="constrained")
 
 
-def _row_figure(rows: int, labels: Sequence[str], extra_height: float) -> Figure:
+def _row_figure(
+    rows: int, labels: Sequence[str], extra_height: float, top_in: float = 0.45
+) -> Figure:
     """A one-axes figure of labelled rows with margins computed from its labels.
 
     Constrained layout would find the same margins by drawing the figure once more; for reports
     with many conditions that extra draw is most of the rendering time.
     """
-    height = max(MIN_HEIGHT_IN, extra_height + ROW_HEIGHT_IN * rows)
+    row_height = ROW_HEIGHT_IN * (1 + LINE_GROWTH * (_lines(labels) - 1))
+    height = max(MIN_HEIGHT_IN, extra_height + row_height * rows)
     fig = Figure(figsize=(FIGURE_WIDTH_IN, height))
-    longest = max((len(label) for label in labels), default=0)
+    longest = max((len(line) for label in labels for line in label.split("\n")), default=0)
     left = min(0.6, (0.25 + CHAR_WIDTH_IN * longest) / FIGURE_WIDTH_IN)
-    fig.subplots_adjust(left=left, right=0.96, top=1 - 0.45 / height, bottom=0.6 / height)
+    fig.subplots_adjust(left=left, right=0.96, top=1 - top_in / height, bottom=0.6 / height)
     return fig
 
 
@@ -194,46 +198,84 @@ def _empty(title: str, message: str) -> str:
 # --------------------------------------------------------------------------- figures
 
 
+ISOLATED_CAPTION = "isolated effect: largest |d| where only this axis differs from the base"
+ANY_CELL_CAPTION = "largest |d| in any cell where this axis is away from its base level"
+
+
+def _axis_label(entry: Sensitivity) -> str:
+    rank = f"{entry.rank}. " if entry.rank is not None else "unranked: "
+    return _label(f"{rank}{entry.code} · {entry.axis}" if entry.code else f"{rank}{entry.axis}")
+
+
 def sensitivity_svg(audit: Mapping[str, Any]) -> str:
-    """Horizontal bars of each axis's largest |Cohen d|, rank 1 at the top; an infinite d is a
-    hatched bar capped past the largest finite one and labelled `inf`."""
-    title = "Sensitivity by axis: the largest absolute Cohen d at any level, over all metrics"
-    entries = sorted(audit.get("sensitivity") or [], key=lambda e: int(e.get("rank") or 0))
+    """Two bars per axis, ranked axes first: the isolated effect (only this axis differs from the
+    base) and the largest |d| in any cell that moves the axis. An infinite d is a hatched bar
+    capped past the largest finite one and labelled `inf`; an unranked axis says so."""
+    title = (
+        "Sensitivity by axis: the isolated effect (largest |Cohen d| where only this axis "
+        "differs from the base) and the largest |Cohen d| in any cell that moves the axis"
+    )
+    entries = sensitivity(audit)
     with _DRAWING, rc_context(_RC):
         if not entries:
             return _empty(title, "The plan has no perturbation axes.")
-        values = [as_float(e.get("maxAbsD")) for e in entries]
-        finite = [v for v in values if v is not None and math.isfinite(v)]
+        measures = [(e.isolated, e.any_cell) for e in entries]
+        finite = [
+            m.max_abs_d
+            for pair in measures
+            for m in pair
+            if m is not None and math.isfinite(m.max_abs_d)
+        ]
         top = max(finite, default=0.0)
         cap = top * 1.25 if top > 0 else 1.0
-        labels = [
-            _label(f"{e['code']} · {e['axis']}" if e.get("code") else e["axis"]) for e in entries
-        ]
-        fig = _row_figure(len(entries), labels, 0.8)
+        labels = [_axis_label(e) for e in entries]
+        fig = _row_figure(len(entries), labels, 1.3, top_in=0.65)
         ax = fig.add_subplot()
         ys = list(range(len(entries)))
-        for y, value in zip(ys, values, strict=True):
-            if value is None or math.isnan(value):
+        styles = (
+            (-0.19, _BAR_COLOUR, "isolated: only this axis differs from the base"),
+            (0.19, _ANY_CELL_COLOUR, "any cell where this axis is away from its base level"),
+        )
+        any_bar = False
+        for (offset, colour, legend), column in zip(
+            styles, zip(*measures, strict=True), strict=True
+        ):
+            drawn = False
+            for y, measure in zip(ys, column, strict=True):
+                drawn |= _sensitivity_bar(ax, y + offset, measure, cap, colour, legend, drawn)
+            any_bar |= drawn
+        for y, entry in zip(ys, entries, strict=True):
+            if entry.isolated is None and entry.any_cell is None:
                 ax.text(0, y, "  no effect size", va="center", ha="left", color="#555555")
-                continue
-            infinite = math.isinf(value)
-            width = cap if infinite else value
-            ax.barh(
-                y,
-                width,
-                height=0.6,
-                color="white" if infinite else _BAR_COLOUR,
-                edgecolor=_BAR_COLOUR,
-                hatch="///" if infinite else None,
-            )
-            text = INF_LABEL if infinite else format_number(value)
-            ax.text(width, y, f" {text}", va="center", ha="left")
         ax.set_yticks(ys, labels)
-        ax.invert_yaxis()
+        ax.set_ylim(len(entries) - 0.5, -0.5)
         ax.set_xlim(0, cap * 1.18)
         ax.set_xlabel("largest |Cohen d|")
-        ax.set_title("Sensitivity by axis", loc="left")
+        if any_bar:
+            ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), fontsize=8, frameon=False)
         return _save(fig, title)
+
+
+def _sensitivity_bar(
+    ax: Any, y: float, measure: Effect | None, cap: float, colour: str, legend: str, drawn: bool
+) -> bool:
+    """One measure's bar (labelled once for the legend); False when there is none to draw."""
+    if measure is None:
+        return False
+    infinite = math.isinf(measure.max_abs_d)
+    width = cap if infinite else measure.max_abs_d
+    ax.barh(
+        y,
+        width,
+        height=0.36,
+        color="white" if infinite else colour,
+        edgecolor=colour,
+        hatch="///" if infinite else None,
+        label=None if drawn else legend,
+    )
+    text = INF_LABEL if infinite else format_number(measure.max_abs_d)
+    ax.text(width, y, f" {text}", va="center", ha="left", fontsize=8)
+    return True
 
 
 def effects_svg(audit: Mapping[str, Any], metric: str) -> str:
@@ -241,11 +283,13 @@ def effects_svg(audit: Mapping[str, Any], metric: str) -> str:
     bootstrap 95% interval as a horizontal bar and a line at zero; conditions in plan order."""
     title = f"Effects on {metric}: difference from the base with 95% bootstrap intervals"
     rows = list((audit.get("tests") or {}).get(metric) or [])
+    identical = identical_ids(audit)
     with _DRAWING, rc_context(_RC):
         if all(as_float(r.get("diff")) is None for r in rows):
             note = (audit.get("notes") or {}).get(metric) or "no condition has an estimate"
             return _empty(title, f"No effects to show for {metric}: {note}.")
-        labels = [_label(r.get("condition")) for r in rows]
+        names = condition_names(audit)
+        labels = [_label(names.get(str(r.get("condition")), str(r.get("condition")))) for r in rows]
         fig = _row_figure(len(rows), labels, 1.0)
         ax = fig.add_subplot()
         ys = list(range(len(rows)))
@@ -259,7 +303,9 @@ def effects_svg(audit: Mapping[str, Any], metric: str) -> str:
                 ax.hlines(y, lo, hi, color=_BAR_COLOUR, linewidth=1.6, zorder=2)
                 ax.plot([lo, hi], [y, y], "|", color=_BAR_COLOUR, markersize=8, zorder=2)
             if diff is None or not math.isfinite(diff):
-                ax.text(0, y, "  no estimate", va="center", ha="left", color="#555555")
+                identical_row = str(row.get("condition")) in identical
+                why = "  not tested: identical to the base" if identical_row else "  no estimate"
+                ax.text(0, y, why, va="center", ha="left", color="#555555")
                 continue
             ax.plot([diff], [y], "o", color=_BAR_COLOUR, markersize=5, zorder=3)
         ax.set_yticks(ys, labels)
@@ -302,17 +348,19 @@ def distribution_svg(audit: Mapping[str, Any], name: str) -> str:
     with _DRAWING, rc_context(_RC):
         if not categories:
             return _empty(title, f"No target categories for {name}.")
+        names = condition_names(audit)
         labels: list[str] = []
         shares: list[list[float] | None] = []
         for row in rows:
             values = proportions(row.get("counts") or {}, categories)
             suffix = "" if values is not None else " (no observations)"
-            labels.append(_label(str(row.get("condition")), suffix))
+            condition = str(row.get("condition"))
+            labels.append(_label(names.get(condition, condition), suffix))
             shares.append(values)
         labels.append("target")
         n_cols = min(len(categories), DISTRIBUTION_COLUMNS)
         n_rows = math.ceil(len(categories) / n_cols)
-        panel = 0.55 + 0.22 * len(labels)
+        panel = 0.55 + 0.22 * len(labels) * (1 + LINE_GROWTH * (_lines(labels) - 1))
         fig = _new_figure(0.4 + panel * n_rows)
         axes = fig.subplots(n_rows, n_cols, sharey=True, squeeze=False)
         ys = list(range(len(labels)))

@@ -20,9 +20,10 @@ from ..core.errors import InputError
 from ..core.files import load_document, write_atomic
 from ..core.version import __version__
 from ..harness.conditions import level_text
-from . import figures, naming
-from .figures import as_float, format_number
+from . import figures, history, naming, verdict
+from .figures import ANY_CELL_CAPTION, ISOLATED_CAPTION, format_number
 from .templating import environment
+from .verdict import as_float
 
 TEMPLATE = "report.html.j2"
 FIGURE_DIR = "figures"
@@ -30,6 +31,11 @@ MISSING = "–"
 FLIP_MARK = "✗"
 NO_FLIP_MARK = "–"
 P_FLOOR = 0.0001
+
+IDENTICAL_NOTE = "identical to the base, not tested"
+SMALL_SPREAD_NOTE = "|d| from near-zero spread: read it with care"
+SMALL_SPREAD_NAMED = 5
+EXPECTED_MARKS = {"increase": "↑ increase", "decrease": "↓ decrease"}
 
 _DESIGNS = {"one_at_a_time": "one at a time", "full_factorial": "full factorial"}
 _FIGURE_PATTERNS = ("sensitivity.svg", "effects-*.svg", "distribution-*.svg")
@@ -63,6 +69,12 @@ def format_share(value: Any) -> str:
     return f"{100 * share:.0f}%"
 
 
+def _short_number(value: Any) -> str:
+    """A setting such as α as it would be written (0.05), `–` when there is none."""
+    x = as_float(value)
+    return MISSING if x is None else f"{x:g}"
+
+
 def _text(value: Any, missing: str = MISSING) -> str:
     return missing if value is None or value == "" else str(value)
 
@@ -93,7 +105,16 @@ def _plan_summary(audit: Mapping[str, Any]) -> list[tuple[str, str]]:
     hypothesis = plan.get("hypothesis") or {}
     outcomes = hypothesis.get("outcomes") or {}
     metrics = [str(m) for m in audit.get("metrics") or []]
-    directions = "; ".join(f"{m}: {outcomes[m]}" for m in _in_order(metrics, outcomes))
+    directions = "; ".join(
+        [f"{m}: {outcomes[m]}" for m in _in_order(metrics, outcomes)]
+        + [
+            f"{m}: {direction} under {kind} {name}"
+            for key, kind in (("axes", "axis"), ("levels", "condition"))
+            for name, table in sorted((hypothesis.get(key) or {}).items())
+            if isinstance(table, Mapping)
+            for m, direction in sorted(table.items())
+        ]
+    )
     models = [str(m) for m in plan.get("models") or []]
     n_bases = sum(1 for c in audit.get("conditions") or [] if c.get("isBase"))
     runs = (
@@ -146,25 +167,41 @@ def _axes(audit: Mapping[str, Any]) -> list[dict[str, Any]]:
             "kind": _text(axis.get("kind")),
             "dimension": _text(axis.get("dimension")),
             "target": _text(axis.get("target")),
-            "levels": [level_text(v) for v in axis.get("levels") or []],
+            "levels": [_level(v, axis.get("labels")) for v in axis.get("levels") or []],
         }
         for axis in (audit.get("plan") or {}).get("axes") or []
     ]
 
 
-def _conditions(audit: Mapping[str, Any], metrics: Sequence[str]) -> list[dict[str, Any]]:
+def _level(value: Any, labels: Any) -> dict[str, str]:
+    """A level as written in the plan, with its display label when the axis gives one."""
+    text = level_text(value)
+    label = labels.get(text) if isinstance(labels, Mapping) else None
+    return {"value": text, "label": str(label) if label not in (None, "", text) else ""}
+
+
+def _name(names: Mapping[str, str], cid: Any) -> dict[str, str]:
+    """How a table shows a condition: its name, and its id beside it when they differ."""
+    text = str(cid)
+    name = names.get(text, text)
+    return {"name": name, "id": "" if name == text else text}
+
+
+def _conditions(
+    audit: Mapping[str, Any], metrics: Sequence[str], names: Mapping[str, str]
+) -> list[dict[str, Any]]:
     rows = []
     for cond in audit.get("conditions") or []:
         means = cond.get("means") or {}
         if cond.get("isBase"):
             role = "baseline"
         elif cond.get("identicalToBase"):
-            role = "identical to its base"
+            role = IDENTICAL_NOTE
         else:
             role = ""
         rows.append(
             {
-                "id": str(cond.get("id")),
+                "id": _name(names, cond.get("id")),
                 "model": _text(cond.get("model")),
                 "role": role,
                 "runs": format_number(cond.get("runs")),
@@ -177,7 +214,7 @@ def _conditions(audit: Mapping[str, Any], metrics: Sequence[str]) -> list[dict[s
     return rows
 
 
-def _problem_runs(audit: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _problem_runs(audit: Mapping[str, Any], names: Mapping[str, str]) -> list[dict[str, Any]]:
     """Runs that failed, are incomplete or were left out of the statistics."""
     rows = []
     for run in audit.get("runs") or []:
@@ -192,7 +229,7 @@ def _problem_runs(audit: Mapping[str, Any]) -> list[dict[str, Any]]:
         )
         rows.append(
             {
-                "condition": str(run.get("condition")),
+                "condition": _name(names, run.get("condition")),
                 "replication": format_number(run.get("replication")),
                 "execution": _text(status.get("execution")),
                 "validity": _text(status.get("validity")),
@@ -210,45 +247,72 @@ def _has_test(rows: Sequence[Mapping[str, Any]]) -> bool:
     return any(r.get("mwuP") is not None or r.get("cohenD") is not None for r in rows)
 
 
-def _test_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def _test_rows(
+    rows: Sequence[Mapping[str, Any]], names: Mapping[str, str], identical: set[str]
+) -> list[dict[str, Any]]:
     # Largest |d| first; rows without a d keep their plan order at the end (sorted is stable).
     ordered = sorted(rows, key=lambda r: (_abs_d(r) is None, -(_abs_d(r) or 0.0)))
+    out = []
+    for row in ordered:
+        condition = str(row.get("condition"))
+        tested = verdict.is_tested(row, identical)
+        notes = [str(row["note"])] if row.get("note") else []
+        if condition in identical and not notes:
+            notes.append(IDENTICAL_NOTE)
+        out.append(
+            {
+                "condition": _name(names, condition),
+                "base": names.get(str(row.get("baseId")), _text(row.get("baseId"))),
+                "n": f"{format_number(row.get('nBase'))} / {format_number(row.get('nCond'))}",
+                "mean_base": format_number(row.get("meanBase")),
+                "mean_cond": format_number(row.get("meanCond")),
+                "diff": format_number(row.get("diff")),
+                "ci95": format_interval(row.get("ci95")),
+                "d": format_number(row.get("cohenD")),
+                "p": format_p(row.get("mwuP")),
+                "holm": format_p(row.get("holmP")),
+                "significant": verdict.is_significant(row, identical),
+                "expected": EXPECTED_MARKS.get(str(row.get("expected")), MISSING),
+                "flip": FLIP_MARK if row.get("directionFlip") is True else NO_FLIP_MARK,
+                "flipped": row.get("directionFlip") is True,
+                "tested": tested,
+                "small_spread": verdict.small_spread(row),
+                "note": "; ".join(notes),
+            }
+        )
+    return out
+
+
+def _measure(effect: verdict.Effect | None, names: Mapping[str, str]) -> dict[str, Any] | None:
+    if effect is None:
+        return None
+    return {
+        "d": format_number(effect.max_abs_d),
+        "small_spread": effect.small_spread,
+        "metric": _text(effect.metric),
+        "condition": _name(names, effect.condition) if effect.condition else None,
+    }
+
+
+_RANKED_BY = {"isolated": "isolated effect", "anyCell": "any cell (no isolated cell)"}
+
+
+def _sensitivity(audit: Mapping[str, Any], names: Mapping[str, str]) -> list[dict[str, Any]]:
     return [
         {
-            "condition": str(row.get("condition")),
-            "base": _text(row.get("baseId")),
-            "n": f"{format_number(row.get('nBase'))} / {format_number(row.get('nCond'))}",
-            "mean_base": format_number(row.get("meanBase")),
-            "mean_cond": format_number(row.get("meanCond")),
-            "diff": format_number(row.get("diff")),
-            "ci95": format_interval(row.get("ci95")),
-            "d": format_number(row.get("cohenD")),
-            "p": format_p(row.get("mwuP")),
-            "holm": format_p(row.get("holmP")),
-            "flip": FLIP_MARK if row.get("directionFlip") is True else NO_FLIP_MARK,
-            "flipped": row.get("directionFlip") is True,
-            "note": _text(row.get("note"), ""),
+            "rank": "unranked" if e.rank is None else str(e.rank),
+            "ranked": e.rank is not None,
+            "axis": e.axis,
+            "code": _text(e.code),
+            "isolated": _measure(e.isolated, names),
+            "any_cell": _measure(e.any_cell, names),
+            "ranked_by": _RANKED_BY.get(str(e.ranked_by), "no effect size"),
         }
-        for row in ordered
+        for e in verdict.sensitivity(audit)
     ]
 
 
-def _sensitivity(audit: Mapping[str, Any]) -> list[dict[str, str]]:
-    entries = sorted(audit.get("sensitivity") or [], key=lambda e: int(e.get("rank") or 0))
-    return [
-        {
-            "rank": format_number(e.get("rank")),
-            "axis": str(e.get("axis")),
-            "code": _text(e.get("code")),
-            "d": format_number(e.get("maxAbsD")),
-            "metric": _text(e.get("metric"), "no effect size"),
-            "condition": _text(e.get("condition")),
-        }
-        for e in entries
-    ]
-
-
-def _direction(audit: Mapping[str, Any], metrics: Sequence[str]) -> list[dict[str, str]]:
+def _direction(audit: Mapping[str, Any], metrics: Sequence[str]) -> list[dict[str, Any]]:
     table = audit.get("directionConsistency") or {}
     return [
         {
@@ -257,9 +321,87 @@ def _direction(audit: Mapping[str, Any], metrics: Sequence[str]) -> list[dict[st
             "consistent": format_number(table[metric].get("consistent")),
             "total": format_number(table[metric].get("total")),
             "share": format_share(table[metric].get("share")),
+            "by_axis": [
+                f"{axis} {format_number(cell.get('consistent'))} of "
+                f"{format_number(cell.get('total'))}"
+                for axis, cell in _axis_order(audit, table[metric].get("byAxis") or {})
+            ],
         }
         for metric in _in_order(metrics, table)
     ]
+
+
+def _axis_order(audit: Mapping[str, Any], by_axis: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    axes = [str(a.get("id")) for a in (audit.get("plan") or {}).get("axes") or []]
+    return [(axis, by_axis[axis] or {}) for axis in _in_order(axes, by_axis)]
+
+
+def _power(
+    audit: Mapping[str, Any], metrics: Sequence[str], names: Mapping[str, str]
+) -> dict[str, Any] | None:
+    """The minimum detectable |d| of each row (audit.json `power`): a column pair per metric,
+    one row per condition, and the notes of rows without one."""
+    power = audit.get("power")
+    if not isinstance(power, Mapping):
+        return None
+    table = power.get("metrics") or {}
+    shown = [m for m in _in_order(metrics, table) if isinstance(table.get(m), list)]
+    by_condition: dict[str, dict[str, Mapping[str, Any]]] = {}
+    noted: dict[tuple[str, str], list[str]] = {}  # (condition, note) → metrics
+    for metric in shown:
+        for row in table[metric]:
+            condition = str(row.get("condition"))
+            by_condition.setdefault(condition, {})[metric] = row
+            if row.get("note"):
+                noted.setdefault((condition, str(row["note"])), []).append(metric)
+    notes = [
+        f"{names.get(condition, condition)} "
+        f"({'every metric' if len(which) == len(shown) > 1 else ', '.join(which)}): {note}"
+        for (condition, note), which in noted.items()
+    ]
+    rows = []
+    for condition, cells in by_condition.items():
+        values = []
+        for metric in shown:
+            row = cells.get(metric) or {}
+            values += [format_number(row.get("mde")), format_p(row.get("alpha"))]
+        rows.append({"condition": _name(names, condition), "cells": values})
+    level = as_float(power.get("power"))
+    return {
+        "power": MISSING if level is None else f"{100 * level:.0f}%",
+        "alpha_family": _short_number(power.get("alphaFamily")),
+        "method": _text(power.get("method"), ""),
+        "metrics": shown,
+        "rows": rows,
+        "notes": notes,
+    }
+
+
+def _noise_floor(
+    audit: Mapping[str, Any], metrics: Sequence[str], names: Mapping[str, str]
+) -> list[dict[str, Any]] | None:
+    """How often each base differs from itself (audit.json `noiseFloor`), per metric."""
+    table = audit.get("noiseFloor")
+    if not isinstance(table, Mapping):
+        return None
+    rows = []
+    for metric in _in_order(metrics, table):
+        for row in table[metric] or []:
+            rate = as_float(row.get("flipRate"))
+            rows.append(
+                {
+                    "metric": metric,
+                    "base": _name(names, row.get("base")),
+                    "n": format_number(row.get("n")),
+                    "splits": format_number(row.get("splits")),
+                    "flip_rate": MISSING
+                    if rate is None or not math.isfinite(rate)
+                    else f"{100 * rate:.1f}%",
+                    "alpha": format_p(row.get("alpha")),
+                    "note": _text(row.get("note"), ""),
+                }
+            )
+    return rows
 
 
 def _cross_model(audit: Mapping[str, Any], metrics: Sequence[str]) -> list[dict[str, Any]]:
@@ -271,7 +413,9 @@ def _cross_model(audit: Mapping[str, Any], metrics: Sequence[str]) -> list[dict[
     ]
 
 
-def _distribution_effects(audit: Mapping[str, Any], metrics: Sequence[str]) -> dict[str, Any]:
+def _distribution_effects(
+    audit: Mapping[str, Any], metrics: Sequence[str], names: Mapping[str, str]
+) -> dict[str, Any]:
     """W1 and Cliff's delta: one row per condition, a column pair per metric that has tests."""
     tests = audit.get("tests") or {}
     notes = audit.get("notes") or {}
@@ -289,11 +433,13 @@ def _distribution_effects(audit: Mapping[str, Any], metrics: Sequence[str]) -> d
         for metric in tested:
             row = cells.get(metric) or {}
             values += [format_number(row.get("w1")), format_number(row.get("cliffDelta"))]
-        rows.append({"condition": condition, "cells": values})
+        rows.append({"condition": _name(names, condition), "cells": values})
     return {"metrics": tested, "rows": rows, "untested": untested}
 
 
-def _distributions(audit: Mapping[str, Any], figure_for: Mapping[str, str]) -> list[dict[str, Any]]:
+def _distributions(
+    audit: Mapping[str, Any], figure_for: Mapping[str, str], names: Mapping[str, str]
+) -> list[dict[str, Any]]:
     out = []
     table = audit.get("distribution") or {}
     bases = {str(c.get("id")): str(c.get("baseId")) for c in audit.get("conditions") or []}
@@ -312,8 +458,8 @@ def _distributions(audit: Mapping[str, Any], figure_for: Mapping[str, str]) -> l
             condition = str(row.get("condition"))
             rows.append(
                 {
-                    "condition": condition,
-                    "base": bases.get(condition, MISSING),
+                    "condition": _name(names, condition),
+                    "base": names.get(bases.get(condition, ""), bases.get(condition, MISSING)),
                     "observations": format_number(int(total) if total.is_integer() else total),
                     "shares": [format_number(s) for s in shares]
                     if shares
@@ -340,29 +486,34 @@ def _distributions(audit: Mapping[str, Any], figure_for: Mapping[str, str]) -> l
 
 
 def _tests(
-    audit: Mapping[str, Any], metrics: Sequence[str], by_kind: Mapping[tuple[str, str], Markup]
+    audit: Mapping[str, Any],
+    metrics: Sequence[str],
+    by_kind: Mapping[tuple[str, str], Markup],
+    names: Mapping[str, str],
 ) -> list[dict[str, Any]]:
     """Per metric: its note, its table (only when some row carries a test) and its figure (only
     when some condition has a difference to draw)."""
     tests = audit.get("tests") or {}
     notes = audit.get("notes") or {}
+    identical = verdict.identical_ids(audit)
     out = []
     for metric in metrics:
         rows = tests.get(metric) or []
         drawn = any(r.get("diff") is not None for r in rows)
+        shown = _test_rows(rows, names, identical) if _has_test(rows) else []
         out.append(
             {
                 "metric": metric,
                 "note": _text(notes.get(metric), ""),
-                "rows": _test_rows(rows) if _has_test(rows) else [],
-                "row_notes": any(r.get("note") for r in rows),
+                "rows": shown,
+                "row_notes": any(r["note"] or r["small_spread"] for r in shown),
                 "figure": by_kind.get(("effects", metric), "") if drawn else "",
             }
         )
     return out
 
 
-def _testbed(audit: Mapping[str, Any]) -> dict[str, Any] | None:
+def _testbed(audit: Mapping[str, Any], names: Mapping[str, str]) -> dict[str, Any] | None:
     """The agent-testbed tables (only for audits whose runs carry evaluations): per criterion,
     each condition's verdict counts, validity exclusions and the zero-violation bound."""
     table = audit.get("testbed")
@@ -378,7 +529,7 @@ def _testbed(audit: Mapping[str, Any]) -> dict[str, Any] | None:
             bound = as_float(cell.get("zeroViolationUpperBound"))
             rows.append(
                 {
-                    "condition": str(cond.get("condition")),
+                    "condition": _name(names, cond.get("condition")),
                     "evaluated": format_number(cond.get("evaluated")),
                     "excluded": format_number(cond.get("validityExcluded")),
                     "evidence_excluded": format_number(cond.get("evidenceExcluded")),
@@ -405,7 +556,10 @@ def _testbed(audit: Mapping[str, Any]) -> dict[str, Any] | None:
         "undecidable": format_number(table.get("undecidable")),
         "note": _text(table.get("note"), ""),
         "not_evaluated": [
-            (str(c.get("condition")), format_number(c.get("notEvaluated")))
+            (
+                names.get(str(c.get("condition")), str(c.get("condition"))),
+                format_number(c.get("notEvaluated")),
+            )
             for c in conditions
             if c.get("notEvaluated")
         ],
@@ -413,6 +567,21 @@ def _testbed(audit: Mapping[str, Any]) -> dict[str, Any] | None:
 
 
 # --------------------------------------------------------------------------- rendering
+
+
+def _small_spread(audit: Mapping[str, Any], names: Mapping[str, str]) -> dict[str, Any] | None:
+    """The tested comparisons whose |d| comes from near-zero spread, the first few named."""
+    rows = [
+        f"{metric} · {names.get(str(row.get('condition')), str(row.get('condition')))}"
+        for metric, row in verdict.small_spread_rows(audit)
+    ]
+    if not rows:
+        return None
+    return {
+        "count": len(rows),
+        "named": rows[:SMALL_SPREAD_NAMED],
+        "more": rows[SMALL_SPREAD_NAMED:],
+    }
 
 
 def _figure_markup(svgs: Mapping[str, str]) -> dict[str, Markup]:
@@ -424,21 +593,29 @@ def _figure_markup(svgs: Mapping[str, str]) -> dict[str, Markup]:
     return markup
 
 
-def context(audit: Mapping[str, Any], svgs: Mapping[str, str]) -> dict[str, Any]:
-    """Everything the template shows, as display strings (and figure markup) in page order."""
+def context(
+    audit: Mapping[str, Any], svgs: Mapping[str, str], changes: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Everything the template shows, as display strings (and figure markup) in page order.
+    `changes` is what moved since the previous build of the audit (`history.diff_audits`)."""
     plan = audit.get("plan") or {}
     metrics = [str(m) for m in audit.get("metrics") or []]
-    names = naming.figure_names(audit)
+    figure_names = naming.figure_names(audit)
     markup = _figure_markup(svgs)
     by_kind: dict[tuple[str, str], Markup] = {
-        key: markup[filename] for filename, key in names.items() if filename in markup
+        key: markup[filename] for filename, key in figure_names.items() if filename in markup
     }
     grade = audit.get("grade") or {}
     integrity = audit.get("integrity") or {}
     cost = audit.get("cost") or {}
     title = _text(plan.get("title") or plan.get("id"), "untitled audit")
+    names = naming.condition_names(audit)
     return {
         "title": title,
+        "stamp": naming.audit_fingerprint(audit),
+        "verdict": verdict.headline(audit),
+        "changes": Markup(history.diff_html(changes, level=3)) if changes is not None else None,
+        "small_spread": _small_spread(audit, names),
         "plan_id": _text(plan.get("id")),
         "plan_hash": _text(plan.get("hash")),
         "version": __version__,
@@ -452,21 +629,28 @@ def context(audit: Mapping[str, Any], svgs: Mapping[str, str]) -> dict[str, Any]
         },
         "axes": _axes(audit),
         "metrics": metrics,
-        "conditions": _conditions(audit, metrics),
-        "problem_runs": _problem_runs(audit),
+        "conditions": _conditions(audit, metrics, names),
+        "problem_runs": _problem_runs(audit, names),
         "has_models": any(c.get("model") is not None for c in audit.get("conditions") or []),
         "several_bases": sum(1 for c in audit.get("conditions") or [] if c.get("isBase")) > 1,
-        "tests": _tests(audit, metrics, by_kind),
-        "sensitivity": _sensitivity(audit),
+        "tests": _tests(audit, metrics, by_kind, names),
+        "power": _power(audit, metrics, names),
+        "noise_floor": _noise_floor(audit, metrics, names),
+        "sensitivity": _sensitivity(audit, names),
+        "small_spread_note": SMALL_SPREAD_NOTE,
+        "isolated_caption": ISOLATED_CAPTION,
+        "any_cell_caption": ANY_CELL_CAPTION,
         "sensitivity_figure": by_kind.get(("sensitivity", ""), ""),
         "direction": _direction(audit, metrics),
         "cross_model": _cross_model(audit, metrics),
-        "distribution_effects": _distribution_effects(audit, metrics),
+        "distribution_effects": _distribution_effects(audit, metrics, names),
         "distributions": _distributions(
-            audit, {name: fig for (kind, name), fig in by_kind.items() if kind == "distribution"}
+            audit,
+            {name: fig for (kind, name), fig in by_kind.items() if kind == "distribution"},
+            names,
         ),
         "integrity": [(k, format_number(integrity[k])) for k in sorted(integrity)],
-        "testbed": _testbed(audit),
+        "testbed": _testbed(audit, names),
         "cost": [
             ("LLM calls", format_number(cost.get("llmCalls", 0))),
             ("Prompt tokens", format_number(cost.get("promptTokens", 0))),
@@ -475,8 +659,10 @@ def context(audit: Mapping[str, Any], svgs: Mapping[str, str]) -> dict[str, Any]
     }
 
 
-def _render(audit: Mapping[str, Any], svgs: Mapping[str, str]) -> str:
-    return environment().get_template(TEMPLATE).render(context(audit, svgs))
+def _render(
+    audit: Mapping[str, Any], svgs: Mapping[str, str], changes: Mapping[str, Any] | None = None
+) -> str:
+    return environment().get_template(TEMPLATE).render(context(audit, svgs, changes))
 
 
 def render_report(audit: Mapping[str, Any]) -> str:
@@ -518,5 +704,5 @@ def write_report(audit_dir: str | Path, *, draw_figures: bool = True) -> Path:
             for filename, (kind, name) in naming.figure_names(audit).items()
         }
     report = root / "report.html"
-    write_atomic(report, _render(audit, svgs))
+    write_atomic(report, _render(audit, svgs, history.changes_since_previous(root, audit)))
     return report

@@ -21,11 +21,22 @@ from markdown_it import MarkdownIt
 from ..core.canonical import canonical_json, parse_number
 from ..core.errors import InputError
 from ..core.files import load_document, visible_control_characters, write_atomic
+from ..core.overrides import lookup
+from . import naming, verdict
 from .templating import environment
 
 TEMPLATE = "methods.md.j2"
 BOOTSTRAP_DRAWS = 2000
 EXACT_MWU_BELOW = 8
+AUDIT_HASH_TEXT = (
+    "The content hash (SHA-256 of the canonical JSON) of the audit.json behind this text is "
+)
+"""Opens the sentence that names the audit.json the text was written from (`audit_hash_of`)."""
+_AUDIT_HASH = re.compile(re.escape(AUDIT_HASH_TEXT) + r"`([0-9a-f]{64})`")
+_PER_RUN = ("replicationId", "seedPath")
+"""Settings each replication sets for itself: described with the seeds, not as fixed."""
+_DESCRIBED_BELOW = ("seed", "llm.model", "llm.provider", "llm.temperature")
+"""Settings the Replications and Models sections describe (with any override of them)."""
 
 _DESIGNS = {"one_at_a_time": "one at a time", "full_factorial": "full factorial"}
 # Markdown punctuation that could start emphasis, a link, a heading, a table cell, a code span or
@@ -125,23 +136,11 @@ def _value_text(value: Any) -> str:
     return value if isinstance(value, str) else canonical_json(value)
 
 
-def _at_path(doc: Any, dotted: str) -> tuple[bool, Any]:
-    node = doc
-    for part in dotted.split("."):
-        if isinstance(node, Mapping) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
-        else:
-            return False, None
-    return True, node
-
-
 def _axes(plan: Mapping[str, Any], base: Mapping[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for axis in plan.get("axes") or []:
         target = str(axis.get("target") or "")
-        found, base_value = _at_path(base, target) if target else (False, None)
+        found, base_value = lookup(base, target) if target else (False, None)
         rows.append(
             {
                 "id": md_code(str(axis.get("id"))),
@@ -165,13 +164,13 @@ def _axis_groups(axes: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _tests(audit: Mapping[str, Any], metrics: Sequence[str]) -> list[dict[str, Any]]:
-    """Per metric, how many p values Holm's correction ran over (a missing p is not counted)."""
-    tests = audit.get("tests") or {}
+    """Per metric, how many tested rows Holm's correction ran over (a row without a p value, or
+    of a condition identical to the base, is not counted)."""
     notes = audit.get("notes") or {}
     return [
         {
             "metric": md_code(metric),
-            "m": sum(1 for row in tests.get(metric) or [] if row.get("mwuP") is not None),
+            "m": len(verdict.tested_rows(audit, metric)),
             "note": notes.get(metric),
         }
         for metric in metrics
@@ -186,6 +185,135 @@ def _expectations(metrics: Sequence[str], outcomes: Mapping[str, Any]) -> list[M
     for metric in ordered:
         groups.setdefault(str(outcomes[metric]), []).append(md_code(metric))
     return [Md(f"{join_words(names)} to {md_escape(d)}") for d, names in groups.items()]
+
+
+def _specific_expectations(hypothesis: Mapping[str, Any], key: str, what: str) -> list[Md]:
+    """`for axis `x`, `m` to decrease`: the hypothesis's per-axis or per-level directions."""
+    table = hypothesis.get(key) or {}
+    out = []
+    for name in sorted(table):
+        outcomes = table[name] or {}
+        if isinstance(outcomes, Mapping) and outcomes:
+            out.append(
+                Md(f"for {what} {md_code(str(name))}, {join_words(_expectations([], outcomes))}")
+            )
+    return out
+
+
+def _fixed_settings(
+    plan: Mapping[str, Any], base: Mapping[str, Any], options: Mapping[str, Any]
+) -> list[Md]:
+    """`path` = `value` for every setting of the base scenario that no axis targets, in document
+    order: what the audit held fixed. Left out: the scenario's name, description and hypothesis
+    (not settings), empty settings, and what other sections describe: the seeds, the model, its
+    provider and temperature, and whatever the audit's model override replaced."""
+    targets = [str(a.get("target")) for a in plan.get("axes") or [] if a.get("target")]
+    skip = {*_PER_RUN, "name", "description", "hypothesis", *_DESCRIBED_BELOW}
+    for key, value in (options.get("llmOverride") or {}).items():
+        if value is not None:
+            skip.add(f"llm.{key}")
+    out: list[Md] = []
+
+    def walk(node: Any, path: str) -> None:
+        if path in skip or path in targets:
+            return
+        under = [t for t in targets if path == "" or t.startswith(path + ".")]
+        if isinstance(node, Mapping) and node:
+            for key in node:
+                walk(node[key], f"{path}.{key}" if path else str(key))
+        elif isinstance(node, list) and node and under:
+            for i, item in enumerate(node):
+                walk(item, f"{path}.{i}")
+        elif path and node is not None and node != {} and node != []:
+            out.append(Md(f"{md_code(path)} = {md_code(_value_text(node))}"))
+
+    walk(base, "")
+    return out
+
+
+def _power_sentences(audit: Mapping[str, Any], metrics: Sequence[str]) -> list[Md]:
+    """The minimum detectable |d| per metric (its range over the tested rows), when audit.json
+    has the power analysis."""
+    power = audit.get("power")
+    if not isinstance(power, Mapping):
+        return []
+    table = power.get("metrics") or {}
+    parts = []
+    for metric in [m for m in metrics if m in table] + sorted(set(table) - set(metrics)):
+        values = [
+            v
+            for row in table[metric] or []
+            if (v := verdict.as_float(row.get("mde"))) is not None and math.isfinite(v)
+        ]
+        if not values:
+            parts.append(Md(f"none could be computed for {md_code(metric)}"))
+        elif min(values) == max(values):
+            parts.append(Md(f"{_number(min(values))} for {md_code(metric)}"))
+        else:
+            parts.append(
+                Md(f"from {_number(min(values))} to {_number(max(values))} for {md_code(metric)}")
+            )
+    return parts
+
+
+def _noise_sentences(audit: Mapping[str, Any], metrics: Sequence[str]) -> list[Md]:
+    """The noise floor per metric (and base, with several), when audit.json has it; how it was
+    measured is said once when every row shares it."""
+    table = audit.get("noiseFloor")
+    if not isinstance(table, Mapping):
+        return []
+    rows = [
+        (metric, row, rate)
+        for metric in [m for m in metrics if m in table] + sorted(set(table) - set(metrics))
+        for row in table[metric] or []
+        if (rate := verdict.as_float(row.get("flipRate"))) is not None and math.isfinite(rate)
+    ]
+    several_bases = len({str(row.get("base")) for _, row, _ in rows}) > 1
+    setups = {_noise_setup(row) for _, row, _ in rows}
+    parts = []
+    for metric, row, rate in rows:
+        base = f" (base {md_code(str(row.get('base')))})" if several_bases else ""
+        setup = f" over {_noise_setup(row)}" if len(setups) > 1 else ""
+        parts.append(Md(f"{_number(100 * rate, 1)}% for {md_code(metric)}{base}{setup}"))
+    if parts and len(setups) == 1:
+        parts[-1] = Md(f"{parts[-1]}, each over {setups.pop()}")
+    return parts
+
+
+def _noise_missing(audit: Mapping[str, Any]) -> str | None:
+    """Why no noise floor was computed (the first row's note), when audit.json has a noise
+    floor and not one row of it has a flip rate."""
+    table = audit.get("noiseFloor")
+    if not isinstance(table, Mapping):
+        return None
+    rows = [row for rows in table.values() for row in rows or [] if isinstance(row, Mapping)]
+    if any(verdict.as_float(row.get("flipRate")) is not None for row in rows):
+        return None
+    return next((str(row["note"]) for row in rows if row.get("note")), "no base had enough runs")
+
+
+def _noise_setup(row: Mapping[str, Any]) -> str:
+    alpha = verdict.as_float(row.get("alpha"))
+    at = f" at α = {_number(alpha, 4)}" if alpha is not None else ""
+    return f"{_int(row.get('splits'))} splits of {_int(row.get('n'))} replications{at}"
+
+
+def _power_level(audit: Mapping[str, Any]) -> Md:
+    """`power 0.8 and a family α of 0.05`, as the power analysis states them."""
+    power = audit.get("power") or {}
+    level = verdict.as_float(power.get("power"))
+    alpha = verdict.as_float(power.get("alphaFamily"))
+    parts = []
+    if level is not None:
+        parts.append(f"power {_number(level)}")
+    if alpha is not None:
+        parts.append(f"a family α of {_number(alpha, 4)}")
+    return join_words(Md(p) for p in parts)
+
+
+def _number(value: float, digits: int = 2) -> Md:
+    text = f"{value:.{digits}f}"
+    return Md(text.rstrip("0").rstrip(".") if "." in text else text)
 
 
 def _provider_phrase(provider: Any, override: Any) -> Md:
@@ -254,6 +382,11 @@ def context(audit: Mapping[str, Any]) -> dict[str, Any]:
         "identical": [md_code(str(c.get("id"))) for c in conditions if c.get("identicalToBase")],
         "metrics": [md_code(m) for m in metrics],
         "outcomes": _expectations(metrics, outcomes),
+        "specific_outcomes": [
+            *_specific_expectations(hypothesis, "axes", "axis"),
+            *_specific_expectations(hypothesis, "levels", "condition"),
+        ],
+        "fixed": _fixed_settings(plan, base, options),
         "targets": [md_code(str(name)) for name in sorted(targets)],
         "replications": replications,
         "last_replication": max(replications - 1, 0),
@@ -274,6 +407,11 @@ def context(audit: Mapping[str, Any]) -> dict[str, Any]:
         "exact_below": EXACT_MWU_BELOW,
         "tests": _tests(audit, metrics),
         "holm": [Md(f"*m* = {t['m']} for {t['metric']}") for t in _tests(audit, metrics)],
+        "power": _power_sentences(audit, metrics),
+        "power_level": _power_level(audit),
+        "power_method": (audit.get("power") or {}).get("method"),
+        "noise": _noise_sentences(audit, metrics),
+        "noise_missing": _noise_missing(audit),
         "failed": _int(summary.get("failed")),
         "incomplete": _int(summary.get("incomplete")),
         "excluded": _int(summary.get("excluded")),
@@ -285,6 +423,7 @@ def context(audit: Mapping[str, Any]) -> dict[str, Any]:
         "software": [(str(name), str(software[name])) for name in sorted(software)],
         "schema_version": audit.get("schemaVersion"),
         "hash": md_code(str(plan.get("hash") or "unknown")),
+        "audit_hash": Md(AUDIT_HASH_TEXT + md_code(naming.audit_fingerprint(audit))),
         "llm_calls": _int(cost.get("llmCalls")),
         "prompt_tokens": _int(cost.get("promptTokens")),
         "completion_tokens": _int(cost.get("completionTokens")),
@@ -327,7 +466,12 @@ code { font-family: ui-monospace, Menlo, Consolas, "Liberation Mono", monospace;
   font-size: .82em; background: #f3f4f6; padding: 0 .2em; border-radius: .2em;
   overflow-wrap: anywhere; }
 strong { font-weight: 700; }
-@media print { body { max-width: none; padding: 0; font-size: 11pt; } code { background: none; } }
+nav { font-family: system-ui, -apple-system, "Segoe UI", Roboto, Arial, sans-serif;
+  font-size: .9rem; margin: 0 0 1.5rem; }
+nav a { color: #0b5cad; margin-right: 1rem; }
+@media (max-width: 40rem) { body { padding: 1rem .75rem 2rem; font-size: 16px; } }
+@media print { body { max-width: none; padding: 0; font-size: 11pt; } code { background: none; }
+  nav { display: none; } }
 """
 
 
@@ -337,12 +481,24 @@ def _markdown_renderer() -> MarkdownIt:
     return MarkdownIt("commonmark", {"html": False}).enable("table")
 
 
+def audit_hash_of(markdown_text: str) -> str | None:
+    """The fingerprint of the audit.json a methods text was written from, as the text states it
+    (None for a text that does not)."""
+    # The text's own sentence closes it: an earlier look-alike could only come from plan text.
+    found = _AUDIT_HASH.findall(markdown_text)
+    return str(found[-1]) if found else None
+
+
 def methods_html(markdown_text: str, title: str) -> str:
-    """`markdown_text` as one self-contained HTML page: no scripts, no external resources."""
+    """`markdown_text` as one self-contained HTML page: no scripts, no external resources. Its
+    <html> carries the audit fingerprint the text states, and it links to the audit's report,
+    its audit.json and the site's index."""
     body = _markdown_renderer().render(visible_control_characters(markdown_text))
+    fingerprint = audit_hash_of(markdown_text)
+    stamp = f' {naming.AUDIT_STAMP}="{fingerprint}"' if fingerprint else ""
     return (
         "<!doctype html>\n"
-        '<html lang="en">\n'
+        f'<html lang="en"{stamp}>\n'
         "<head>\n"
         '<meta charset="utf-8">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
@@ -350,6 +506,8 @@ def methods_html(markdown_text: str, title: str) -> str:
         f"<style>\n{_CSS}</style>\n"
         "</head>\n"
         "<body>\n"
+        '<nav aria-label="Pages of this audit"><a href="report.html">Report</a>'
+        '<a href="../index.html">All audits</a><a href="audit.json">audit.json</a></nav>\n'
         f"<main>\n{body}</main>\n"
         "</body>\n"
         "</html>\n"

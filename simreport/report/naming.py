@@ -1,14 +1,20 @@
-"""Figure file names, known before any figure is drawn (the workflow declares them as targets)
-— kept apart from the drawing code so that naming a figure does not load matplotlib."""
+"""Names the pages give things: figure file names, known before any figure is drawn (the
+workflow declares them as targets), the name each condition is shown by, and the fingerprint that
+ties a page to the audit.json it was rendered from — kept apart from the drawing code so that
+naming a figure does not load matplotlib."""
 
 from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]")
+
+AUDIT_STAMP = "data-audit-sha256"
+"""The attribute of a page's <html> that names the audit.json it was rendered from (its
+`audit_fingerprint`): the site refuses a page whose audit.json has changed since."""
 
 
 def safe_name(name: str) -> str:
@@ -36,3 +42,46 @@ def figure_names(audit: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
     for name in sorted(audit.get("distribution") or {}):
         out[_unique("distribution", str(name), taken)] = ("distribution", str(name))
     return out
+
+
+# --------------------------------------------------------------------------- conditions
+
+
+def condition_names(audit: Mapping[str, Any]) -> dict[str, str]:
+    """Condition id → the name pages show: its `label` when audit.json gives one, else its id.
+
+    Two conditions never share a name: a label that repeats gains its model (`@model`), and one
+    that still repeats gains its id in parentheses. A condition the audit does not list is shown
+    by its id (`names.get(cid, cid)`).
+    """
+    rows = [c for c in audit.get("conditions") or [] if isinstance(c, Mapping)]
+    models = {str(c.get("id")): c.get("model") for c in rows}
+    names: dict[str, str] = {}
+    for cond in rows:
+        label = cond.get("label")
+        cid = str(cond.get("id"))
+        names[cid] = label if isinstance(label, str) and label.strip() else cid
+    names = _distinct(names, lambda cid, name: _with_model(name, models.get(cid)))
+    return _distinct(names, lambda cid, name: name if name == cid else f"{name} ({cid})")
+
+
+def _with_model(name: str, model: Any) -> str:
+    if model is None or name.endswith(f"@{model}"):
+        return name
+    return f"{name} @{model}"
+
+
+def _distinct(names: dict[str, str], widen: Callable[[str, str], str]) -> dict[str, str]:
+    """`names` with every name that more than one id shares replaced by `widen(id, name)`."""
+    counts: dict[str, int] = {}
+    for name in names.values():
+        counts[name] = counts.get(name, 0) + 1
+    return {cid: widen(cid, name) if counts[name] > 1 else name for cid, name in names.items()}
+
+
+def audit_fingerprint(audit: Mapping[str, Any]) -> str:
+    """The sha256 of an audit's canonical JSON: the pages carry it to say which audit.json they
+    were rendered from, whatever the file's formatting (a dict and its JSON give the same)."""
+    from ..core.canonical import content_hash
+
+    return content_hash(audit)

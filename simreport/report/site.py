@@ -19,12 +19,17 @@ from typing import Any
 from ..core.errors import InputError
 from ..core.files import load_document, write_atomic
 from ..core.version import __version__
-from .figures import as_float, format_number
+from . import history, naming, verdict
+from .figures import format_number
+from .methods import audit_hash_of
 from .templating import environment
+from .verdict import as_float
 
 TEMPLATE = "index.html.j2"
 DEFAULT_TITLE = "simreport audits"
 PAGES = ("report.html", "methods.md", "methods.html", "audit.json")
+RENDERED = ("report.html", "methods.md", "methods.html")
+"""The pages rendered from audit.json, each naming the audit it was rendered from."""
 FIGURE_DIR = "figures"
 MISSING = "—"
 GRADES = ("weak", "moderate", "strong")
@@ -32,6 +37,7 @@ GRADES = ("weak", "moderate", "strong")
 # The plan schema's id pattern: also a safe directory name and URL path segment.
 _PLAN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _DESIGNS = {"one_at_a_time": "one at a time", "full_factorial": "full factorial"}
+_MEASURES = {"isolated": "isolated", "anyCell": "any cell"}
 
 
 def _count(value: Any) -> int:
@@ -40,15 +46,17 @@ def _count(value: Any) -> int:
 
 
 def _top_axis(audit: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The rank-1 axis of the sensitivity ranking, when it has an effect size."""
-    for entry in audit.get("sensitivity") or []:
-        if entry.get("rank") == 1 and entry.get("maxAbsD") is not None:
+    """The rank-1 axis of the sensitivity ranking and the measure it is ranked by."""
+    for entry in verdict.sensitivity(audit):
+        effect = entry.ranking_effect
+        if entry.rank == 1 and effect is not None:
             return {
-                "axis": str(entry.get("axis")),
-                "code": entry.get("code"),
-                "maxAbsD": entry.get("maxAbsD"),
-                "metric": entry.get("metric"),
-                "condition": entry.get("condition"),
+                "axis": entry.axis,
+                "code": entry.code,
+                "maxAbsD": effect.max_abs_d,
+                "metric": effect.metric,
+                "condition": effect.condition,
+                "rankedBy": entry.ranked_by,
             }
     return None
 
@@ -81,6 +89,9 @@ def site_entry(audit: Mapping[str, Any], plan_id: str | None = None) -> dict[str
         "design": plan.get("design"),
         "claimType": plan.get("claimType"),
         "grade": (audit.get("grade") or {}).get("grade"),
+        "gradeReasons": [str(r) for r in (audit.get("grade") or {}).get("reasons") or []],
+        "verdict": verdict.headline(audit),
+        "smallSpread": len(verdict.small_spread_rows(audit)),
         "replications": plan.get("replications"),
         "models": list(plan.get("models") or []),
         "conditions": _count(summary.get("conditions")),
@@ -117,6 +128,9 @@ def _row(entry: Mapping[str, Any]) -> dict[str, Any]:
     links = entry.get("links") or {}
     return {
         "id": str(entry.get("id")),
+        "verdict": _text(entry.get("verdict")),
+        "reasons": [str(r) for r in entry.get("gradeReasons") or []],
+        "small_spread": _count(entry.get("smallSpread")),
         "title": _text(entry.get("title")) if entry.get("title") else "",
         "scenario": _text(entry.get("scenario")),
         "world": _text(entry.get("world")),
@@ -136,6 +150,7 @@ def _row(entry: Mapping[str, Any]) -> dict[str, Any]:
             "code": _text(top.get("code")) if top.get("code") else "",
             "d": format_number(top.get("maxAbsD")),
             "metric": _text(top.get("metric")),
+            "measure": _MEASURES.get(str(top.get("rankedBy")), ""),
         },
         "links": {key: str(links.get(key, "")) for key in ("report", "methods", "audit")},
     }
@@ -165,8 +180,23 @@ def _read_audit(audit_file: Path) -> dict[str, Any]:
     return audit
 
 
-def _copy_audit(source: Path, target: Path) -> None:
-    """Copy one audit's pages and figures into its site folder; drop figures it no longer has."""
+_STAMP = re.compile(r"<html\b[^>]*\s" + re.escape(naming.AUDIT_STAMP) + r'="([0-9a-f]{64})"')
+
+
+def rendered_from(name: str, text: str) -> str | None:
+    """The audit fingerprint a page says it was rendered from (None when it says none):
+    report.html and methods.html on their <html>, methods.md in its closing sentence."""
+    if name.endswith(".md"):
+        return audit_hash_of(text)
+    found = _STAMP.search(text[:2000])
+    return found.group(1) if found else None
+
+
+def check_pages(source: Path, audit: Mapping[str, Any]) -> None:
+    """Refuse an audit whose pages are missing or were rendered from another audit.json (the
+    audit was analysed again and its pages not re-rendered): the site never publishes a report
+    that disagrees with the audit.json beside it."""
+    fingerprint = naming.audit_fingerprint(audit)
     for name in PAGES:
         if not (source / name).is_file():
             raise InputError(
@@ -175,6 +205,19 @@ def _copy_audit(source: Path, target: Path) -> None:
                 expected="an audit directory with audit.json, report.html and methods pages "
                 "(run `simreport report` first)",
             )
+    for name in RENDERED:
+        text = (source / name).read_text(encoding="utf-8", errors="replace")
+        if rendered_from(name, text) != fingerprint:
+            raise InputError(
+                f"{name} is out of date: it was not rendered from the audit.json beside it",
+                file=source / name,
+                expected=f"pages re-rendered from the current audit.json "
+                f"(run `simreport report {source}`)",
+            )
+
+
+def _copy_audit(source: Path, target: Path) -> None:
+    """Copy one audit's pages and figures into its site folder; drop figures it no longer has."""
     for name in PAGES:
         write_atomic(target / name, (source / name).read_bytes())
     figures = sorted((source / FIGURE_DIR).glob("*.svg")) if (source / FIGURE_DIR).is_dir() else []
@@ -193,8 +236,9 @@ def write_site(
     title: str = DEFAULT_TITLE,
 ) -> Path:
     """Copy each (plan id, audit dir) into `site_dir/<plan id>/` and write `site_dir/index.html`
-    listing them in the order given. Folders of audits not listed are left alone. Returns the
-    index's path."""
+    listing them in the order given. Folders of audits not listed are left alone. An audit whose
+    pages are missing or out of date with its audit.json is refused before anything is written
+    (`check_pages`). Returns the index's path."""
     root = Path(site_dir)
     ids = [plan_id for plan_id, _ in audits]
     repeated = sorted({i for i in ids if ids.count(i) > 1})
@@ -203,11 +247,16 @@ def write_site(
             f"plan ids repeat: {', '.join(repeated)}", expected="one audit per plan id"
         )
     entries = []
+    # Every audit is checked before anything is copied: a stale page leaves the site untouched.
     for plan_id, audit_dir in audits:
         source = Path(audit_dir)
-        entry = site_entry(_read_audit(source / "audit.json"), _check_plan_id(plan_id))
-        _copy_audit(source, root / plan_id)
-        entries.append(entry)
+        audit = _read_audit(source / "audit.json")
+        entries.append(site_entry(audit, _check_plan_id(plan_id)))
+        check_pages(source, audit)
+    for plan_id, audit_dir in audits:
+        _copy_audit(Path(audit_dir), root / plan_id)
+        # Earlier builds' audit.json stay in the site when results/ is cleaned.
+        history.copy_history(audit_dir, root / plan_id)
     index = root / "index.html"
     write_atomic(index, render_index(entries, title))
     return index

@@ -203,6 +203,22 @@ class ResponseCache:
             lru = st.st_mtime if lru is None else min(lru, st.st_mtime)
         return CacheStats(self.directory, count, size, oldest, newest, lru)
 
+    def recorded_usage(self) -> Iterator[tuple[dict[str, Any], int, int]]:
+        """(meta, prompt tokens, completion tokens) of every readable entry, in key order: what
+        the recorded calls cost, for estimates before a run. Unreadable entries are skipped."""
+        for path in self._entries():
+            try:
+                data = json.loads(path.read_bytes())
+                response = data["response"]
+                meta = data.get("meta") or {}
+                yield (
+                    dict(meta),
+                    int(response["promptTokens"]),
+                    int(response["completionTokens"]),
+                )
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
+                continue
+
     def clear(self) -> int:
         """Remove every entry; return how many."""
         return self._remove(lambda path, st: True)

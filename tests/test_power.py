@@ -1,0 +1,689 @@
+"""Power, minimum detectable effects, the A/A noise floor, replication counts from a pilot and cost
+estimates: the numbers against statsmodels and simulation, the audit.json sections on hand-made
+rows, and `simreport power` / `simreport conditions --estimate` end to end on a tiny offline
+audit, including every refusal."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import shutil
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from scipy import stats as scipy_stats
+from statsmodels.stats.power import NormalIndPower, TTestIndPower
+
+import simreport.api as api
+from simreport.analysis import power as pw
+from simreport.analysis import stats
+from simreport.cli import main
+from simreport.core.errors import InputError
+from simreport.kernel.providers.base import ChatResponse
+from simreport.kernel.providers.cache import ResponseCache
+
+# ------------------------------------------------------------------------- mde against statsmodels
+
+GRID_N = [2, 3, 5, 10, 30, 200]
+GRID_N2 = [2, 4, 10, 50]
+GRID_ALPHA = [0.05, 0.01, 0.05 / 7, 0.001]
+
+
+@pytest.mark.parametrize("target", [0.8, 0.9])
+def test_mde_has_the_target_power_by_statsmodels(target: float) -> None:
+    """statsmodels' own power function, evaluated at our MDE, gives the target power (wherever
+    statsmodels returns a number: far in a tail its special functions give nan)."""
+    checked = 0
+    for n1 in GRID_N:
+        for n2 in GRID_N2:
+            for alpha in GRID_ALPHA:
+                d = pw.mde(n1, n2, alpha, target)
+                assert d is not None and d > 0
+                theirs = TTestIndPower().power(d, n1, alpha, ratio=n2 / n1)
+                if math.isfinite(theirs):
+                    checked += 1
+                    assert theirs == pytest.approx(target, abs=1e-9), (n1, n2, alpha)
+                # Our power function agrees with itself everywhere, nan or not.
+                assert pw.t_test_power(d, n1, n2, alpha) == pytest.approx(target, abs=1e-9)
+    assert checked >= 0.8 * len(GRID_N) * len(GRID_N2) * len(GRID_ALPHA)
+
+
+def test_mde_matches_statsmodels_solver_where_it_converges() -> None:
+    """statsmodels' solver (tolerance about 1e-6) agrees with ours for n >= 5 per group and
+    α >= 0.005; below that it stops early or at its bracket, which is why we solve ourselves."""
+    for n1 in (5, 10, 30, 200):
+        for n2 in (5, 10, 50):
+            for alpha in (0.05, 0.01, 0.05 / 7):
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    theirs = float(
+                        TTestIndPower().solve_power(
+                            effect_size=None,
+                            nobs1=n1,
+                            ratio=n2 / n1,
+                            alpha=alpha,
+                            power=0.8,
+                            alternative="two-sided",
+                        )
+                    )
+                assert pw.mde(n1, n2, alpha) == pytest.approx(theirs, rel=1e-4)
+
+
+def test_mde_approaches_the_normal_approximation_and_exceeds_it() -> None:
+    normal = NormalIndPower()
+    for alpha in (0.05, 0.01):
+        for n in (2, 3, 5, 10, 50):
+            z = float(normal.solve_power(effect_size=None, nobs1=n, alpha=alpha, power=0.8))
+            d = pw.mde(n, n, alpha)
+            assert d is not None and d > z  # the t-test needs more than the normal promises
+        large = 100_000
+        z = float(normal.solve_power(effect_size=None, nobs1=large, alpha=alpha, power=0.8))
+        assert pw.mde(large, large, alpha) == pytest.approx(z, rel=1e-4)
+
+
+def test_mde_small_n_differs_from_the_normal_approximation_as_documented() -> None:
+    # The module docstring quotes these two numbers.
+    z = float(NormalIndPower().solve_power(effect_size=None, nobs1=3, alpha=0.05, power=0.8))
+    assert round(z, 1) == 2.3
+    assert round(pw.mde(3, 3, 0.05) or 0.0, 1) == 3.1
+
+
+def test_mde_is_monotone_and_refuses_bad_levels() -> None:
+    values = [pw.mde(n, n, 0.05) for n in (2, 3, 4, 8, 16, 64)]
+    assert all(a is not None and b is not None and a > b for a, b in itertools.pairwise(values))
+    assert (pw.mde(10, 10, 0.01) or 0) > (pw.mde(10, 10, 0.05) or 0)
+    assert pw.mde(1, 10, 0.05) is None and pw.mde(10, 0, 0.05) is None
+    for alpha, power in ((0.0, 0.8), (1.0, 0.8), (0.05, 1.0), (0.05, 0.05), (0.5, 0.3)):
+        with pytest.raises(ValueError):
+            pw.mde(10, 10, alpha, power)
+    with pytest.raises(ValueError):
+        pw.t_test_power(1.0, 1, 5, 0.05)
+
+
+# ------------------------------------------------------------------------------- mde by simulation
+
+
+def _rejections_t(n1: int, n2: int, d: float, alpha: float, draws: int, seed: int) -> float:
+    rng = np.random.default_rng(seed)
+    base = rng.normal(0.0, 1.0, size=(draws, n1))
+    cond = rng.normal(d, 1.0, size=(draws, n2))
+    p = scipy_stats.ttest_ind(base, cond, axis=1, equal_var=True).pvalue
+    return float(np.mean(p < alpha))
+
+
+@pytest.mark.parametrize(
+    ("n1", "n2", "alpha"), [(10, 10, 0.05), (15, 12, 0.05 / 4), (4, 4, 0.05), (40, 25, 0.001)]
+)
+def test_mde_is_detected_with_the_promised_power_by_simulation(
+    n1: int, n2: int, alpha: float
+) -> None:
+    draws = 20_000
+    d = pw.mde(n1, n2, alpha)
+    assert d is not None
+    rate = _rejections_t(n1, n2, d, alpha, draws, seed=n1 * 1000 + n2)
+    error = math.sqrt(0.8 * 0.2 / draws)
+    assert abs(rate - 0.8) < 4 * error, (rate, d)
+    # Half the effect is detected far less often: the simulation can tell the difference.
+    assert _rejections_t(n1, n2, d / 2, alpha, draws, seed=7) < 0.6
+
+
+def test_mde_is_near_the_mann_whitney_power_the_audit_uses() -> None:
+    """Under normal data Mann-Whitney is about 95% as efficient as the t-test, so at the t-test's
+    MDE its rejection rate sits a little below the target power, never far from it."""
+    n, alpha, draws = 12, 0.05, 1500
+    d = pw.mde(n, n, alpha)
+    assert d is not None
+    rng = np.random.default_rng(11)
+    hits = 0
+    for _ in range(draws):
+        p = stats.mann_whitney_p(rng.normal(0, 1, n), rng.normal(d, 1, n))
+        hits += int(p is not None and p < alpha)
+    rate = hits / draws
+    assert 0.8 - 0.1 < rate < 0.8 + 4 * math.sqrt(0.16 / draws)
+
+
+# ----------------------------------------------------------------------- what Mann-Whitney reaches
+
+
+def test_smallest_mann_whitney_p() -> None:
+    # Exact test, distinct values, complete separation: 2 / C(n1 + n2, n1).
+    assert pw.smallest_mwu_p(3, 3) == pytest.approx(2 / math.comb(6, 3))
+    assert pw.smallest_mwu_p(4, 4) == pytest.approx(2 / math.comb(8, 4))
+    # Two constant groups use the tie-corrected normal approximation: smaller here.
+    assert pw.smallest_mwu_p(3, 3, ties=True) < 0.05 < pw.smallest_mwu_p(3, 3)
+    assert pw.smallest_mwu_p(2, 2, ties=True) > 0.05
+    with pytest.raises(ValueError):
+        pw.smallest_mwu_p(0, 3)
+
+
+def test_detectable_effect_says_when_the_test_cannot_reach_alpha() -> None:
+    value, note = pw.detectable_effect(2, 2, 0.05)
+    assert value is None and note is not None and "whatever the data" in note
+    value, note = pw.detectable_effect(3, 3, 0.05)
+    assert value == pw.mde(3, 3, 0.05)
+    assert note is not None and "only tied values can" in note
+    value, note = pw.detectable_effect(10, 10, 0.005)
+    assert value == pw.mde(10, 10, 0.005) and note is None
+    value, note = pw.detectable_effect(1, 5, 0.05)
+    assert value is None and note == stats.too_few_note(1, 5)
+
+
+# ------------------------------------------------------------------------- Holm and audit["power"]
+
+
+def test_holm_alphas() -> None:
+    assert pw.holm_alphas(4) == pytest.approx([0.0125, 0.05 / 3, 0.025, 0.05])
+    assert pw.holm_alphas(1, 0.1) == [0.1]
+    assert pw.holm_alphas(0) == []
+    with pytest.raises(ValueError):
+        pw.holm_alphas(-1)
+    with pytest.raises(ValueError):
+        pw.holm_alphas(3, 0.0)
+
+
+def _row(condition: str, p: float | None, n: tuple[int, int], **extra: Any) -> dict[str, Any]:
+    return {"condition": condition, "nBase": n[0], "nCond": n[1], "mwuP": p, **extra}
+
+
+def test_power_section_ranks_tested_rows_and_keeps_untested_ones() -> None:
+    rows = [
+        _row("a", 0.03, (10, 10), tested=True),
+        _row("same", None, (10, 10), tested=False, note="identical to the base, not tested"),
+        _row("b", 0.01, (12, 9), tested=True),
+        _row("short", None, (10, 1), tested=False, note=None),
+        _row("c", 0.03, (10, 10), tested=True),  # ties with "a": after it, as listed
+        _row("d", 0.5, (2, 2), tested=True),
+    ]
+    section = pw.power_section({"m": rows, "empty": []}, alpha=0.05, power=0.8)
+    assert section["power"] == 0.8 and section["alphaFamily"] == 0.05
+    assert section["method"] == pw.METHOD
+    assert section["metrics"]["empty"] == []
+    out = {r["condition"]: r for r in section["metrics"]["m"]}
+    assert [r["condition"] for r in section["metrics"]["m"]] == [r["condition"] for r in rows]
+    assert set(out["a"]) == {"condition", "nBase", "nCond", "alpha", "mde", "note"}
+    # Four tested rows: b (rank 1) α/4, a α/3, c α/2, d α/1.
+    assert out["b"]["alpha"] == pytest.approx(0.05 / 4)
+    assert out["a"]["alpha"] == pytest.approx(0.05 / 3)
+    assert out["c"]["alpha"] == pytest.approx(0.05 / 2)
+    assert out["d"]["alpha"] == pytest.approx(0.05)
+    assert out["b"]["mde"] == pw.mde(12, 9, 0.05 / 4)
+    assert out["a"]["mde"] == pw.mde(10, 10, 0.05 / 3)
+    assert out["d"]["mde"] is None and "whatever the data" in out["d"]["note"]
+    assert out["same"] == {
+        "condition": "same",
+        "nBase": 10,
+        "nCond": 10,
+        "alpha": None,
+        "mde": None,
+        "note": "identical to the base, not tested",
+    }
+    assert out["short"]["mde"] is None and out["short"]["alpha"] is None
+    assert out["short"]["note"] == stats.too_few_note(10, 1)
+
+
+def test_power_section_reads_rows_written_before_tested_existed() -> None:
+    rows = [_row("a", 0.2, (5, 5)), _row("b", None, (0, 5)), _row("c", 0.01, (5, 5))]
+    out = pw.power_section({"m": rows})["metrics"]["m"]
+    assert [r["alpha"] for r in out] == pytest.approx([0.05, None, 0.025])  # type: ignore[list-item]
+    assert out[1]["note"] == stats.too_few_note(0, 5)
+
+
+# ------------------------------------------------------------------------------------- noise floor
+
+
+def test_noise_floor_is_deterministic_and_seeded_by_plan_metric_and_base() -> None:
+    rng = np.random.default_rng(3)
+    sample = rng.normal(size=30).tolist()  # C(30, 15) / 2 splits: random ones
+    one = pw.noise_floor({"m": {"base": sample}}, "plan-hash")
+    assert one == pw.noise_floor({"m": {"base": sample}}, "plan-hash")
+    row = one["m"][0]
+    assert row["splits"] == pw.NOISE_FLOOR_SPLITS and row["n"] == 30 and row["note"] is None
+    assert 0.0 <= row["flipRate"] <= 1.0
+    seeds = {
+        pw.noise_floor_seed("plan-hash", "m", "base"),
+        pw.noise_floor_seed("other-hash", "m", "base"),
+        pw.noise_floor_seed("plan-hash", "n", "base"),
+        pw.noise_floor_seed("plan-hash", "m", "base@x"),
+        stats.bootstrap_seed("plan-hash", "m", "base"),
+    }
+    assert len(seeds) == 5
+    rates = {
+        pw.noise_floor({"m": {"base": sample}}, f"hash-{i}", splits=20)["m"][0]["flipRate"]
+        for i in range(12)
+    }
+    assert len(rates) > 1  # the seed material does reach the generator
+
+
+def test_noise_floor_of_a_constant_sample_is_zero() -> None:
+    out = pw.noise_floor({"m": {"base": [0.25] * 12, "base@x": [1.0] * 9}}, "h")
+    assert [r["flipRate"] for r in out["m"]] == [0.0, 0.0]
+    assert [r["base"] for r in out["m"]] == ["base", "base@x"]
+
+
+def test_noise_floor_enumerates_every_split_of_small_samples() -> None:
+    sample = [0.1, 0.5, 0.2, 0.9, 0.7, 0.3, 0.8, 0.4, 0.6, 1.0]
+    row = pw.noise_floor({"m": {"base": sample}}, "h")["m"][0]
+    assert row["splits"] == math.comb(10, 5) // 2
+    # Every split, each mirror pair once: count the flips directly.
+    x = np.array(sample)
+    flips = 0
+    for first in itertools.combinations(range(10), 5):
+        if 0 not in first:
+            continue
+        mask = np.zeros(10, dtype=bool)
+        mask[list(first)] = True
+        p = stats.mann_whitney_p(x[mask], x[~mask])
+        flips += int(p is not None and p < 0.05)
+    assert row["flipRate"] == flips / row["splits"]
+    # The seed is irrelevant when every split is used.
+    assert row == pw.noise_floor({"m": {"base": sample}}, "other")["m"][0]
+
+
+def test_noise_floor_is_near_alpha_for_exchangeable_replications() -> None:
+    rng = np.random.default_rng(5)
+    rates = [
+        pw.noise_floor({"m": {"base": rng.normal(size=20)}}, f"h{i}", splits=40)["m"][0]["flipRate"]
+        for i in range(25)
+    ]
+    assert 0.01 < float(np.mean(rates)) < 0.09
+
+
+def test_noise_floor_is_null_with_a_note_for_small_bases() -> None:
+    out = pw.noise_floor(
+        {"m": {"three": [1.0, 2.0, math.nan, 3.0], "four": [1.0, 2.0, 3.0, 4.0]}}, "h"
+    )
+    three, four = out["m"]
+    assert three["n"] == 3 and three["flipRate"] is None and three["splits"] == 0
+    assert "fewer than 4 usable values" in three["note"]
+    assert four["flipRate"] is None and "cannot give p < 0.05 whatever the data" in four["note"]
+    assert "no flip rate below 6 replications" in four["note"]
+    with pytest.raises(ValueError):
+        pw.noise_floor({"m": {"b": [1.0] * 5}}, "h", splits=0)
+
+
+# ------------------------------------------------------------------------------------ replications
+
+
+def test_required_replications_is_the_smallest_sufficient_n() -> None:
+    for d, alpha in ((0.5, 0.05), (1.0, 0.05 / 6), (0.2, 0.01), (2.0, 0.05)):
+        n, note = pw.required_replications(d, alpha)
+        assert n is not None and note is None
+        assert pw.t_test_power(d, n, n, alpha) >= 0.8
+        assert pw.t_test_power(d, n - 1, n - 1, alpha) < 0.8
+        assert pw.smallest_mwu_p(n, n) < alpha
+    assert pw.required_replications(-0.5, 0.05) == pw.required_replications(0.5, 0.05)
+
+
+def test_required_replications_respects_what_mann_whitney_can_reach() -> None:
+    n, note = pw.required_replications(10.0, 0.05 / 14)
+    assert n is not None and note is not None
+    assert pw.smallest_mwu_p(n, n) < 0.05 / 14 <= pw.smallest_mwu_p(n - 1, n - 1)
+    assert "the t-test needs" in note and "Mann-Whitney" in note
+
+
+@pytest.mark.parametrize(
+    ("d", "words"),
+    [
+        (0.0, "|d| = 0"),
+        (math.inf, "infinite"),
+        (-math.inf, "infinite"),
+        (math.nan, "no effect size"),
+        (None, "no effect size"),
+        (1e-5, "more than 1,000,000,000"),
+    ],
+)
+def test_required_replications_explains_unusable_effects(d: float | None, words: str) -> None:
+    n, note = pw.required_replications(d, 0.05)
+    assert n is None and note is not None and words in note
+
+
+def test_recommend_replications_from_pilot_rows() -> None:
+    rows = [
+        {"condition": "a", "nBase": 3, "nCond": 3, "cohenD": 1.0},
+        {"condition": "b", "nBase": 3, "nCond": 3, "cohenD": "-inf"},
+        {"condition": "c", "nBase": 3, "nCond": 3, "cohenD": None, "note": "short"},
+        {"condition": "d", "nBase": 3, "nCond": 3, "cohenD": 0.0, "identicalToBase": True},
+        {"condition": "e", "nBase": 3, "nCond": 3, "cohenD": -0.5},
+    ]
+    out = {r["condition"]: r for r in pw.recommend_replications({"m": rows})["m"]}
+    alpha = 0.05 / 4  # four rows not identical to their base
+    assert out["a"]["alpha"] == pytest.approx(alpha)
+    assert out["a"]["replications"] == pw.required_replications(1.0, alpha)[0]
+    assert out["e"]["effect"] == 0.5 and out["e"]["pilotD"] == -0.5
+    assert out["b"]["replications"] is None and "infinite" in out["b"]["note"]
+    assert out["c"]["replications"] is None and out["c"]["note"].startswith("short")
+    assert out["d"]["replications"] is None and out["d"]["note"] == pw.IDENTICAL_NOTE
+
+    given = {
+        r["condition"]: r
+        for r in pw.recommend_replications({"m": rows}, effect=0.8, power=0.9, m=10)["m"]
+    }
+    expected = pw.required_replications(0.8, 0.005, 0.9)[0]
+    assert {given[c]["replications"] for c in "abce"} == {expected}
+    assert given["d"]["replications"] is None
+
+    best = pw.plan_recommendation(pw.recommend_replications({"m": rows}))
+    assert best is not None
+    assert (best["metric"], best["condition"]) == ("m", "e")
+    assert best["replications"] == out["e"]["replications"] > out["a"]["replications"]
+    assert pw.plan_recommendation({"m": [out["b"], out["d"]]}) is None
+    with pytest.raises(ValueError):
+        pw.recommend_replications({"m": rows}, effect=0.0)
+    with pytest.raises(ValueError):
+        pw.recommend_replications({"m": rows}, m=0)
+
+
+# ---------------------------------------------------------------------------------- cost estimates
+
+
+def test_estimate_from_a_pilot() -> None:
+    pilot = pw.PilotCost(
+        runs=4, llm_calls=30, cache_hits=10, prompt_tokens=3000, completion_tokens=60,
+        provider="openai",
+    )  # fmt: skip
+    out = pw.estimate_cost(runs=10, provider="openai", pilot=pilot)
+    assert out["basis"] == "pilot" and not out["free"]
+    assert out["perRun"]["llmCalls"] == 10.0  # cache hits are requests too
+    assert out["perCall"] == {"promptTokens": 100.0, "completionTokens": 2.0}
+    assert out["total"] == {"llmCalls": 100, "promptTokens": 10000, "completionTokens": 200}
+
+    offline = pw.PilotCost(4, 40, 0, 4000, 40, "offline")
+    out = pw.estimate_cost(runs=10, provider="openai", pilot=offline)
+    assert any("four characters a token" in n for n in out["notes"])
+    assert any("the pilot ran with provider offline" in n for n in out["notes"])
+    out = pw.estimate_cost(runs=10, provider="offline", pilot=offline)
+    assert out["free"] and any("nothing is billed" in n for n in out["notes"])
+
+    cached_only = pw.PilotCost(2, 0, 20, 0, 0, "openai")
+    rates = pw.TokenRates(entries=3, prompt_tokens=50.0, completion_tokens=1.0, models=("m",))
+    out = pw.estimate_cost(runs=4, provider="openai", pilot=cached_only, rates=rates)
+    assert out["total"] == {"llmCalls": 40, "promptTokens": 2000, "completionTokens": 40}
+    out = pw.estimate_cost(runs=4, provider="openai", pilot=cached_only)
+    assert out["total"] == {"llmCalls": 40, "promptTokens": None, "completionTokens": None}
+
+
+def test_estimate_without_a_pilot() -> None:
+    usage = [
+        ({"provider": "openai", "model": "m1"}, 100, 4),
+        ({"provider": "openai", "model": "m1"}, 300, 6),
+        ({"provider": "openai", "model": "other"}, 1000, 100),
+        ({"provider": "elsewhere", "model": "m1"}, 9999, 9999),
+        ({}, 1, 1),
+    ]
+    rates = pw.cache_token_rates(usage, "openai", ["m1", "m2"])
+    assert rates is not None and rates.entries == 2 and rates.note is None
+    assert (rates.prompt_tokens, rates.completion_tokens) == (200.0, 5.0)
+    fallback = pw.cache_token_rates(usage, "openai", ["m3"])
+    assert (
+        fallback is not None
+        and fallback.entries == 3
+        and "no recorded response" in str(fallback.note)
+    )
+    assert pw.cache_token_rates(usage, "nobody", ["m1"]) is None
+
+    out = pw.estimate_cost(runs=8, provider="openai", rates=rates)
+    assert out["basis"] == "cache" and out["perRun"] is None
+    assert out["perCall"] == {"promptTokens": 200.0, "completionTokens": 5.0}
+    assert out["total"]["llmCalls"] is None
+    assert any("calls per run are unknown" in n for n in out["notes"])
+    assert pw.OFFLINE_PILOT_HINT in out["notes"]
+    none = pw.estimate_cost(runs=8, provider="openai")
+    assert none["basis"] == "none" and any("no basis" in n for n in none["notes"])
+    offline = pw.estimate_cost(runs=8, provider="offline")
+    assert any("offline responses are not cached" in n for n in offline["notes"])
+
+
+def test_response_cache_reports_recorded_usage(tmp_path: Path) -> None:
+    cache = ResponseCache(tmp_path)
+    cache.put("ab" + "0" * 62, ChatResponse("yes", 120, 3), {"provider": "openai", "model": "m"})
+    cache.put("cd" + "0" * 62, ChatResponse("no", 80, 1), {"provider": "openai", "model": "n"})
+    (cache.root / "ef").mkdir()
+    (cache.root / "ef" / ("ef" + "0" * 62 + ".json")).write_text("{torn")
+    assert list(cache.recorded_usage()) == [
+        ({"provider": "openai", "model": "m"}, 120, 3),
+        ({"provider": "openai", "model": "n"}, 80, 1),
+    ]
+
+
+# -------------------------------------------------------------------------------------- end to end
+
+SCENARIO = """\
+world: prisoners_dilemma
+steps: 3
+seed: 5
+population:
+  n: 4
+  fields:
+    disposition: [cooperative, competitive]
+params:
+  framing: neutral
+  memoryWindow: 2
+"""
+
+PLAN = """\
+baseScenario: scenario.yaml
+replications: 2
+metrics: [cooperationRate]
+axes:
+  - template: linguistic_framing
+    levels: [moralised, risk]
+"""
+
+
+@pytest.fixture(scope="module")
+def pilot_study(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A plan asking for 2 replications and a pilot of it that ran 4, with the offline provider.
+    Tests copy what they change."""
+    root = tmp_path_factory.mktemp("power")
+    (root / "scenario.yaml").write_text(SCENARIO)
+    (root / "audit.yaml").write_text(PLAN)
+    api.audit(root / "audit.yaml", out=root / "pilot", replications=4)
+    return root
+
+
+def _audit_doc(study: Path) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads((study / "pilot" / "audit.json").read_text())
+    return doc
+
+
+def _one_line_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    code = main(argv)
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    assert len(err.splitlines()) == 1, err
+    return err
+
+
+def test_power_section_and_noise_floor_on_a_real_audit(pilot_study: Path) -> None:
+    doc = _audit_doc(pilot_study)
+    section = pw.power_section(doc["tests"])
+    rows = section["metrics"]["cooperationRate"]
+    assert [r["condition"] for r in rows] == [
+        r["condition"] for r in doc["tests"]["cooperationRate"]
+    ]
+    assert {r["nBase"] for r in rows} == {4}
+    assert sorted(r["alpha"] for r in rows) == pytest.approx([0.025, 0.05])
+    base = [r["metrics"]["cooperationRate"] for r in doc["runs"] if r["condition"] == "base"]
+    floor = pw.noise_floor({"cooperationRate": {"base": base}}, doc["plan"]["hash"])
+    assert floor["cooperationRate"][0]["n"] == 4
+    json.dumps(section, allow_nan=False)  # strict JSON as it stands
+
+
+def test_power_command_sizes_the_plan_from_the_pilot(
+    pilot_study: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plan, pilot = str(pilot_study / "audit.yaml"), str(pilot_study / "pilot")
+    assert main(["power", plan, "--pilot", pilot]) == 0
+    captured = capsys.readouterr()
+    assert "only the replications differ" in captured.err
+    assert "ran 4 replications where the plan asks for 2" in captured.err
+    lines = captured.out.splitlines()
+    assert lines[0].split() == ["metric", "condition", "pilot", "n", "base/cond", "pilot", "|d|",
+                                "replications"]  # fmt: skip
+    assert any(line.startswith("cooperationRate  linguistic_framing=risk") for line in lines)
+    assert any(line.startswith("plan: ") and "the plan has 2" in line for line in lines)
+    assert any(line.startswith("at the plan's 2 replications") for line in lines)
+
+    assert main(["power", plan, "--pilot", pilot, "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    expected = pw.recommend_replications(_audit_doc(pilot_study)["tests"], m=2)
+    assert result["metrics"] == json.loads(json.dumps(expected))
+    assert result["comparisons"] == 2 and result["alphaPerComparison"] == 0.025
+    assert result["recommendation"] == pw.plan_recommendation(expected)
+    at_plan = result["atPlannedReplications"]
+    assert at_plan["mde"] is None and "whatever the data" in at_plan["note"]
+
+    argv = ["power", plan, "--pilot", pilot, "--json", "--effect", "0.5", "--power", "0.9"]
+    assert main(argv) == 0
+    given = json.loads(capsys.readouterr().out)
+    needed = pw.required_replications(0.5, 0.025, 0.9)[0]
+    assert {r["replications"] for r in given["metrics"]["cooperationRate"]} == {needed}
+    assert given["recommendation"]["replications"] == needed
+    assert main(["power", plan, "--pilot", pilot, "--effect", "0.5", "--power", "0.9"]) == 0
+    assert (
+        f"plan: {needed} replications per condition detect |d| 0.5 with power 0.9 at α = "
+        "0.05/2; the plan has 2" in capsys.readouterr().out
+    )
+
+
+def test_power_command_with_the_plan_the_pilot_ran_has_no_warning(
+    pilot_study: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shutil.copy(pilot_study / "scenario.yaml", tmp_path / "scenario.yaml")
+    (tmp_path / "audit.yaml").write_text(PLAN.replace("replications: 2", "replications: 4"))
+    assert main(["power", str(tmp_path / "audit.yaml"), "--pilot", str(pilot_study / "pilot")]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == ""
+    assert "the plan has 4" in captured.out
+    assert "at the plan's 4 replications the smallest detectable |d| is" in captured.out
+
+
+def test_power_command_refuses_a_pilot_of_another_plan(
+    pilot_study: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pilot = str(pilot_study / "pilot")
+    shutil.copy(pilot_study / "scenario.yaml", tmp_path / "scenario.yaml")
+    (tmp_path / "fewer.yaml").write_text(PLAN.replace("[moralised, risk]", "[moralised]"))
+    err = _one_line_error(capsys, ["power", str(tmp_path / "fewer.yaml"), "--pilot", pilot])
+    assert "audit.json: plan.hash: the pilot was run from another plan" in err
+    assert "only in the pilot: linguistic_framing=risk" in err
+
+    (tmp_path / "longer.yaml").write_text(SCENARIO.replace("steps: 3", "steps: 4"))
+    (tmp_path / "other.yaml").write_text(PLAN.replace("scenario.yaml", "longer.yaml"))
+    err = _one_line_error(capsys, ["power", str(tmp_path / "other.yaml"), "--pilot", pilot])
+    assert "its plan differs in base" in err and "only the replications may differ" in err
+    # The estimate applies the same check.
+    err = _one_line_error(
+        capsys, ["conditions", str(tmp_path / "other.yaml"), "--estimate", "--pilot", pilot]
+    )
+    assert "the pilot was run from another plan" in err
+
+
+def test_power_command_refuses_missing_and_malformed_pilots(
+    pilot_study: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plan = str(pilot_study / "audit.yaml")
+    err = _one_line_error(capsys, ["power", plan, "--pilot", str(tmp_path / "nowhere")])
+    assert "nowhere/audit.json" in err and "no audit.json" in err
+
+    unanalysed = tmp_path / "unanalysed"
+    unanalysed.mkdir()
+    shutil.copy(pilot_study / "pilot" / "plan.json", unanalysed / "plan.json")
+    err = _one_line_error(capsys, ["power", plan, "--pilot", str(unanalysed)])
+    assert "simreport analyse" in err
+
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "audit.json").write_text("{not json")
+    err = _one_line_error(capsys, ["power", plan, "--pilot", str(broken)])
+    assert "broken/audit.json" in err and "not valid JSON" in err
+
+    doc = _audit_doc(pilot_study)
+    doc["tests"]["cooperationRate"][1]["nBase"] = "four"
+    (broken / "audit.json").write_text(json.dumps(doc))
+    err = _one_line_error(capsys, ["power", plan, "--pilot", str(broken)])
+    assert "tests.cooperationRate.1.nBase" in err and "an integer" in err
+
+    del doc["plan"]["hash"]
+    (broken / "audit.json").write_text(json.dumps(doc))
+    err = _one_line_error(capsys, ["power", plan, "--pilot", str(broken)])
+    assert "plan.hash" in err
+
+
+@pytest.mark.parametrize(
+    "extra", [["--effect", "0"], ["--effect", "inf"], ["--power", "1.5"], ["--alpha", "zero"]]
+)
+def test_power_command_refuses_bad_levels(
+    pilot_study: Path, extra: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["power", str(pilot_study / "audit.yaml"), "--pilot", str(pilot_study / "pilot")]
+    with pytest.raises(SystemExit) as info:
+        main([*argv, *extra])
+    assert info.value.code == 2
+    assert extra[0] in capsys.readouterr().err
+
+
+def test_power_api_refuses_power_below_alpha(pilot_study: Path) -> None:
+    with pytest.raises(InputError, match="power"):
+        api.power(pilot_study / "audit.yaml", pilot=pilot_study / "pilot", power=0.04, alpha=0.05)
+
+
+def test_estimate_command_from_the_pilot(
+    pilot_study: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plan, pilot = str(pilot_study / "audit.yaml"), str(pilot_study / "pilot")
+    doc = _audit_doc(pilot_study)
+    per_run = doc["cost"]["llmCalls"] / len(doc["runs"])
+    assert main(["conditions", plan, "--estimate", "--pilot", pilot]) == 0
+    captured = capsys.readouterr()
+    assert "only the replications differ" in captured.err
+    out = captured.out
+    assert out.startswith("3 conditions × 2 replications = 6 runs (provider offline")
+    assert f"LLM calls          {round(per_run * 6):,}" in out
+    prompt = round(doc["cost"]["promptTokens"] / len(doc["runs"]) * 6)
+    assert f"prompt tokens      {prompt:,}" in out
+    assert "the offline provider is free" in out
+
+    assert main(["conditions", plan, "--estimate", "--pilot", pilot, "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["basis"] == "pilot" and result["runs"] == 6 and result["free"]
+    assert result["total"]["llmCalls"] == round(per_run * 6)
+    assert len(result["models"]) == 1 and f"model {result['models'][0]})" in out
+
+
+def test_estimate_command_without_a_basis(
+    pilot_study: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["conditions", str(pilot_study / "audit.yaml"), "--estimate"]) == 0
+    out = capsys.readouterr().out
+    assert "basis: none" in out and "LLM calls          unknown" in out
+    assert "offline responses are not cached" in out and "the offline provider is free" in out
+    err = _one_line_error(
+        capsys,
+        ["conditions", str(pilot_study / "audit.yaml"), "--pilot", str(pilot_study / "pilot")],
+    )
+    assert "--pilot" in err and "--estimate" in err
+
+
+def test_estimate_from_the_response_cache(
+    pilot_study: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "scenario.yaml").write_text(
+        SCENARIO + "llm: {provider: openai, model: m1, baseUrl: 'http://127.0.0.1:9/v1'}\n"
+    )
+    (tmp_path / "audit.yaml").write_text(PLAN)
+    cache = ResponseCache(tmp_path / "cache")
+    for i, tokens in enumerate((100, 200, 600)):
+        meta = {"provider": "openai", "model": "m1" if tokens < 600 else "m2"}
+        cache.put(f"{i:02d}" + "0" * 62, ChatResponse("ok", tokens, 2), meta)
+    result = api.estimate(tmp_path / "audit.yaml", cache_dir=tmp_path / "cache")
+    assert result["basis"] == "cache" and result["models"] == ["m1"]
+    assert result["perCall"] == {"promptTokens": 150.0, "completionTokens": 2.0}
+    assert result["total"]["llmCalls"] is None and not result["free"]
+    assert result["runs"] == 6
+    empty = api.estimate(tmp_path / "audit.yaml", cache_dir=tmp_path / "no-cache")
+    assert empty["basis"] == "none"
