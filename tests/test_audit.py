@@ -772,3 +772,55 @@ def test_factorial_sensitivity_prefers_cells_that_move_one_axis() -> None:
     # The cell that moves both axes is no axis's isolated effect, but each axis's largest overall.
     assert all(e["isolated"]["condition"] != "framing=moral|window=1" for e in audit["sensitivity"])
     assert all(e["anyCell"]["condition"] == "framing=moral|window=1" for e in audit["sensitivity"])
+
+
+def test_power_and_noise_floor_recomputed_independently(audit: dict[str, Any]) -> None:
+    """The minimum detectable effect of every tested row, from its n and the Holm threshold of
+    its rank, by statsmodels' solver; the noise floor against every split of each base, tested
+    with this file's own Mann-Whitney, within the Monte Carlo error of the audit's 200 splits."""
+    from itertools import combinations
+
+    from statsmodels.stats.power import TTestIndPower
+
+    records = _records()
+    for metric, rows in audit["tests"].items():
+        tested = sorted(
+            (r for r in rows if r["tested"]),
+            key=lambda r: (r["mwuP"], [x["condition"] for x in rows].index(r["condition"])),
+        )
+        alphas = {r["condition"]: 0.05 / (len(tested) - k) for k, r in enumerate(tested)}
+        got = {r["condition"]: r for r in audit["power"]["metrics"][metric]}
+        assert set(got) == {r["condition"] for r in rows}
+        for row in rows:
+            entry = got[row["condition"]]
+            if not row["tested"]:
+                assert entry["alpha"] is None and entry["mde"] is None and entry["note"]
+                continue
+            assert entry["alpha"] == pytest.approx(alphas[row["condition"]])
+            want = TTestIndPower().solve_power(
+                effect_size=None,
+                nobs1=row["nBase"],
+                ratio=row["nCond"] / row["nBase"],
+                alpha=alphas[row["condition"]],
+                power=0.8,
+                alternative="two-sided",
+            )
+            if entry["mde"] is None:
+                assert "cannot reach" in entry["note"], entry
+            else:
+                assert entry["mde"] == pytest.approx(float(want), rel=1e-4), entry
+
+    for metric in audit["metrics"]:
+        for floor in audit["noiseFloor"][metric]:
+            base = _values(records, floor["base"], metric, False)
+            assert floor["n"] == len(base)
+            half = len(base) // 2
+            flips = []
+            for first in combinations(range(len(base)), half):
+                if len(base) % 2 == 0 and 0 not in first:
+                    continue  # a split and its mirror give the same two-sided p
+                rest = [i for i in range(len(base)) if i not in first]
+                flips.append(_ref_p(base[list(first)], base[rest]) < 0.05)
+            exact = float(np.mean(flips))
+            error = math.sqrt(max(exact * (1 - exact), 0.01) / floor["splits"])
+            assert abs(floor["flipRate"] - exact) <= 4 * error, (metric, floor, exact)

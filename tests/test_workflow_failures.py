@@ -404,3 +404,28 @@ def test_runs_that_lost_model_calls_are_retried_not_stored(tmp_path: Path) -> No
             assert (counts["computed"], counts["failed"]) == ("2", "0")
             assert _state(dest, condition)["pending"] == []
         assert server.calls > 0
+
+
+@pytest.mark.slow
+@needs_snakemake
+def test_a_plan_edit_shows_what_changed_in_the_report_and_the_site(tmp_path: Path) -> None:
+    """Snakemake removes audit.json before the analysis reruns; the previous build is still kept,
+    and the rebuilt report and site say what moved and why."""
+    dest = _workspace(tmp_path)
+    code, out = _snakemake(dest)
+    assert code == 0, out[-3000:]
+    first = (dest / "results" / "study" / "audit.json").read_bytes()
+    plan = yaml.safe_load((dest / "study" / "audit.yaml").read_text())
+    plan["replications"] = 3
+    (dest / "study" / "audit.yaml").write_text(yaml.safe_dump(plan))
+    code, out = _snakemake(dest)
+    assert code == 0, out[-3000:]
+    kept = sorted((dest / "results" / "study" / "history").glob("[0-9]*.json"))
+    assert [p.read_bytes() for p in kept] == [first]
+    report = (dest / "site" / "study" / "report.html").read_text()
+    assert "Changes since the previous build" in report
+    assert "plan" in report[report.index('id="changes"') :].split("</section>")[0].lower()
+    assert (dest / "site" / "study" / "history" / kept[0].name).read_bytes() == first
+    # Nothing changed since: nothing to do, and no second copy.
+    code, out = _snakemake(dest)
+    assert code == 0 and "Nothing to be done" in out, out[-3000:]
