@@ -297,16 +297,19 @@ def test_replications_extend_the_seed_lineage(tmp_path: Path) -> None:
 def test_directory_names_round_trip(cid: str) -> None:
     name = condition_dir(cid)
     assert condition_id_from_dir(name) == cid
-    assert all(ch.isascii() and (ch.isalnum() or ch in "._-~") for ch in name)
+    assert all(ch.isascii() and (ch.isalnum() or ch in "._-~=@+") for ch in name)
     assert not name.startswith(".")
     assert len(name) <= 120
 
 
 def test_directory_name_encoding() -> None:
     assert condition_dir("framing=moralised|memoryWindow=5@m") == (
-        "framing~3dmoralised~7cmemoryWindow~3d5~40m"
+        "framing=moralised+memoryWindow=5@m"
     )
     assert condition_dir("a b") == "a~20b"
+    # `+` stands for the `|` between levels, so a literal `+` is escaped: both come back.
+    assert condition_dir("a+b=c|d") == "a~2bb=c+d"
+    assert condition_id_from_dir("a~2bb=c+d") == "a+b=c|d"
     assert condition_dir("é") == "~c3~a9"
 
 
@@ -316,7 +319,10 @@ def test_long_ids_are_shortened_with_a_hash() -> None:
     head, digest = name.split("~~")
     assert digest == hashlib.sha256(cid.encode()).hexdigest()[:16]
     # The head is the encoding's first 80 characters, cut back to the start of an escape.
-    encoded = "".join(ch if ch.isalnum() or ch in "._-" else f"~{ord(ch):02x}" for ch in cid)
+    encoded = "".join(
+        ch if ch.isalnum() or ch in "._-=@" else "+" if ch == "|" else f"~{ord(ch):02x}"
+        for ch in cid
+    )
     assert len(encoded) > 120
     assert encoded.startswith(head)
     assert 78 <= len(head) <= 80
@@ -353,7 +359,7 @@ def test_run_audit_writes_plan_conditions_and_every_run(tmp_path: Path) -> None:
     assert entries[1] == {
         "id": "linguistic_framing=risk",
         "label": "linguistic_framing: risk",
-        "dir": "linguistic_framing~3drisk",
+        "dir": "linguistic_framing=risk",
         "isBase": False,
         "axis": "linguistic_framing",
         "level": "risk",
@@ -534,4 +540,4 @@ def test_conditions_json_and_the_cli_carry_labels(
     assert main(["conditions", str(loaded.plan_file), "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert [row["label"] for row in rows] == ["base", "linguistic_framing: Risk"]
-    assert [row["dir"] for row in rows] == ["base", "linguistic_framing~3drisk"]
+    assert [row["dir"] for row in rows] == ["base", "linguistic_framing=risk"]

@@ -141,7 +141,7 @@ def test_provenance_has_no_machine_paths_and_is_the_same_elsewhere(
 def test_provenance_lists_the_distinct_input_versions_of_a_condition(tmp_path: Path) -> None:
     conditions = [
         {"id": "base", "dir": "base", "scenarioHash": "s0", "replications": 3},
-        {"id": "x=1", "dir": "x~3d1", "scenarioHash": "s1"},
+        {"id": "x=1", "dir": "x=1", "scenarioHash": "s1"},
     ]
     manifests = {
         ("base", 0): {"kernelFingerprint": "k2", "model": "m", "provider": "offline",
@@ -150,11 +150,11 @@ def test_provenance_lists_the_distinct_input_versions_of_a_condition(tmp_path: P
         ("base", 1): {"kernelFingerprint": "k1", "model": "m", "provider": "offline",
                       "assets": {"sim.py": "a2", "agent@1.2.0": "b1"}},
         # replication 2 of base never started: no manifest
-        ("x~3d1", 0): {"kernelFingerprint": "k1", "model": "n", "provider": "openai",
+        ("x=1", 0): {"kernelFingerprint": "k1", "model": "n", "provider": "openai",
                        "assets": {}},
-        ("x~3d1", 1): {"kernelFingerprint": "k1", "model": "n", "provider": "openai"},
+        ("x=1", 1): {"kernelFingerprint": "k1", "model": "n", "provider": "openai"},
         # beyond the plan's replications: not part of this build
-        ("x~3d1", 2): {"kernelFingerprint": "stale", "model": "old", "provider": "old"},
+        ("x=1", 2): {"kernelFingerprint": "stale", "model": "old", "provider": "old"},
     }  # fmt: skip
     for (folder, r), doc in manifests.items():
         write_json(tmp_path / "runs" / folder / str(r) / "manifest.json", doc)
@@ -191,7 +191,7 @@ def test_an_edited_run_keeps_the_previous_audit_once(small: Path, tmp_path: Path
     simreport.analyse(audit_dir)
     assert kept_audits(audit_dir) == [], "an identical rebuild keeps nothing"
 
-    _edit_runs(audit_dir, "linguistic_framing~3dmoralised", 0.1)
+    _edit_runs(audit_dir, "linguistic_framing=moralised", 0.1)
     simreport.analyse(audit_dir)
     kept = kept_audits(audit_dir)
     assert [p.name for p in kept] == [f"1-{sha256_bytes(before)[:12]}.json"]
@@ -201,7 +201,7 @@ def test_an_edited_run_keeps_the_previous_audit_once(small: Path, tmp_path: Path
     simreport.analyse(audit_dir)
     assert kept_audits(audit_dir) == kept, "an identical rebuild adds nothing"
 
-    _edit_runs(audit_dir, "linguistic_framing~3drisk", 0.9)
+    _edit_runs(audit_dir, "linguistic_framing=risk", 0.9)
     middle = (audit_dir / "audit.json").read_bytes()
     simreport.analyse(audit_dir)
     names = [p.name for p in kept_audits(audit_dir)]
@@ -216,7 +216,7 @@ def test_an_audit_removed_before_the_build_is_still_kept(small: Path, tmp_path: 
     before = (audit_dir / "audit.json").read_bytes()
     assert (audit_dir / HISTORY_DIR / LAST_WRITTEN).read_bytes() == before
     (audit_dir / "audit.json").unlink()
-    _edit_runs(audit_dir, "linguistic_framing~3dmoralised", 0.1)
+    _edit_runs(audit_dir, "linguistic_framing=moralised", 0.1)
     simreport.analyse(audit_dir)
     assert [p.read_bytes() for p in kept_audits(audit_dir)] == [before]
     assert (audit_dir / HISTORY_DIR / LAST_WRITTEN).read_bytes() == (
@@ -505,7 +505,7 @@ def test_copy_history_keeps_earlier_builds_in_the_site(small: Path, tmp_path: Pa
     audit_dir = _copy(small, tmp_path)
     site_audit = tmp_path / "site" / "audit"
     assert copy_history(audit_dir, site_audit) == []
-    _edit_runs(audit_dir, "linguistic_framing~3dmoralised", 0.1)
+    _edit_runs(audit_dir, "linguistic_framing=moralised", 0.1)
     simreport.analyse(audit_dir)
     kept = kept_audits(audit_dir)
     copied = copy_history(audit_dir, site_audit)

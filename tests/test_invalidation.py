@@ -224,7 +224,7 @@ def test_obsolete_folders_go_and_nothing_else(tmp_path: Path) -> None:
     plan = load_workflow(config, tmp_path).plans[0]
     runs = plan.out_dir / "runs"
     current = [t.condition.dir for t in plan.conditions]
-    for name in [*current, "gone~3dlevel"]:
+    for name in [*current, "gone=level"]:
         for rep in ("0", "1", "2", "10"):
             (runs / name / rep).mkdir(parents=True)
             (runs / name / rep / "result.json").write_text("{}")
@@ -237,7 +237,7 @@ def test_obsolete_folders_go_and_nothing_else(tmp_path: Path) -> None:
 
     removed = remove_obsolete_runs(plan)
 
-    assert runs / "gone~3dlevel" in removed and not (runs / "gone~3dlevel").exists()
+    assert runs / "gone=level" in removed and not (runs / "gone=level").exists()
     for name in current:
         assert sorted(p.name for p in (runs / name).iterdir() if p.name != "notes") == ["0", "1"]
     assert (runs / current[0] / "notes").is_dir()
@@ -368,7 +368,7 @@ def _set_pd_replications(dest: Path, replications: int | None) -> None:
 @needs_snakemake
 def test_obsolete_condition_and_replication_folders_are_removed(built: Path) -> None:
     plan_file = built / "examples" / "prisoners_dilemma" / "audit.yaml"
-    gone = "linguistic_framing~3drisk"
+    gone = "linguistic_framing=risk"
     assert gone in _run_dirs(built, "prisoners_dilemma")
     with _Edited(plan_file, "levels: [moralised]", old="levels: [moralised, risk]"):
         jobs, out = snakemake(built)

@@ -170,7 +170,7 @@ def test_get_run(server: Server, results: Path) -> None:
     assert "cooperationRate" in data["result"]["metrics"]
     assert data["manifest"]["replication"] == 1
     assert data["manifest"]["provider"] == "offline"
-    run_dir = results / "prisoners_dilemma" / "runs" / "linguistic_framing~3drisk" / "1"
+    run_dir = results / "prisoners_dilemma" / "runs" / "linguistic_framing=risk" / "1"
     assert Path(data["path"]) == run_dir.resolve()
 
 
@@ -284,7 +284,7 @@ def _fake_audit(path: Path, plan_id: str, replications: int = 3) -> None:
     path.mkdir(parents=True)
     plan = {"id": plan_id, "title": f"Plan {plan_id}", "replications": replications}
     (path / "plan.json").write_text(json.dumps(plan))
-    conditions = [{"id": "base", "dir": "base"}, {"id": "a=1", "dir": "a~3d1"}]
+    conditions = [{"id": "base", "dir": "base"}, {"id": "a=1", "dir": "a=1"}]
     (path / "conditions.json").write_text(json.dumps(conditions))
 
 
@@ -330,4 +330,4 @@ def test_audits_not_yet_analysed_and_audits_found_by_directory(tmp_path: Path) -
     assert "q-1, q-2" in text_of(ambiguous)
     # A known condition whose run has not finished yet.
     message = text_of(call("get_run", plan_id="p", condition="a=1", replication=0))
-    assert message.startswith(f"{tmp_path / 'p' / 'runs' / 'a~3d1' / '0' / 'result.json'}: ")
+    assert message.startswith(f"{tmp_path / 'p' / 'runs' / 'a=1' / '0' / 'result.json'}: ")

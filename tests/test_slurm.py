@@ -157,7 +157,9 @@ def test_slurm_profile_runs_every_condition_as_a_slurm_job(tmp_path: Path) -> No
         if log.parent.name.startswith("group_runs"):
             group_jobs.add(job_id)
             condition_dirs += re.findall(
-                r"^\s*rule \S+:\n\s*output: results/memory_sweep/runs/([^/]+)/", text, re.MULTILINE
+                r"^\s*rule \S+:\n\s*output: results/memory_sweep/state/([^/]+)\.json",
+                text,
+                re.MULTILINE,
             )
     assert set(rules_in_job) == set(new_jobs), (sorted(rules_in_job), sorted(new_jobs), out[-3000:])
 

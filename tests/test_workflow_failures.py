@@ -39,7 +39,7 @@ PLAN = {
     "replications": 2,
     "axes": [{"template": "linguistic_framing", "levels": ["moralised"]}],
 }
-CONDITIONS = {"base": "base", "linguistic_framing=moralised": "linguistic_framing~3dmoralised"}
+CONDITIONS = {"base": "base", "linguistic_framing=moralised": "linguistic_framing=moralised"}
 
 
 # --------------------------------------------------------------------------- without Snakemake

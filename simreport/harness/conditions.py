@@ -47,7 +47,9 @@ BASE_ID = "base"
 MAX_DIR_LENGTH = 120
 _DIR_PREFIX_LENGTH = 80
 _DIR_HASH_LENGTH = 16
-_SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
+_SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-=@")
+_JOIN, _JOIN_IN_DIR = ord("|"), "+"
+"""The `|` that joins a factorial cell's levels is written `+` (a literal `+` is escaped)."""
 _ESCAPE = re.compile(r"~([0-9a-f]{2})")
 
 
@@ -123,8 +125,10 @@ def condition_id(levels: Sequence[tuple[str, Any]], model: str | None = None) ->
 def condition_dir(condition_id: str) -> str:
     """A safe directory name for a condition id.
 
-    Bytes of the UTF-8 id in [A-Za-z0-9._-] are kept and every other byte is written `~xx`
-    (lowercase hex); a leading '.' is escaped too, so a name is never hidden, '.' or '..'. An
+    Readable and reversible: bytes of the UTF-8 id in [A-Za-z0-9._=@-] are kept, the `|`
+    joining a cell's levels is written `+` (`framing=moralised+memoryWindow=5@gpt-4o`), and every
+    other byte is written `~xx` (lowercase hex; a literal `+` too); a leading '.' is escaped, so a
+    name is never hidden, '.' or '..'. An
     encoding longer than 120 characters becomes its first 80 characters (never cutting an
     escape) + `~~` + the first 16 hex digits of sha256(id); only conditions.json maps such a name
     back. Plain encodings never contain `~~`, so the two forms cannot collide.
@@ -134,6 +138,8 @@ def condition_dir(condition_id: str) -> str:
     for i, byte in enumerate(raw):
         if byte in _SAFE and not (i == 0 and byte == ord(".")):
             parts.append(chr(byte))
+        elif byte == _JOIN:
+            parts.append(_JOIN_IN_DIR)
         else:
             parts.append(f"~{byte:02x}")
     encoded = "".join(parts)
@@ -165,6 +171,9 @@ def condition_id_from_dir(name: str) -> str:
             i = match.end()
         elif ord(char) < 128 and ord(char) in _SAFE:
             out.append(ord(char))
+            i += 1
+        elif char == _JOIN_IN_DIR:
+            out.append(_JOIN)
             i += 1
         else:
             raise ValueError(f"{name!r} is not a condition directory name")
