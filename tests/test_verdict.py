@@ -177,11 +177,21 @@ def test_several_metrics_are_named_one_by_one_then_summarised() -> None:
         audit["tests"][metric][0]["holmP"] = 0.01
     text = headline(audit)
     audit["tests"]["b"][0]["holmP"] = 0.01  # four moved: the fourth is counted, not named
-    assert "and 1 of the other 2 metrics under at least one;" in headline(audit)
+    assert (
+        "c under 1 of 4 (linguistic framing) and 1 more metric under at least one; d did not;"
+        in (headline(audit))
+    )
     assert text.startswith(
         "a moved significantly (Holm p < 0.05) under 1 of 4 tested perturbations (linguistic "
-        "framing), c under 1 of 4 (linguistic framing), e under 1 of 4 (linguistic framing) and "
-        "none of the other 2 metrics under any;"
+        "framing), c under 1 of 4 (linguistic framing) and e under 1 of 4 (linguistic framing); "
+        "b and d did not;"
+    )
+    # More than three that did not move are counted, never listed.
+    quiet = make_audit(metrics=("a", "b", "c", "d", "e"))
+    quiet["tests"]["a"][0]["holmP"] = 0.01
+    assert (
+        "under 1 of 4 tested perturbations (linguistic framing); the other 4 metrics did not;"
+        in (headline(quiet))
     )
     assert "and 2 more metrics in the report" in text
 

@@ -279,11 +279,12 @@ def _significance(audit: Mapping[str, Any], findings: Sequence[_Finding]) -> str
                 f"{which} moved significantly (Holm p < {ALPHA:g}) under {of} tested perturbations"
             )
     else:
-        named = sorted(tested, key=lambda f: -f.significant)[:MAX_NAMED]
-        named = [f for f in tested if f in named]  # plan order among the named ones
+        significant = [f for f in tested if f.significant]
+        top = sorted(significant, key=lambda f: -f.significant)[:MAX_NAMED]
+        named = [f for f in significant if f in top]  # plan order among the named ones
         parts = []
         for i, f in enumerate(named):
-            count = f"none of {f.tested}" if not f.significant else f"{f.significant} of {f.tested}"
+            count = f"{f.significant} of {f.tested}"
             if i == 0:
                 noun = "perturbation" if f.tested == 1 else "perturbations"
                 parts.append(
@@ -292,15 +293,17 @@ def _significance(audit: Mapping[str, Any], findings: Sequence[_Finding]) -> str
                 )
             else:
                 parts.append(f"{f.metric} under {count}{_which(f)}")
-        rest = [f for f in tested if f not in named]
-        if rest:
-            moved = sum(1 for f in rest if f.significant)
-            parts.append(
-                f"{moved} of the other {len(rest)} metrics under at least one"
-                if moved
-                else f"none of the other {len(rest)} metrics under any"
-            )
+        more = len(significant) - len(named)
+        if more:
+            parts.append(f"{more} more {'metric' if more == 1 else 'metrics'} under at least one")
         clause = _join(parts)
+        still = [f.metric for f in tested if not f.significant]
+        if still:
+            clause += (
+                f"; {_join(still)} did not"
+                if len(still) <= MAX_NAMED
+                else f"; the other {len(still)} metrics did not"
+            )
     if untested:
         clause += f"; {_join(untested)} could not be tested"
     return clause
@@ -379,7 +382,8 @@ def _testbed(audit: Mapping[str, Any]) -> str | None:
         lead = f"{c} failed in " if i == 0 else f"{c} in "
         parts.append(f"{lead}{fail} of {decided}{' decided runs' if i == 0 else ''}")
     if len(failing) > MAX_NAMED:
-        parts.append(f"{len(failing) - MAX_NAMED} more criteria at least once")
+        more = len(failing) - MAX_NAMED
+        parts.append(f"{more} more {'criterion' if more == 1 else 'criteria'} at least once")
     clause = "across the testbed's conditions, " + (
         _join(parts) if parts else "no criterion failed in any decided run"
     )
