@@ -468,11 +468,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .doctor import register_cli as register_doctor
     from .kernel.testbed.replay import register_cli as register_replay
+    from .ledger.cli import register_cli as register_ledger
     from .mcp_server import register_cli as register_mcp
     from .worlds_catalog import register_cli as register_worlds
 
     register_doctor(sub)
     register_replay(sub)
+    register_ledger(sub)
     register_mcp(sub)
     register_worlds(sub)
     return parser

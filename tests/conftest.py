@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -48,3 +50,39 @@ def audit(audit_dir: Path) -> dict[str, Any]:
     """The example audit's audit.json, loaded afresh for each module."""
     loaded: dict[str, Any] = json.loads((audit_dir / "audit.json").read_text(encoding="utf-8"))
     return loaded
+
+
+POSTGRES_URL = os.environ.get("SIMREPORT_TEST_POSTGRES_URL", "")
+"""A PostgreSQL server for the ledger tests (tests/cluster/postgres.sh starts one; .ci/run too)."""
+
+
+@pytest.fixture(
+    params=[
+        "sqlite",
+        pytest.param(
+            "postgresql",
+            marks=pytest.mark.requires(
+                bool(POSTGRES_URL), "PostgreSQL (SIMREPORT_TEST_POSTGRES_URL)"
+            ),
+        ),
+    ]
+)
+def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """The URL of a fresh, empty ledger, once on SQLite and once on PostgreSQL: a new file, or
+    a new database on the server SIMREPORT_TEST_POSTGRES_URL names, dropped afterwards."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+        return
+    import sqlalchemy as sa
+
+    server = sa.engine.make_url(POSTGRES_URL)
+    name = f"ledger_test_{uuid.uuid4().hex[:12]}"
+    admin = sa.create_engine(server, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    try:
+        yield server.set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.dispose()

@@ -1,0 +1,82 @@
+"""The run ledger (SPEC §10): a database of what ran, beside the files.
+
+It records every run's manifest, statuses, events and — for agent-testbed runs — records,
+observations, evidence, completeness and fault steps, and every analysis as a build of its plan.
+SQLite by default (`<results>/ledger.sqlite`), PostgreSQL for teams. The ledger reads run
+directories through the core schemas only; the kernel, the analysis and the report never
+import it.
+
+    engine = connect(ledger_url(results_dir="results"))
+    ingest_run(engine, "results/pd/runs/base/0")
+    ingest_build(engine, "results/pd")
+
+The database libraries load on first use of a name below, so importing this package is cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .db import connect, ledger_url
+    from .errors import (
+        AssetVersionChanged,
+        LedgerOutdated,
+        LedgerUnavailable,
+        NotRecorded,
+        RunConflict,
+    )
+    from .ingest import (
+        BuildIngest,
+        IngestSummary,
+        RunIngest,
+        ingest_build,
+        ingest_paths,
+        ingest_run,
+    )
+    from .migrate import upgrade
+    from .rundir import run_identity
+
+_WHERE = {
+    "connect": "db",
+    "ledger_url": "db",
+    "AssetVersionChanged": "errors",
+    "LedgerOutdated": "errors",
+    "LedgerUnavailable": "errors",
+    "NotRecorded": "errors",
+    "RunConflict": "errors",
+    "BuildIngest": "ingest",
+    "IngestSummary": "ingest",
+    "RunIngest": "ingest",
+    "ingest_build": "ingest",
+    "ingest_paths": "ingest",
+    "ingest_run": "ingest",
+    "upgrade": "migrate",
+    "run_identity": "rundir",
+}
+
+__all__ = [
+    "AssetVersionChanged",
+    "BuildIngest",
+    "IngestSummary",
+    "LedgerOutdated",
+    "LedgerUnavailable",
+    "NotRecorded",
+    "RunConflict",
+    "RunIngest",
+    "connect",
+    "ingest_build",
+    "ingest_paths",
+    "ingest_run",
+    "ledger_url",
+    "run_identity",
+    "upgrade",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)

@@ -1,0 +1,386 @@
+"""`simreport ledger …`: create or upgrade a ledger, record result folders in it, read it.
+
+Thin: parses arguments, calls the ledger's functions, prints tables (or JSON with --json).
+Database libraries are imported when a ledger command runs, not when the CLI starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from ..core.errors import EXIT_INPUT, EXIT_OK
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+
+
+def register_cli(sub: Any) -> None:
+    """Add the `ledger` command group to the `simreport` parser's subcommands."""
+    ledger = sub.add_parser(
+        "ledger",
+        help="the run ledger: record runs and builds in a database, and read them back",
+        description="The run ledger: a database of every run and build, beside the files.",
+    )
+    group = ledger.add_subparsers(dest="ledger_command", required=True, parser_class=type(ledger))
+
+    def command(name: str, help_: str, func: Callable[[argparse.Namespace], int]) -> Any:
+        p = group.add_parser(name, help=help_, description=help_[0].upper() + help_[1:] + ".")
+        p.add_argument(
+            "--ledger",
+            metavar="URL",
+            help="the ledger database: sqlite:///PATH or postgresql+psycopg://USER@HOST/DB "
+            "(default: $SIMREPORT_LEDGER_URL, else sqlite:///RESULTS/ledger.sqlite)",
+        )
+        p.add_argument(
+            "--results",
+            metavar="DIR",
+            default="results",
+            help="the results folder whose ledger.sqlite is the default ledger (default: results)",
+        )
+        p.set_defaults(func=func)
+        return p
+
+    command("upgrade", "create the ledger or bring it to the current schema", cmd_upgrade)
+
+    p = command("ingest", "record the runs and analysed audits in result folders", cmd_ingest)
+    p.add_argument(
+        "paths",
+        nargs="+",
+        metavar="RESULTS_DIR",
+        help="a results folder, an audit directory or a run directory",
+    )
+
+    p = command("runs", "list recorded runs, newest first", cmd_runs)
+    p.add_argument("--scenario", metavar="S", help="scenario id (or id@version; a world's name)")
+    p.add_argument(
+        "--status",
+        action="append",
+        default=[],
+        metavar="STATUS",
+        help="execution, validity or evidence status (completed, crashed, violated, partial, "
+        "evidence=unchecked, …); repeat for more",
+    )
+    p.add_argument("--since", metavar="WHEN", help="started since: 2026-11-30, 12h, 7d, …")
+    p.add_argument("--limit", type=int, metavar="N", help="at most N runs")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+    p = command("show", "show one run: statuses, manifest, evidence, fault steps", cmd_show)
+    p.add_argument("run_id", metavar="RUN_ID", help="a run id, or the start of one")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+    p = command("history", "list a plan's builds with grade and hashes", cmd_history)
+    p.add_argument("plan_id", metavar="PLAN_ID")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+    p = command("assets", "list asset versions, their status, sha256 and runs", cmd_assets)
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+# --------------------------------------------------------------------------- plumbing
+
+
+def _url(args: argparse.Namespace) -> str:
+    from .db import ledger_url
+
+    url = ledger_url(args.ledger, results_dir=args.results)
+    assert url is not None  # no config here can turn it off
+    return url
+
+
+@contextmanager
+def _engine(args: argparse.Namespace, *, must_exist: bool) -> Iterator[Engine]:
+    from .db import connect
+
+    engine = connect(_url(args), must_exist=must_exist)
+    try:
+        yield engine
+    finally:
+        engine.dispose()
+
+
+def _print_json(value: Any) -> None:
+    sys.stdout.write(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    cells = [[_cell(v) for v in row] for row in rows]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
+    print("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
+    for row in cells:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return " ".join(str(value).split())
+
+
+def _when(iso: str | None) -> str:
+    """2026-11-30T17:01:49.237188Z → 2026-11-30 17:01:49Z"""
+    if not iso:
+        return "-"
+    return iso.replace("T", " ")[:19] + "Z"
+
+
+def _short(text: str | None, width: int = 48) -> str:
+    if not text:
+        return "-"
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def cmd_upgrade(args: argparse.Namespace) -> int:
+    from .db import describe
+    from .migrate import upgrade
+
+    with _engine(args, must_exist=False) as engine:
+        done = upgrade(engine)
+    where = describe(_url(args))
+    if not done.changed:
+        print(f"ledger {where}: already at schema revision {done.after}")
+    elif done.before is None:
+        print(f"ledger {where}: created at schema revision {done.after}")
+    else:
+        print(f"ledger {where}: upgraded from revision {done.before} to {done.after}")
+    return EXIT_OK
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    from .db import describe
+    from .ingest import ingest_paths
+
+    with _engine(args, must_exist=False) as engine:
+        summary = ingest_paths(engine, args.paths)
+    rows = summary.rows
+    print(
+        f"runs: {summary.runs_recorded} recorded, {summary.runs_present} already recorded"
+        + (f", {len(summary.refused)} refused" if summary.refused else "")
+    )
+    print(f"builds: {summary.builds_recorded} recorded, {summary.builds_present} already recorded")
+    if rows:
+        listed = ", ".join(f"{count} {table}" for table, count in sorted(rows.items()))
+        print(f"rows written: {listed}")
+    print(f"ledger: {describe(_url(args))}")
+    for path, reason in summary.refused:
+        print(f"simreport: refused {path}: {reason}", file=sys.stderr)
+    return EXIT_INPUT if summary.refused else EXIT_OK
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    from .queries import list_runs, parse_since
+
+    since = parse_since(args.since) if args.since else None
+    with _engine(args, must_exist=True) as engine:
+        runs = list_runs(
+            engine, scenario=args.scenario, statuses=args.status, since=since, limit=args.limit
+        )
+    if args.json:
+        _print_json(runs)
+        return EXIT_OK
+    if not runs:
+        print("no runs match")
+        return EXIT_OK
+    _table(
+        (
+            "run",
+            "scenario",
+            "condition",
+            "rep",
+            "execution",
+            "validity",
+            "evidence",
+            "started",
+            "reason",
+        ),
+        [
+            (
+                r["runId"],
+                r["scenario"],
+                _short(r["condition"], 40),
+                r["replication"],
+                r["status"]["execution"],
+                r["status"]["validity"],
+                r["status"]["evidence"],
+                _when(r["startedAt"] or r["recordedAt"]),
+                _short(r["terminalReason"], 40),
+            )
+            for r in runs
+        ],
+    )
+    print(f"{len(runs)} run{'s' if len(runs) != 1 else ''}")
+    return EXIT_OK
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from .queries import show_run
+
+    with _engine(args, must_exist=True) as engine:
+        run = show_run(engine, args.run_id)
+    if args.json:
+        _print_json(run)
+        return EXIT_OK
+    status, manifest = run["status"], run["manifest"]
+    print(
+        f"run {run['runId']}: {run['engine']}, condition {run['condition']}, "
+        f"replication {run['replication']}"
+    )
+    print(
+        f"  status       execution {status['execution']} · validity {status['validity']} · "
+        f"evidence {status['evidence']} · quality {status['quality'] or '-'}"
+    )
+    print(
+        f"  time         started {_when(run['startedAt'])} · ended {_when(run['endedAt'])} · "
+        f"recorded {_when(run['recordedAt'])}"
+    )
+    print(f"  ended by     {run['terminalReason'] or '-'}")
+    print(
+        f"  manifest     {manifest['manifestId']} (sha256 {manifest['sha256'][:16]}…): "
+        f"scenario {manifest['scenario']}@{manifest['scenarioVersion']}, seed {manifest['seed']}"
+    )
+    print(
+        f"               provider {manifest['provider']} · model {manifest['model']} · kernel "
+        f"{manifest['kernelVersion']} ({str(manifest['kernelFingerprint'] or '-')[:12]}) · "
+        f"simreport {manifest['simreportVersion']}"
+    )
+    counts = run["counts"]
+    print(
+        f"  recorded     {counts['events']} events · {counts['records']} records · "
+        f"{counts['observations']} observations ({counts['missingObservations']} missing)"
+    )
+    if run["metrics"]:
+        print(
+            "  metrics      "
+            + ", ".join(f"{k}={_number(v)}" for k, v in sorted(run["metrics"].items()))
+        )
+    if run["failure"]:
+        failure = run["failure"]
+        print(
+            f"  failure      {failure.get('type')} in {failure.get('stage')}: "
+            f"{failure.get('message')}"
+        )
+    if run["assets"]:
+        print("\nassets")
+        _table(
+            ("slot", "asset", "type", "status", "sha256"),
+            [
+                (a["slot"], f"{a['name']}@{a['version']}", a["type"], a["status"], a["sha256"][:16])
+                for a in run["assets"]
+            ],
+        )
+    if run["evidence"]:
+        print("\nevidence")
+        _table(
+            ("criterion", "sufficient", "observations", "records", "missing"),
+            [
+                (
+                    e["criterion"],
+                    e["sufficient"],
+                    e["observations"],
+                    ", ".join(e["refs"]) or "-",
+                    ", ".join(e["missing"]) or "-",
+                )
+                for e in run["evidence"]
+            ],
+        )
+    if run["completeness"]:
+        print("\ncompleteness")
+        _table(("check", "status"), [(c["check"], c["status"]) for c in run["completeness"]])
+    if run["faults"]:
+        print("\nfaults")
+        for fault in run["faults"]:
+            steps = " → ".join(s["stage"] for s in fault["steps"]) or "no step recorded"
+            missing = fault["missingSteps"]
+            print(
+                f"  {fault['faultId']}: {fault['type']} on {fault['target']}: {steps}"
+                + (f" (missing: {', '.join(missing)})" if missing else "")
+            )
+    if run["builds"]:
+        print("\nbuilds")
+        _table(
+            ("build", "plan", "recorded", "used"),
+            [(b["buildId"], b["plan"], _when(b["recordedAt"]), b["used"]) for b in run["builds"]],
+        )
+    return EXIT_OK
+
+
+def _number(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    from .queries import plan_history
+
+    with _engine(args, must_exist=True) as engine:
+        history = plan_history(engine, args.plan_id)
+    if args.json:
+        _print_json(history)
+        return EXIT_OK
+    title = f" — {history['title']}" if history["title"] else ""
+    print(f"plan {history['planId']}{title}")
+    builds = history["builds"]
+    if not builds:
+        print("no builds recorded")
+        return EXIT_OK
+    _table(
+        ("recorded", "build", "grade", "plan hash", "audit sha256", "runs", "failed", "changed"),
+        [
+            (
+                _when(b["recordedAt"]),
+                b["buildId"],
+                b["grade"],
+                b["planHash"][:12],
+                b["auditSha256"][:12],
+                b["runs"],
+                b["failed"],
+                ", ".join(
+                    w
+                    for w, flag in (("plan", b["planChanged"]), ("kernel", b["kernelChanged"]))
+                    if flag
+                )
+                or "-",
+            )
+            for b in builds
+        ],
+    )
+    print(f"{len(builds)} build{'s' if len(builds) != 1 else ''}")
+    return EXIT_OK
+
+
+def cmd_assets(args: argparse.Namespace) -> int:
+    from .queries import list_assets
+
+    with _engine(args, must_exist=True) as engine:
+        assets = list_assets(engine)
+    if args.json:
+        _print_json(assets)
+        return EXIT_OK
+    if not assets:
+        print("no asset versions recorded")
+        return EXIT_OK
+    _table(
+        ("asset", "type", "version", "status", "sha256", "owner", "runs"),
+        [
+            (
+                a["name"],
+                a["type"],
+                a["version"],
+                a["status"],
+                a["sha256"][:16],
+                a["owner"],
+                a["runCount"],
+            )
+            for a in assets
+        ],
+    )
+    return EXIT_OK

@@ -1,0 +1,207 @@
+"""Where the ledger lives and how simreport talks to it.
+
+A ledger is a database URL: SQLite (`sqlite:///results/ledger.sqlite`, the default beside the
+results) or PostgreSQL through psycopg 3 (`postgresql+psycopg://user@host/db`, or `postgresql://`,
+read the same way). SQLite runs in WAL mode with a busy timeout and foreign keys on, and every
+write transaction takes the write lock when it begins (BEGIN IMMEDIATE), so parallel writers wait
+for each other instead of failing half-way; on PostgreSQL the tables live in the schema `sim`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import Connection, Engine, make_url
+
+from ..core.redaction import redact_secrets, redact_url, url_secrets
+from .errors import LedgerUnavailable
+from .tables import SCHEMA
+
+ENV_VAR: Final = "SIMREPORT_LEDGER_URL"
+"""The environment variable naming the ledger when `--ledger` does not."""
+
+DEFAULT_FILE: Final = "ledger.sqlite"
+"""The default ledger's file name, inside the results folder."""
+
+BUSY_TIMEOUT_SECONDS: Final = 60.0
+"""How long a SQLite writer waits for another writer's transaction to end before giving up."""
+
+READ_ONLY: Final = "simreport_read_only"
+"""Execution option marking a connection that only reads (SQLite: a deferred transaction)."""
+
+_SQLITE_DRIVERS = ("sqlite", "sqlite+pysqlite")
+_POSTGRES_ALIASES = {"postgresql": "postgresql+psycopg", "postgres": "postgresql+psycopg"}
+SUPPORTED = "a sqlite:///PATH or postgresql+psycopg://HOST/DATABASE URL"
+
+
+class _Unset:
+    """The workflow config says nothing about the ledger."""
+
+
+UNSET: Final = _Unset()
+
+
+def ledger_url(
+    explicit: str | None = None,
+    *,
+    results_dir: str | Path,
+    configured: str | _Unset | None = UNSET,
+) -> str | None:
+    """The ledger to use: `explicit` (`--ledger URL`) > $SIMREPORT_LEDGER_URL > `configured`
+    (the workflow config's `ledger:`; None there turns the ledger off) > the default,
+    `sqlite:///<results_dir>/ledger.sqlite`. A value without a scheme is a SQLite file path.
+    Returns None when the ledger is off."""
+    if explicit:
+        return normalise_url(explicit, where="--ledger")
+    from_env = os.environ.get(ENV_VAR, "").strip()
+    if from_env:
+        return normalise_url(from_env, where=ENV_VAR)
+    if not isinstance(configured, _Unset):
+        return None if configured is None else normalise_url(configured, where="ledger")
+    return "sqlite:///" + (Path(results_dir) / DEFAULT_FILE).as_posix()
+
+
+def normalise_url(text: str, *, where: str = "ledger") -> str:
+    """`text` as a URL simreport can open: a bare path becomes `sqlite:///path`, `postgresql://`
+    and `postgres://` use psycopg 3. Anything else is refused, naming `where`."""
+    text = text.strip()
+    if "://" not in text:
+        if not text:
+            raise LedgerUnavailable("empty ledger location", path=where, expected=SUPPORTED)
+        return "sqlite:///" + Path(text).as_posix()
+    try:
+        url = make_url(text)
+    except sa.exc.ArgumentError:
+        raise LedgerUnavailable(
+            f"cannot read the ledger URL {redact_url(text)!r}", path=where, expected=SUPPORTED
+        ) from None
+    driver = _POSTGRES_ALIASES.get(url.drivername, url.drivername)
+    if driver in _SQLITE_DRIVERS:
+        if not url.database or url.database == ":memory:":
+            raise LedgerUnavailable(
+                f"{redact_url(text)!r} names no file: an in-memory ledger keeps nothing",
+                path=where,
+                expected=SUPPORTED,
+            )
+        return text
+    if driver == "postgresql+psycopg":
+        return url.set(drivername=driver).render_as_string(hide_password=False)
+    raise LedgerUnavailable(
+        f"unsupported ledger database {redact_url(text)!r} (driver {url.drivername})",
+        path=where,
+        expected=SUPPORTED,
+    )
+
+
+def is_sqlite(url_or_engine: str | Engine | Connection) -> bool:
+    if isinstance(url_or_engine, str):
+        return make_url(url_or_engine).drivername in _SQLITE_DRIVERS
+    return url_or_engine.dialect.name == "sqlite"
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The database file of a SQLite URL (None for other databases)."""
+    parsed = make_url(url)
+    if parsed.drivername not in _SQLITE_DRIVERS or not parsed.database:
+        return None
+    return Path(parsed.database)
+
+
+def _dumps(value: Any) -> str:
+    # Strict JSON: a NaN that reached a document is a bug to report, not text to store.
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def connect(url: str, *, must_exist: bool = False) -> Engine:
+    """An Engine for the ledger at `url`, checked by connecting once. `must_exist`: refuse a
+    SQLite file that is not there yet (readers), instead of creating it (writers)."""
+    url = normalise_url(url)
+    shown = redact_url(url)
+    if is_sqlite(url):
+        path = sqlite_path(url)
+        assert path is not None
+        if must_exist and not path.is_file():
+            raise LedgerUnavailable(
+                f"there is no ledger at {shown}",
+                expected="a ledger written by `simreport ledger ingest`; --ledger names another",
+            )
+        if not must_exist:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise LedgerUnavailable(
+                    f"cannot create the folder of the ledger {shown}: {exc.strerror}"
+                ) from None
+        engine = sa.create_engine(
+            url,
+            connect_args={"timeout": BUSY_TIMEOUT_SECONDS},
+            execution_options={"schema_translate_map": {SCHEMA: None}},
+            json_serializer=_dumps,
+        )
+        _sqlite_pragmas(engine)
+    else:
+        engine = sa.create_engine(url, pool_pre_ping=True, json_serializer=_dumps)
+    try:
+        with engine.connect() as conn:
+            conn.exec_driver_sql("SELECT 1")
+    except sa.exc.DBAPIError as exc:
+        engine.dispose()
+        reason = redact_secrets(str(exc.orig).strip().splitlines()[0], url_secrets(url))
+        raise LedgerUnavailable(f"cannot reach the ledger at {shown}: {reason}") from None
+    return engine
+
+
+def _sqlite_pragmas(engine: Engine) -> None:
+    timeout_ms = int(BUSY_TIMEOUT_SECONDS * 1000)
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # simreport begins transactions itself (below), so the driver must not.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute(f"PRAGMA busy_timeout = {timeout_ms}")
+        cursor.execute("PRAGMA journal_mode = WAL")
+        # In WAL mode NORMAL loses no committed transaction when a process dies; only a power
+        # cut may lose the last ones.
+        cursor.execute("PRAGMA synchronous = NORMAL")
+        cursor.execute("PRAGMA foreign_keys = ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        # A deferred transaction that reads first and writes later cannot wait for the lock
+        # (SQLite answers "database is locked" at once), so writers take it at BEGIN.
+        read_only = conn.get_execution_options().get(READ_ONLY, False)
+        conn.exec_driver_sql("BEGIN DEFERRED" if read_only else "BEGIN IMMEDIATE")
+
+
+@contextmanager
+def reading(engine: Engine) -> Iterator[Connection]:
+    """A connection for queries only: on SQLite it never takes the write lock."""
+    with engine.connect() as conn:
+        conn.execution_options(**{READ_ONLY: True})
+        yield conn
+
+
+def as_utc(value: datetime | None) -> datetime | None:
+    """A timestamp read from the ledger, with its zone: SQLite gives UTC without one."""
+    if value is None:
+        return None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def describe(url: str) -> str:
+    """The URL as it may be shown: credentials redacted."""
+    return redact_url(url)

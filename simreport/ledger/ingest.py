@@ -1,0 +1,997 @@
+"""Recording run directories and audits in the ledger.
+
+`ingest_run` writes one run — its manifest (shared by runs of the same frozen combination), the
+asset versions the manifest resolved, the run row with its four statuses, its events, and for an
+agent-testbed run its task and session, records, observations, evidence, completeness, fault plans
+and fault steps — in one transaction: a process killed half-way leaves nothing of the run behind,
+and running the ingest again records it whole. Ingesting a run that is already recorded with the
+same content changes nothing; a run id that arrives with other content is refused (RunConflict),
+as is an asset version whose sha256 differs from the one pinned the first time the ledger saw it
+(AssetVersionChanged). Nothing is ever overwritten.
+
+`ingest_build` records an analysis (audit.json) as a build of its plan, with its conditions and
+the runs it used; `ingest_paths` walks result folders and records every run and build in them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import weakref
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection, Engine
+
+from ..core.canonical import sha256_bytes, sha256_text
+from ..core.errors import DocumentError, InputError, SimreportError
+from ..core.files import load_document
+from . import tables as t
+from .db import reading, utc_now
+from .errors import AssetVersionChanged, RunConflict
+from .migrate import prepare_for_writing
+from .rundir import (
+    RunDirectory,
+    is_run_dir,
+    iso_time,
+    read_run_dir,
+    run_identity,
+    wall_time,
+)
+
+DEFAULT_TENANT = "local"
+"""The tenant of everything a local simreport records (the run service will set its own)."""
+
+HARNESS_EVENTS = frozenset({"run_started", "run_finished"})
+"""The kernel's own events: their actor is the harness even where the file says null."""
+
+UNKNOWN_OWNER = "unknown"
+
+Outcome = Literal["recorded", "present"]
+
+
+@dataclass(frozen=True)
+class RunIngest:
+    """What ingesting one run did."""
+
+    run_id: str
+    outcome: Outcome
+    path: Path
+    rows: Mapping[str, int] = field(default_factory=dict)
+    """Rows written per table (empty when the run was already present)."""
+
+
+@dataclass(frozen=True)
+class BuildIngest:
+    """What ingesting one analysis did."""
+
+    build_id: str
+    plan_id: str
+    outcome: Outcome
+    path: Path
+    runs: int
+
+
+@dataclass
+class IngestSummary:
+    """What `ingest_paths` did, in counts, and what it refused."""
+
+    runs_recorded: int = 0
+    runs_present: int = 0
+    builds_recorded: int = 0
+    builds_present: int = 0
+    rows: dict[str, int] = field(default_factory=dict)
+    refused: list[tuple[Path, str]] = field(default_factory=list)
+
+    def add_run(self, done: RunIngest) -> None:
+        if done.outcome == "recorded":
+            self.runs_recorded += 1
+            for table, count in done.rows.items():
+                self.rows[table] = self.rows.get(table, 0) + count
+        else:
+            self.runs_present += 1
+
+    def add_build(self, done: BuildIngest) -> None:
+        if done.outcome == "recorded":
+            self.builds_recorded += 1
+        else:
+            self.builds_present += 1
+
+
+# --------------------------------------------------------------------------- preparing
+
+_prepared: weakref.WeakSet[Engine] = weakref.WeakSet()
+
+
+def _prepare(engine: Engine) -> None:
+    """Bring the ledger to the current schema once per engine (see migrate.py)."""
+    if engine not in _prepared:
+        prepare_for_writing(engine)
+        _prepared.add(engine)
+
+
+def _insert_ignoring_duplicates(
+    conn: Connection, table: sa.Table, rows: Sequence[dict[str, Any]]
+) -> None:
+    """INSERT … ON CONFLICT DO NOTHING: a row another writer recorded first stays as it was."""
+    if not rows:
+        return
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    conn.execute(dialect.insert(table).on_conflict_do_nothing(), list(rows))
+
+
+def _insert(conn: Connection, table: sa.Table, rows: Sequence[dict[str, Any]]) -> int:
+    if rows:
+        conn.execute(table.insert(), list(rows))
+    return len(rows)
+
+
+# --------------------------------------------------------------------------- runs
+
+
+def ingest_run(
+    engine: Engine,
+    run_dir: str | Path,
+    *,
+    tenant: str = DEFAULT_TENANT,
+) -> RunIngest:
+    """Record the run in `run_dir` (see the module's docstring). Raises InputError (a
+    RunConflict, an AssetVersionChanged, or a file that breaks the run directory contract)
+    when the run cannot be recorded as it is; then nothing of it was written."""
+    _prepare(engine)
+    run = read_run_dir(run_dir)
+    for attempt in range(ATTEMPTS):
+        try:
+            with engine.begin() as conn:
+                present = _recorded_content(conn, run.run_id)
+                if present is not None:
+                    _same_content(run, present)
+                    return RunIngest(run.run_id, "present", run.path)
+                rows = write_run(conn, run, tenant=tenant)
+            return RunIngest(run.run_id, "recorded", run.path, rows)
+        except sa.exc.IntegrityError as exc:
+            # Another writer recorded this run (or a row it shares) between the check and the
+            # insert; its transaction has committed, so looking again settles it.
+            with reading(engine) as conn:
+                present = _recorded_content(conn, run.run_id)
+            if present is not None:
+                _same_content(run, present)
+                return RunIngest(run.run_id, "present", run.path)
+            if attempt == ATTEMPTS - 1:
+                raise InputError(
+                    f"cannot record run {run.run_id}: the ledger refused it ({_first_line(exc)})",
+                    file=run.path,
+                ) from None
+        except sa.exc.OperationalError as exc:
+            # PostgreSQL chose this transaction to break a deadlock (or a serialisation
+            # conflict): it was rolled back whole, and trying again is what it asks for.
+            if _sqlstate(exc) not in RETRY_SQLSTATES or attempt == ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+ATTEMPTS = 3
+RETRY_SQLSTATES = frozenset({"40P01", "40001"})  # deadlock_detected, serialization_failure
+
+
+def _sqlstate(exc: sa.exc.DBAPIError) -> str | None:
+    state = getattr(exc.orig, "sqlstate", None)
+    return state if isinstance(state, str) else None
+
+
+def _first_line(exc: sa.exc.DBAPIError) -> str:
+    return str(exc.orig).strip().splitlines()[0] if exc.orig is not None else str(exc)
+
+
+def _recorded_content(conn: Connection, run_id: str) -> str | None:
+    found = conn.execute(
+        sa.select(t.run.c.content_sha256).where(t.run.c.run_id == run_id)
+    ).scalar_one_or_none()
+    return None if found is None else str(found)
+
+
+def _same_content(run: RunDirectory, recorded: str) -> None:
+    if recorded != run.content_sha256:
+        raise RunConflict(
+            f"run {run.run_id} is already recorded with other content (content sha256 "
+            f"{recorded[:16]}… recorded, {run.content_sha256[:16]}… here): a file of this run "
+            "was changed after it was recorded; the ledger keeps what it recorded",
+            file=run.path,
+        )
+
+
+def write_run(
+    conn: Connection, run: RunDirectory, *, tenant: str = DEFAULT_TENANT
+) -> dict[str, int]:
+    """Insert every row of `run` inside the caller's transaction; returns rows per table.
+    The caller has checked that the run is not recorded yet."""
+    now = utc_now()
+    rows: dict[str, int] = {}
+    scenario = run.scenario
+    engine_name = _engine_name(run)
+    if scenario.identity is not None:
+        identity = scenario.identity
+        _insert_ignoring_duplicates(
+            conn,
+            t.scenario,
+            [
+                {
+                    "scenario_id": identity.id,
+                    "tenant_id": tenant,
+                    "namespace": "default",
+                    "name": identity.id,
+                    "owner": identity.owner or UNKNOWN_OWNER,
+                    "risk_level": identity.risk_level,
+                    "created_at": now,
+                }
+            ],
+        )
+        scenario_id, scenario_version = identity.id, identity.version
+    else:
+        scenario_id = engine_name
+        scenario_version = "sha256:" + str(run.manifest.get("scenarioSha256") or "")[:12]
+
+    assets = _asset_versions(conn, run, tenant, now)
+    manifest_sha = run.identity.manifest_sha256
+    manifest_id = "manifest-" + manifest_sha[:24]
+    seed = run.manifest.get("seed")
+    _insert_ignoring_duplicates(
+        conn,
+        t.manifest,
+        [
+            {
+                "manifest_id": manifest_id,
+                "tenant_id": tenant,
+                "scenario_id": scenario_id,
+                "scenario_version": scenario_version,
+                "resolved": _resolved(run.manifest),
+                "manifest_sha256": manifest_sha,
+                "seed": seed if isinstance(seed, int) and not isinstance(seed, bool) else None,
+                "created_at": now,
+                "document": run.manifest,
+            }
+        ],
+    )
+    _check_manifest(conn, manifest_id, manifest_sha, run)
+    _insert_ignoring_duplicates(
+        conn,
+        t.manifest_asset,
+        [
+            {
+                "manifest_id": manifest_id,
+                "slot": slot,
+                "asset_id": asset_id,
+                "version": version,
+                "content_sha256": sha,
+            }
+            for slot, (asset_id, version, sha) in sorted(assets.items())
+        ],
+    )
+
+    result = run.result
+    events = run.events
+    started = wall_time(float(events[0]["wall"])) if events else None
+    finished = [e for e in events if e["type"] == "run_finished"]
+    ended = wall_time(float(finished[-1]["wall"])) if finished else None
+    mode = scenario.execution.mode if scenario.execution is not None else "surrogate"
+    trace = run.manifest.get("traceId")
+    rows["run"] = _insert(
+        conn,
+        t.run,
+        [
+            {
+                "run_id": run.run_id,
+                "tenant_id": tenant,
+                "manifest_id": manifest_id,
+                "mode": mode,
+                "execution_status": result.status.execution,
+                "validity_status": result.status.validity,
+                "evidence_status": result.status.evidence,
+                "quality_ref": None,
+                "started_at": started,
+                "ended_at": ended,
+                "terminal_reason": _terminal_reason(run),
+                "trace_id": trace
+                if isinstance(trace, str) and trace
+                else sha256_text("trace|" + run.run_id)[:32],
+                "created_at": now,
+                "condition_id": result.condition,
+                "replication": result.replication,
+                "seed_path": list(result.seed_path),
+                "engine": engine_name,
+                "result": run.result_doc,
+                "content_sha256": run.content_sha256,
+                "source_dir": str(run.path.resolve()),
+            }
+        ],
+    )
+    rows["event"] = insert_events(conn, run.run_id, events)
+    if run.records is not None:
+        rows["record"] = insert_records(conn, run.run_id, run.records, now)
+        plans, steps = _faults(run.run_id, run.records, now)
+        rows["fault_plan"] = _insert(conn, t.fault_plan, plans)
+        rows["fault_record"] = _insert(conn, t.fault_record, steps)
+    if scenario.user is not None:
+        channels = scenario.interaction.channels if scenario.interaction is not None else []
+        rows["run_task"] = _insert(
+            conn,
+            t.run_task,
+            [
+                {
+                    "run_id": run.run_id,
+                    "task_key": "goal",
+                    "sut_task_id": None,
+                    "goal": {"goal": scenario.user.goal},
+                    "outcome": None,
+                }
+            ],
+        )
+        rows["run_session"] = _insert(
+            conn,
+            t.run_session,
+            [
+                {
+                    "run_id": run.run_id,
+                    "task_key": "goal",
+                    "session_key": "conversation",
+                    "sut_session_id": None,
+                    "transport": channels[0] if channels else "chat-completions",
+                }
+            ],
+        )
+    rows.update(_layers(conn, run, now))
+    return {table: count for table, count in rows.items() if count}
+
+
+def _engine_name(run: RunDirectory) -> str:
+    """What ran the scenario: the world's name, or `external:<program>`, the program being the
+    last file of the simulator's command (the script an interpreter runs), else the command."""
+    if run.scenario.world is not None:
+        return run.scenario.world
+    command = run.scenario.simulator.command if run.scenario.simulator is not None else []
+    files = run.manifest.get("assets") or {}
+    named = [arg for arg in command if arg in files]
+    program = named[-1] if named else (command[0] if command else "simulator")
+    return "external:" + Path(program).name
+
+
+def _resolved(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """Every exact version and sha256 the run used: the testbed's resolved assets by slot, an
+    external simulator's files by name."""
+    slots = manifest.get("resolved") or {}
+    if slots:
+        return {slot: dict(entry) for slot, entry in sorted(slots.items())}
+    return {
+        f"file:{name}": {"name": name, "sha256": sha}
+        for name, sha in sorted((manifest.get("assets") or {}).items())
+    }
+
+
+def _check_manifest(conn: Connection, manifest_id: str, sha: str, run: RunDirectory) -> None:
+    recorded = conn.execute(
+        sa.select(t.manifest.c.manifest_sha256).where(t.manifest.c.manifest_id == manifest_id)
+    ).scalar_one()
+    if recorded != sha:  # two manifests whose hashes share their first 96 bits
+        raise RunConflict(
+            f"manifest id {manifest_id} is recorded for another manifest ({recorded})",
+            file=run.path / "manifest.json",
+        )
+
+
+def _asset_versions(
+    conn: Connection, run: RunDirectory, tenant: str, now: datetime
+) -> dict[str, tuple[str, str, str]]:
+    """Register every asset version the manifest resolved, pinning its sha256 the first time;
+    returns slot → (asset id, version, sha256). Refuses a version seen before with other
+    content. Only a version seen for the first time costs more than one query."""
+    resolved = run.manifest.get("resolved") or {}
+    if not isinstance(resolved, dict):
+        raise DocumentError("'resolved' is not an object", file=run.path / "manifest.json")
+    entries = [_asset_entry(run, slot, entry, tenant) for slot, entry in sorted(resolved.items())]
+    if not entries:
+        return {}
+    pinned = _pinned(conn, [e.asset_id for e in entries])
+    for e in entries:
+        if (e.asset_id, e.version) in pinned:
+            continue
+        header, location = _library_file(run, e.entry, e.sha)
+        _insert_ignoring_duplicates(
+            conn,
+            t.asset,
+            [
+                {
+                    "asset_id": e.asset_id,
+                    "tenant_id": tenant,
+                    "asset_type": e.kind,
+                    "name": e.name,
+                    "owner": header.get("owner") or UNKNOWN_OWNER,
+                }
+            ],
+        )
+        _insert_ignoring_duplicates(
+            conn,
+            t.asset_version,
+            [
+                {
+                    "asset_id": e.asset_id,
+                    "version": e.version,
+                    "content_ref": location,
+                    "content_sha256": e.sha,
+                    "status": header.get("status") or "draft",
+                    "created_at": now,
+                }
+            ],
+        )
+        # Another writer may have pinned it first: what is in the ledger now is the pin.
+        pinned.update(_pinned(conn, [e.asset_id]))
+    for e in entries:
+        recorded = pinned[(e.asset_id, e.version)]
+        if recorded != e.sha:
+            raise AssetVersionChanged(
+                f"asset_version_changed: {e.name}@{e.version} "
+                f"({e.entry.get('file') or 'its library file'}) is pinned in the ledger with "
+                f"sha256 {recorded}, but this run used {e.sha}: its content changed without a "
+                "new version",
+                file=run.path / "manifest.json",
+                path=f"resolved.{e.slot}",
+            )
+    return {e.slot: (e.asset_id, e.version, e.sha) for e in entries}
+
+
+@dataclass(frozen=True)
+class _AssetEntry:
+    slot: str
+    asset_id: str
+    name: str
+    version: str
+    sha: str
+    kind: str
+    entry: Mapping[str, Any]
+
+
+def _asset_entry(run: RunDirectory, slot: str, entry: Any, tenant: str) -> _AssetEntry:
+    where = f"resolved.{slot}"
+    manifest = run.path / "manifest.json"
+    if not isinstance(entry, dict):
+        raise DocumentError("expected an object", file=manifest, path=where)
+    name, version, sha, kind = (entry.get(k) for k in ("name", "version", "sha256", "kind"))
+    if not (
+        isinstance(name, str)
+        and isinstance(version, str)
+        and isinstance(sha, str)
+        and isinstance(kind, str)
+        and all((name, version, sha, kind))
+    ):
+        raise DocumentError(
+            "an asset entry needs name, version, sha256 and kind", file=manifest, path=where
+        )
+    if kind not in t.ASSET_TYPES:
+        raise DocumentError(
+            f"unknown asset kind {kind!r}",
+            file=manifest,
+            path=f"{where}.kind",
+            expected=", ".join(t.ASSET_TYPES),
+        )
+    return _AssetEntry(slot, f"{tenant}:{kind}:{name}", name, version, sha, kind, entry)
+
+
+def _pinned(conn: Connection, asset_ids: Sequence[str]) -> dict[tuple[str, str], str]:
+    """(asset id, version) → the sha256 the ledger pinned, for every version of these assets."""
+    found = conn.execute(
+        sa.select(
+            t.asset_version.c.asset_id,
+            t.asset_version.c.version,
+            t.asset_version.c.content_sha256,
+        ).where(t.asset_version.c.asset_id.in_(sorted(set(asset_ids))))
+    )
+    return {(a, v): sha for a, v, sha in found}
+
+
+def _library_file(
+    run: RunDirectory, entry: Mapping[str, Any], sha: str
+) -> tuple[dict[str, str], str]:
+    """The asset file's header (owner, status) when the file is still where the run found it
+    with the content it had, and where it lives (a file URI, or its path in the library)."""
+    relative = str(entry.get("file") or "")
+    root = run.manifest.get("assetRoot")
+    library = run.scenario.provenance.asset_library if run.scenario.provenance else "assets"
+    if not relative:
+        return {}, f"library:{entry.get('name')}@{entry.get('version')}"
+    if not isinstance(root, str) or not root:
+        return {}, f"library:{relative}"
+    path = Path(root) / library / relative
+    location = path.as_uri() if path.is_absolute() else f"library:{relative}"
+    try:
+        if not path.is_file() or sha256_bytes(path.read_bytes()) != sha:
+            return {}, location
+        data = load_document(path).data
+    except (OSError, SimreportError):
+        return {}, location
+    header: dict[str, str] = {}
+    if isinstance(data, dict):
+        owner, status = data.get("owner"), data.get("status")
+        if isinstance(owner, str) and owner:
+            header["owner"] = owner
+        if isinstance(status, str) and status in t.REVIEW_STATUSES:
+            header["status"] = status
+    return header, location
+
+
+def _terminal_reason(run: RunDirectory) -> str:
+    failure = run.result.failure
+    if failure is not None:
+        return f"{failure.type} in {failure.stage}: {failure.message}"
+    for record in reversed(run.records or []):
+        if record["type"] == "conversation.closed":
+            closed_by = record["payload"].get("closedBy")
+            if isinstance(closed_by, str) and closed_by:
+                return closed_by
+    return run.result.status.execution
+
+
+def insert_events(conn: Connection, run_id: str, events: Iterable[Mapping[str, Any]]) -> int:
+    rows = []
+    for event in events:
+        payload = event["payload"]
+        actor_kind, actor_ref = _actor(event)
+        logical = payload.get("logicalMs")
+        trace, span = payload.get("traceId"), payload.get("spanId")
+        step = event.get("t")
+        rows.append(
+            {
+                "run_id": run_id,
+                "seq": event["seq"],
+                "event_type": event["type"],
+                "actor": actor_kind,
+                "payload": payload,
+                "logical_time": logical if _is_int(logical) else None,
+                "wall_time": wall_time(float(event["wall"])),
+                "trace_id": trace if isinstance(trace, str) else None,
+                "span_id": span if isinstance(span, str) else None,
+                "actor_ref": actor_ref,
+                "step": step if _is_int(step) else None,
+            }
+        )
+    return _insert(conn, t.event, rows)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _actor(event: Mapping[str, Any]) -> tuple[str, str | None]:
+    """The seed's actor kind, and the exact actor when the kind alone does not say it: an agent
+    index (`3`) or an actor name outside the four kinds."""
+    actor = event.get("actor")
+    if isinstance(actor, str) and actor in t.ACTORS:
+        return actor, None
+    if actor is None:
+        return ("harness" if event["type"] in HARNESS_EVENTS else "environment"), None
+    return "agent", str(actor)
+
+
+def insert_records(
+    conn: Connection, run_id: str, records: Iterable[Mapping[str, Any]], now: datetime
+) -> int:
+    rows = []
+    for record in records:
+        clock = record.get("clock")
+        written = iso_time(clock.get("wall")) if isinstance(clock, dict) else None
+        logical = record.get("logicalMs")
+        actor = record.get("actor")
+        rows.append(
+            {
+                "record_id": f"{run_id}/{record['recordId']}",
+                "run_id": run_id,
+                "record_type": record["recordType"],
+                "ref": f"records.jsonl#{record['recordId']}",
+                "sha256": record["sha256"],
+                "redaction": "none",
+                "created_at": written or now,
+                "seq": record["seq"],
+                "kind": record["type"],
+                "actor": actor if isinstance(actor, str) else None,
+                "logical_ms": logical if _is_int(logical) else None,
+                "body": dict(record),
+            }
+        )
+    return _insert(conn, t.record, rows)
+
+
+def _faults(
+    run_id: str, records: Sequence[Mapping[str, Any]], now: datetime
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Fault plans and the four steps (planned → armed → hit → recovered, or failed) from the
+    run's `fault.*` records. A stage seen more than once (several hits) is one row listing
+    every record of it."""
+    plans: list[dict[str, Any]] = []
+    stages: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for record in records:
+        kind = str(record["type"])
+        if not kind.startswith("fault."):
+            continue
+        stage = kind[len("fault.") :]
+        payload = record["payload"]
+        fault_id = payload.get("faultId")
+        if stage not in t.FAULT_STAGES or not isinstance(fault_id, str):
+            continue
+        stages.setdefault((fault_id, stage), []).append(record)
+        if stage == "planned":
+            logical = record.get("logicalMs")
+            plans.append(
+                {
+                    "run_id": run_id,
+                    "fault_id": fault_id,
+                    "target": str(payload.get("target", "")),
+                    "fault_type": str(payload.get("effect", "")),
+                    "params": {
+                        k: v for k, v in payload.items() if k not in ("faultId", "target", "effect")
+                    },
+                    # From when the plan is in force; the call or turn that opens its window
+                    # is in params.at.
+                    "at_logical_ms": logical if _is_int(logical) else 0,
+                    "recover_after_ms": None,
+                }
+            )
+    steps = []
+    for (fault_id, stage), found in stages.items():
+        clock = found[0].get("clock")
+        observed = iso_time(clock.get("wall")) if isinstance(clock, dict) else None
+        steps.append(
+            {
+                "run_id": run_id,
+                "fault_id": fault_id,
+                "stage": stage,
+                "detail": {
+                    "recordIds": [r["recordId"] for r in found],
+                    "payloads": [r["payload"] for r in found],
+                },
+                "observed_at": observed or now,
+            }
+        )
+    return plans, steps
+
+
+def _layers(conn: Connection, run: RunDirectory, now: datetime) -> dict[str, int]:
+    """Observations (and the facts that could not be extracted), evidence and completeness."""
+    rows: dict[str, int] = {}
+    run_id = run.run_id
+    if run.observations is not None:
+        extractor = str(run.observations.get("extractor") or "")
+        rows["observation"] = _insert(
+            conn,
+            t.observation,
+            [
+                {
+                    "observation_id": f"{run_id}/{item['observationId']}",
+                    "run_id": run_id,
+                    "criterion_key": None,
+                    "fact_key": item["factKey"],
+                    "fact_value": item["value"],
+                    "derived_from": item["derivedFrom"],
+                    "extractor": str(item.get("extractor") or extractor),
+                    "created_at": now,
+                }
+                for item in run.observations["observations"]
+            ],
+        )
+        rows["observation_missing"] = _insert(
+            conn,
+            t.observation_missing,
+            [
+                {
+                    "run_id": run_id,
+                    "fact_key": item["factKey"],
+                    "reason": str(item.get("reason") or ""),
+                    "extractor": extractor,
+                }
+                for item in run.observations.get("missing", [])
+            ],
+        )
+    if run.evidence is not None:
+        rows["evidence"] = _insert(
+            conn,
+            t.evidence,
+            [
+                {
+                    "evidence_id": f"{run_id}/{criterion}",
+                    "run_id": run_id,
+                    "criterion_key": criterion,
+                    "observation_ids": list(item.get("observationIds") or []),
+                    "evidence_refs": list(item.get("evidenceRefs") or []),
+                    "created_at": now,
+                    "sufficient": item.get("sufficient")
+                    if isinstance(item.get("sufficient"), bool)
+                    else None,
+                    "detail": {
+                        k: v
+                        for k, v in item.items()
+                        if k not in ("observationIds", "evidenceRefs", "sufficient")
+                    },
+                }
+                for criterion, item in sorted(run.evidence["criteria"].items())
+            ],
+        )
+    if run.completeness is not None:
+        checks = run.completeness["checks"]
+        for key, item in checks.items():
+            if item["status"] not in t.COMPLETENESS_STATUSES:
+                raise DocumentError(
+                    f"unknown completeness status {item['status']!r}",
+                    file=run.path / "completeness.json",
+                    path=f"checks.{key}.status",
+                    expected=", ".join(t.COMPLETENESS_STATUSES),
+                )
+        rows["completeness"] = _insert(
+            conn,
+            t.completeness,
+            [
+                {
+                    "run_id": run_id,
+                    "check_key": key,
+                    "status": item["status"],
+                    "detail": item.get("detail"),
+                }
+                for key, item in sorted(checks.items())
+            ],
+        )
+    return rows
+
+
+# --------------------------------------------------------------------------- builds
+
+
+def ingest_build(
+    engine: Engine,
+    audit_dir: str | Path,
+    *,
+    tenant: str = DEFAULT_TENANT,
+    on_run: Callable[[RunIngest], None] | None = None,
+) -> BuildIngest:
+    """Record the analysis in `audit_dir` (its audit.json) as a build of its plan, with its
+    conditions and the runs it used. Runs of the audit that are not recorded yet are recorded
+    first (each in its own transaction; `on_run` hears of each)."""
+    _prepare(engine)
+    audit_path = Path(audit_dir) / "audit.json"
+    try:
+        raw = audit_path.read_bytes()
+    except FileNotFoundError:
+        raise DocumentError(
+            "file not found", file=audit_path, expected="an analysed audit"
+        ) from None
+    try:
+        audit = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DocumentError(f"not valid JSON: {exc}", file=audit_path) from None
+    build = _build_row(audit, audit_path, sha256_bytes(raw))
+    conditions = _build_conditions(audit, audit_path, build["build_id"])
+    dirs = {row["condition_id"]: dir_ for row, dir_ in conditions}
+    build_runs: list[dict[str, Any]] = []
+    for index, entry in enumerate(audit.get("runs") or []):
+        if not isinstance(entry, dict):
+            raise DocumentError("expected an object", file=audit_path, path=f"runs.{index}")
+        condition, replication = entry.get("condition"), entry.get("replication")
+        if condition not in dirs or not _is_int(replication):
+            raise DocumentError(
+                "a run of an unknown condition, or without a replication",
+                file=audit_path,
+                path=f"runs.{index}",
+            )
+        run_dir = Path(audit_dir) / "runs" / str(dirs[condition]) / str(replication)
+        if not is_run_dir(run_dir):
+            continue  # the run's folder is gone: the build is recorded without it
+        identity = run_identity(run_dir)
+        build_runs.append(
+            {
+                "build_id": build["build_id"],
+                "run_id": identity.run_id,
+                "condition_id": condition,
+                "replication": replication,
+                "used": bool(entry.get("used", False)),
+                "_dir": run_dir,
+            }
+        )
+    with reading(engine) as conn:
+        known = set(
+            conn.execute(
+                sa.select(t.run.c.run_id).where(
+                    t.run.c.run_id.in_([r["run_id"] for r in build_runs])
+                )
+            ).scalars()
+        )
+    for row in build_runs:
+        if row["run_id"] not in known:
+            done = ingest_run(engine, row["_dir"], tenant=tenant)
+            if on_run is not None:
+                on_run(done)
+    plan_row = {
+        "plan_id": build["plan_id"],
+        "tenant_id": tenant,
+        "title": _text(audit["plan"].get("title")),
+        "file": _text((audit["plan"].get("identity") or {}).get("file")),
+        "created_at": utc_now(),
+    }
+    build_id = build["build_id"]
+    present = BuildIngest(build_id, build["plan_id"], "present", Path(audit_dir), len(build_runs))
+    try:
+        with engine.begin() as conn:
+            if _build_recorded(conn, build_id):
+                return present
+            _insert_ignoring_duplicates(conn, t.plan, [plan_row])
+            build["audit_dir"] = str(Path(audit_dir).resolve())
+            build["recorded_at"] = utc_now()
+            _insert(conn, t.build, [build])
+            _insert(conn, t.build_condition, [row for row, _ in conditions])
+            _insert(
+                conn,
+                t.build_run,
+                [{k: v for k, v in row.items() if k != "_dir"} for row in build_runs],
+            )
+    except sa.exc.IntegrityError:
+        # Another writer recorded the same build between the check and the insert.
+        with reading(engine) as conn:
+            if _build_recorded(conn, build_id):
+                return present
+        raise
+    return BuildIngest(build_id, build["plan_id"], "recorded", Path(audit_dir), len(build_runs))
+
+
+def _build_recorded(conn: Connection, build_id: str) -> bool:
+    found = conn.execute(sa.select(t.build.c.build_id).where(t.build.c.build_id == build_id))
+    return found.first() is not None
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _build_row(audit: Any, path: Path, sha: str) -> dict[str, Any]:
+    if not isinstance(audit, dict) or not isinstance(audit.get("plan"), dict):
+        raise DocumentError("not an audit.json: no plan", file=path, expected="an audit.json")
+    plan = audit["plan"]
+    plan_id = plan.get("id") or (plan.get("identity") or {}).get("id")
+    if not isinstance(plan_id, str) or not plan_id:
+        raise DocumentError("the plan has no id", file=path, path="plan.id")
+    if not isinstance(plan.get("hash"), str):
+        raise DocumentError("the plan has no hash", file=path, path="plan.hash")
+    grade = audit.get("grade") or {}
+    if grade.get("grade") not in t.GRADES:
+        raise DocumentError(
+            "unknown grade", file=path, path="grade.grade", expected=", ".join(t.GRADES)
+        )
+    provenance = audit.get("provenance") or {}
+    return {
+        "build_id": "build-" + sha[:24],
+        "plan_id": plan_id,
+        "plan_hash": plan["hash"],
+        "plan_identity_hash": _text(plan.get("identityHash")),
+        "kernel_fingerprints": list(provenance.get("kernelFingerprints") or []),
+        "simreport_version": str((audit.get("software") or {}).get("simreport") or "unknown"),
+        "audit_sha256": sha,
+        "grade": grade["grade"],
+        "grade_reasons": list(grade.get("reasons") or []),
+        "summary": dict(audit.get("summary") or {}),
+    }
+
+
+def _build_conditions(
+    audit: Mapping[str, Any], path: Path, build_id: str
+) -> list[tuple[dict[str, Any], str]]:
+    provenance = (audit.get("provenance") or {}).get("conditions") or {}
+    found = []
+    for position, cond in enumerate(audit.get("conditions") or []):
+        if not isinstance(cond, dict) or not isinstance(cond.get("id"), str):
+            raise DocumentError(
+                "a condition without an id", file=path, path=f"conditions.{position}"
+            )
+        cid = cond["id"]
+        row = {
+            "build_id": build_id,
+            "condition_id": cid,
+            "position": position,
+            "label": _text(cond.get("label")),
+            "axis": _text(cond.get("axis")),
+            "levels": dict(cond.get("levels") or {}),
+            "model": _text(cond.get("model")),
+            "is_base": bool(cond.get("isBase", False)),
+            "identical_to_base": bool(cond.get("identicalToBase", False)),
+            "scenario_hash": _text((provenance.get(cid) or {}).get("scenarioHash")),
+            "runs": int(cond.get("runs") or 0),
+            "succeeded": int(cond.get("succeeded") or 0),
+            "complete": int(cond.get("complete") or 0),
+            "excluded": int(cond.get("excluded") or 0),
+            "means": dict(cond.get("means") or {}),
+        }
+        found.append((row, str(cond.get("dir") or cid)))
+    return found
+
+
+# --------------------------------------------------------------------------- folders
+
+
+def is_audit_dir(path: Path) -> bool:
+    return (path / "audit.json").is_file() or (
+        (path / "conditions.json").is_file() and (path / "runs").is_dir()
+    )
+
+
+def find_results(paths: Iterable[str | Path]) -> tuple[list[Path], list[Path]]:
+    """(audit directories, standalone run directories) in and under `paths`, in a stable
+    order. Hidden folders (the run store `.store`, `.snakemake`) are not entered: the runs in
+    them are copies of runs in the audit directories."""
+    audits: list[Path] = []
+    runs: list[Path] = []
+    for given in paths:
+        root = Path(given)
+        if not root.exists():
+            raise InputError("no such file or folder", file=root, expected="a results folder")
+        if not root.is_dir():
+            raise InputError("not a folder", file=root, expected="a results folder")
+        if is_run_dir(root):
+            runs.append(root)
+            continue
+        if is_audit_dir(root):
+            audits.append(root)
+            continue
+        for folder, subfolders, _files in os.walk(root):
+            here = Path(folder)
+            subfolders[:] = sorted(s for s in subfolders if not s.startswith("."))
+            if is_run_dir(here):
+                runs.append(here)
+                subfolders[:] = []
+            elif is_audit_dir(here):
+                audits.append(here)
+                subfolders[:] = []
+    return audits, runs
+
+
+def audit_run_dirs(audit_dir: Path) -> list[Path]:
+    """Every run directory under an audit directory's `runs/`."""
+    found = []
+    for folder, subfolders, _files in os.walk(audit_dir / "runs"):
+        subfolders[:] = sorted(s for s in subfolders if not s.startswith("."))
+        if is_run_dir(Path(folder)):
+            found.append(Path(folder))
+            subfolders[:] = []
+    return found
+
+
+def ingest_paths(
+    engine: Engine,
+    paths: Iterable[str | Path],
+    *,
+    tenant: str = DEFAULT_TENANT,
+    on_run: Callable[[RunIngest], None] | None = None,
+) -> IngestSummary:
+    """Record every run and analysed audit in and under `paths`. A run or build the ledger
+    refuses (a conflict, a broken file) is listed in the summary; the others are recorded."""
+    audits, standalone = find_results(paths)
+    summary = IngestSummary()
+
+    def heard(done: RunIngest) -> None:
+        summary.add_run(done)
+        if on_run is not None:
+            on_run(done)
+
+    def one_run(run_dir: Path) -> None:
+        try:
+            heard(ingest_run(engine, run_dir, tenant=tenant))
+        except InputError as exc:
+            summary.refused.append((run_dir, exc.one_line()))
+
+    for audit_dir in audits:
+        for run_dir in audit_run_dirs(audit_dir):
+            one_run(run_dir)
+        if (audit_dir / "audit.json").is_file():
+            try:
+                summary.add_build(ingest_build(engine, audit_dir, tenant=tenant, on_run=heard))
+            except InputError as exc:
+                summary.refused.append((audit_dir, exc.one_line()))
+    for run_dir in standalone:
+        one_run(run_dir)
+    return summary

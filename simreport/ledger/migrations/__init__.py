@@ -1,0 +1,1 @@
+"""Alembic revisions of the ledger schema, run by simreport.ledger.migrate."""
