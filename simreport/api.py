@@ -11,11 +11,14 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .core.errors import InputError
 from .core.files import load_document
 from .core.schema import RunResult, Scenario
+
+if TYPE_CHECKING:
+    from .ledger.recording import LedgerRecorder
 
 
 @dataclass
@@ -93,13 +96,17 @@ def run(
     provider: str | None = None,
     model: str | None = None,
     base_url: str | None = None,
+    ledger: LedgerRecorder | str | bool = True,
 ) -> RunResult:
-    """Run one scenario file into `out`. Input errors raise; run failures come back as data."""
+    """Run one scenario file into `out`. Input errors raise; run failures come back as data.
+    The run, failed or not, is recorded in the `ledger` (see `_recorder`); when the ledger does
+    not record it, LedgerIncomplete is raised once the files are complete."""
     from .harness.runner import check_llm_access
     from .kernel import load_scenario, run_scenario
 
     check_output_dir(out)
     check_llm_access(provider, base_url, base_url_at="base_url")
+    recorder, owned = _recorder(ledger, Path(out).parent)
     loaded = load_scenario(scenario_path)
     scenario: Scenario = loaded.scenario
     update = {k: v for k, v in (("model", model), ("base_url", base_url)) if v is not None}
@@ -109,7 +116,10 @@ def run(
         if seed < 0:
             raise InputError("seed must not be negative", expected="an integer ≥ 0")
         scenario = scenario.model_copy(update={"seed": seed})
-    return run_scenario(scenario, out, asset_root=loaded.asset_root, provider=provider)
+    result = run_scenario(scenario, out, asset_root=loaded.asset_root, provider=provider)
+    recorder.record_runs([out])
+    _finish(recorder, owned)
+    return result
 
 
 def conditions(
@@ -137,16 +147,18 @@ def audit(
     analyse: bool = True,
     max_runs: int | None = None,
     notify: Callable[[str], None] | None = None,
+    ledger: LedgerRecorder | str | bool = True,
 ) -> Any:
     """Run every replication of every condition of a plan, then analyse and report. `provider`,
     `model` and `base_url` override every run's model access (recorded in plan.json, every
     manifest and the report). A plan of more than `max_runs` runs (default: the harness's
     DEFAULT_MAX_RUNS) is refused; a concurrency beyond the machine's worker limit is capped and
     `notify` (default: a Python warning) is told. Every check happens before anything is written.
+    Every run, then the analysis as a build, is recorded in the `ledger` (see `_recorder`).
     Returns the harness's AuditRun."""
     from .harness import load_plan, run_audit
     from .harness.plan import bounded_workers
-    from .harness.runner import check_llm_access, validate_llm_override
+    from .harness.runner import check_llm_access, run_dir, validate_llm_override
 
     if out is not None:
         check_output_dir(out)
@@ -157,6 +169,7 @@ def audit(
     llm = validate_llm_override(loaded, {"model": model, "baseUrl": base_url})
     target = Path(out) if out is not None else Path("results") / loaded.plan_id
     check_output_dir(target)
+    recorder, owned = _recorder(ledger, target.parent)
     workers, note = bounded_workers(loaded.plan.concurrency)
     if note is not None:
         if notify is not None:
@@ -166,8 +179,12 @@ def audit(
     result = run_audit(
         loaded, target, provider=provider, concurrency=workers, progress=progress, llm=llm
     )
+    # In this process, once every run's folder is complete (never inside the run workers).
+    recorder.record_runs(run_dir(target, condition, r) for condition, r, _ in result.results)
     if analyse:
         _analyse_if_available(target, include_incomplete)
+        recorder.record_build(target)
+    _finish(recorder, owned)
     return result
 
 
@@ -175,18 +192,51 @@ RENDERED_PAGES = ("report.html", "methods.md", "methods.html", "figures")
 """What `report` renders from audit.json: re-rendered whenever `analyse` rewrites it."""
 
 
-def analyse(audit_dir: str | Path, *, include_incomplete: bool | None = None) -> dict[str, Any]:
+def analyse(
+    audit_dir: str | Path,
+    *,
+    include_incomplete: bool | None = None,
+    ledger: LedgerRecorder | str | bool = True,
+) -> dict[str, Any]:
     """Compute audit.json and runs.parquet from an audit directory's runs. Pages already in the
     directory (report, methods, figures) are re-rendered from the new audit.json, so none is
-    left describing the old one; a directory without pages gets none."""
+    left describing the old one; a directory without pages gets none. The analysis is recorded
+    in the `ledger` (see `_recorder`) as a build, with its runs."""
     from .analysis.audit import analyse_dir
 
     root = Path(audit_dir)
+    recorder, owned = _recorder(ledger, root.parent)
     had_pages = any((root / name).exists() for name in RENDERED_PAGES)
     audit = analyse_dir(root, include_incomplete=include_incomplete)
     if had_pages:
         report(root)
+    recorder.record_build(root)
+    _finish(recorder, owned)
     return audit
+
+
+def _recorder(
+    ledger: LedgerRecorder | str | bool, results_dir: Path
+) -> tuple[LedgerRecorder, bool]:
+    """Where `run`, `audit` and `analyse` record what they wrote: `ledger` True (the default) is
+    the ledger $SIMREPORT_LEDGER_URL names, else `ledger.sqlite` in `results_dir`, the folder
+    that holds the output; a string is a URL; False records nothing; a LedgerRecorder is the
+    caller's (it reads its `problems`). Returns the recorder and whether this call owns it (then
+    it closes it, and raises LedgerIncomplete when something was not recorded). A URL that
+    cannot be one is refused here, before anything runs."""
+    from .ledger.recording import LedgerRecorder
+
+    if isinstance(ledger, LedgerRecorder):
+        return ledger, False
+    if isinstance(ledger, str):
+        return LedgerRecorder.resolve(ledger, results_dir=results_dir), True
+    return LedgerRecorder.resolve(results_dir=results_dir, enabled=bool(ledger)), True
+
+
+def _finish(recorder: LedgerRecorder, owned: bool) -> None:
+    if owned:
+        recorder.close()
+        recorder.raise_if_incomplete()
 
 
 def report(audit_dir: str | Path) -> Path:

@@ -3,7 +3,8 @@
 Exit codes: 0 success (failed runs inside an audit are data, not errors); 1 internal error;
 2 invalid input or usage (nothing was run), or the environment refused a file operation (disk
 full, read-only or forbidden folder, a file where a folder should be: the line names the path);
-3 `run`: the run failed, `doctor`: a check failed; 130 interrupted.
+3 `run`: the run failed, `doctor`: a check failed; 4 the results were written but the ledger
+did not record all of them (one line each says which); 130 interrupted.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from . import __version__
@@ -66,6 +68,40 @@ def _note(text: str) -> None:
     print(f"simreport: note: {text}", file=sys.stderr)
 
 
+def _ledger_options(p: argparse.ArgumentParser) -> None:
+    """`--ledger URL` and `--no-ledger`, on every command that writes runs or builds."""
+    p.add_argument(
+        "--ledger",
+        metavar="URL",
+        help="record in this ledger: sqlite:///PATH or postgresql+psycopg://USER@HOST/DB "
+        "(default: $SIMREPORT_LEDGER_URL, else ledger.sqlite in the folder holding the output)",
+    )
+    p.add_argument("--no-ledger", action="store_true", help="record nothing in a ledger")
+
+
+def _recorder(args: argparse.Namespace, results_dir: str | Path) -> Any:
+    """The command's LedgerRecorder; a URL that cannot be one is refused before anything runs."""
+    from .ledger.recording import LedgerRecorder
+
+    if args.no_ledger and args.ledger:
+        from .core.errors import InputError
+
+        raise InputError("--ledger and --no-ledger contradict each other", path="--no-ledger")
+    return LedgerRecorder.resolve(args.ledger, results_dir=results_dir, enabled=not args.no_ledger)
+
+
+def _ledger_exit(recorder: Any, code: int) -> int:
+    """`code`, or EXIT_LEDGER when the ledger did not record everything (a failed run's own
+    exit code wins)."""
+    from .ledger.recording import EXIT_LEDGER
+
+    recorder.close()
+    if recorder.complete:
+        return code
+    print(f"simreport: {recorder.summary()}", file=sys.stderr)
+    return code if code != EXIT_OK else EXIT_LEDGER
+
+
 def _progress_bar() -> Callable[[int, int], None] | None:
     if not sys.stderr.isatty():
         return None
@@ -107,6 +143,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .api import run
 
     _check_options(args)
+    recorder = _recorder(args, Path(args.out).parent)
     result = run(
         args.scenario,
         args.out,
@@ -114,16 +151,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         provider=args.provider,
         model=args.model,
         base_url=args.base_url,
+        ledger=recorder,
     )
     if result.failure is not None:
         failure = result.failure
         print(f"run failed in {failure.stage}: {failure.type}: {failure.message}", file=sys.stderr)
         print(f"result: {args.out}/result.json")
-        return EXIT_OK if args.allow_failure else EXIT_RUN_FAILED
+        return _ledger_exit(recorder, EXIT_OK if args.allow_failure else EXIT_RUN_FAILED)
     metrics = ", ".join(f"{k}={v:.4g}" for k, v in sorted(result.metrics.items()))
     print(f"completed: {metrics}")
     print(f"result: {args.out}/result.json")
-    return EXIT_OK
+    return _ledger_exit(recorder, EXIT_OK)
 
 
 def cmd_conditions(args: argparse.Namespace) -> int:
@@ -296,6 +334,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
     _check_options(args)
     include = True if args.include_incomplete else None
+    # The default audit directory is results/<plan-id>: its ledger is results/ledger.sqlite.
+    recorder = _recorder(args, Path(args.out).parent if args.out else Path("results"))
     run = audit(
         args.plan,
         args.out,
@@ -308,6 +348,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
         progress=_progress_bar(),
         max_runs=args.max_runs,
         notify=_note,
+        ledger=recorder,
     )
     results = [r for _, _, r in run.results]
     failed = sum(1 for r in results if r.failure is not None)
@@ -316,15 +357,18 @@ def cmd_audit(args: argparse.Namespace) -> int:
         f"{len(results)} runs in {run.out_dir}: {len(results) - failed} completed, "
         f"{failed} failed, {incomplete} incomplete"
     )
-    return EXIT_OK
+    return _ledger_exit(recorder, EXIT_OK)
 
 
 def cmd_analyse(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from .api import analyse
 
-    audit = analyse(args.audit_dir, include_incomplete=True if args.include_incomplete else None)
+    recorder = _recorder(args, Path(args.audit_dir).parent)
+    audit = analyse(
+        args.audit_dir,
+        include_incomplete=True if args.include_incomplete else None,
+        ledger=recorder,
+    )
     summary = audit["summary"]
     print(
         f"audit.json: grade {audit['grade']['grade']}, {summary['runs']} runs "
@@ -333,7 +377,7 @@ def cmd_analyse(args: argparse.Namespace) -> int:
     report = Path(args.audit_dir) / "report.html"
     if report.is_file():
         print(f"report: {report} (re-rendered with the methods pages and figures)")
-    return EXIT_OK
+    return _ledger_exit(recorder, EXIT_OK)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -398,6 +442,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="override llm.model")
     p.add_argument("--base-url", help="override llm.baseUrl (HTTP providers)")
     p.add_argument("--allow-failure", action="store_true", help="exit 0 even when the run failed")
+    _ledger_options(p)
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("conditions", help="list a plan's conditions without running")
@@ -434,6 +479,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="override every run's model (plans without `models`)")
     p.add_argument("--base-url", help="override every run's llm.baseUrl")
     p.add_argument("--include-incomplete", action="store_true")
+    _ledger_options(p)
     p.set_defaults(func=cmd_audit)
 
     p = sub.add_parser(
@@ -442,6 +488,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("audit_dir")
     p.add_argument("--include-incomplete", action="store_true")
+    _ledger_options(p)
     p.set_defaults(func=cmd_analyse)
 
     p = sub.add_parser("report", help="re-render report.html and methods from audit.json")

@@ -160,6 +160,8 @@ class Workflow:
     store: RunStore
     title: str
     workers: int | None
+    ledger: str | None = None
+    """The ledger's URL (None: `ledger: null`, nothing is recorded); see `ledger_of`."""
 
     def plan(self, plan_id: str) -> PlanTarget:
         for plan in self.plans:
@@ -220,7 +222,30 @@ def load_workflow(
         store=RunStore(store_dir),
         title=str(config.get("title") or "simreport audits"),
         workers=_workers(config.get("workers"), config_file),
+        ledger=ledger_of(config, results_dir, config_file),
     )
+
+
+def ledger_of(config: Mapping[str, Any], results_dir: Path, config_file: str | Path) -> str | None:
+    """The ledger the workflow records in: $SIMREPORT_LEDGER_URL, else the config's `ledger`
+    (a URL or a SQLite file path; null turns recording off), else
+    `sqlite:///<results>/ledger.sqlite`. A config value that cannot be one names the file."""
+    from .ledger.db import UNSET, ledger_url, normalise_url
+
+    configured = config.get("ledger", UNSET)
+    if isinstance(configured, str):
+        try:
+            normalise_url(configured, where="ledger")
+        except InputError as exc:
+            raise exc.located(file=config_file) from None
+    elif configured is not None and configured is not UNSET:
+        raise InputError(
+            f"ledger must be a URL or null, not {configured!r}",
+            file=config_file,
+            path="ledger",
+            expected="sqlite:///PATH, postgresql+psycopg://USER@HOST/DB, or null for no ledger",
+        )
+    return ledger_url(results_dir=results_dir, configured=configured)
 
 
 _OVERRIDES = ("replications", "maxRuns", "provider", "model", "baseUrl", "includeIncomplete")
@@ -246,6 +271,8 @@ def retype_command_line(config: MutableMapping[str, Any]) -> None:
     as "true" and "5". Only the keys that are never text are converted, at the top level and
     in each plan's `overrides`; a value that still does not fit is left for the schema to refuse."""
     _retype(config)
+    if isinstance(config.get("ledger"), str) and config["ledger"].strip().lower() in _NULL:
+        config["ledger"] = None  # `--config ledger=null`: no ledger
     overrides = config.get("overrides")
     if isinstance(overrides, MutableMapping):
         for entry in overrides.values():
@@ -261,10 +288,13 @@ def _retype(values: MutableMapping[str, Any]) -> None:
         word = text.strip()
         if word.lower() in ("true", "false"):
             values[key] = word.lower() == "true"
-        elif word.lower() in ("null", "~", ""):
+        elif word.lower() in _NULL:
             values[key] = None
         elif re.fullmatch(r"[+-]?[0-9]+", word):
             values[key] = int(word)
+
+
+_NULL = ("null", "~", "")
 
 
 def _globals(config: Mapping[str, Any], config_file: str | Path = CONFIG_FILE) -> dict[str, Any]:
@@ -597,7 +627,28 @@ def run_condition(
         f"finished ({counts['fromStore']} from the store, {counts['computed']} run)"
         + "".join(f"\n  {line}" for line in state["failures"])
     )
+    # Here, in the job's process, once every run's folder is complete; failed runs too.
+    record_in_ledger(workflow, runs=[Path(output).parent for output in target.outputs])
     return counts
+
+
+def record_in_ledger(
+    workflow: Workflow, *, runs: Sequence[Path] = (), build: Path | None = None
+) -> None:
+    """Record a job's runs (each in its own transaction) and its analysis in the workflow's
+    ledger. What the ledger cannot record is said in one line each (the run, the ledger's URL
+    with credentials redacted) and then fails the job: its files are complete and stay, the
+    finished runs are in the run store, and the next build records them without running them
+    again. With `ledger: null` nothing happens."""
+    if workflow.ledger is None:
+        return
+    from .ledger.recording import LedgerRecorder
+
+    with LedgerRecorder(workflow.ledger, say=_say, shared=True) as recorder:
+        recorder.record_runs(runs)
+        if build is not None:
+            recorder.record_build(build)
+    recorder.raise_if_incomplete()
 
 
 def _drop_unfinished(target: ConditionTarget) -> None:
@@ -806,6 +857,7 @@ def analyse_plan(workflow: Workflow, plan_id: str) -> None:
         if damaged:
             repair_runs(workflow, plan, target, damaged)
     analyse_dir(plan.out_dir, include_incomplete=plan.include_incomplete)
+    record_in_ledger(workflow, build=plan.out_dir)
 
 
 def damaged_runs(plan: PlanTarget, target: ConditionTarget) -> list[int]:
@@ -863,6 +915,7 @@ def repair_runs(
         f"{plan.id} · {target.condition.id}: replaced {len(damaged)} damaged or missing "
         f"result.json ({', '.join(str(r) for r in damaged)})"
     )
+    record_in_ledger(workflow, runs=[Path(target.outputs[r]).parent for r in damaged])
 
 
 def run_replication(

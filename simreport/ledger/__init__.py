@@ -36,6 +36,7 @@ if TYPE_CHECKING:
         ingest_run,
     )
     from .migrate import upgrade
+    from .recording import EXIT_LEDGER, LedgerIncomplete, LedgerRecorder
     from .rundir import run_identity
 
 _WHERE = {
@@ -53,14 +54,20 @@ _WHERE = {
     "ingest_paths": "ingest",
     "ingest_run": "ingest",
     "upgrade": "migrate",
+    "EXIT_LEDGER": "recording",
+    "LedgerIncomplete": "recording",
+    "LedgerRecorder": "recording",
     "run_identity": "rundir",
 }
 
 __all__ = [
+    "EXIT_LEDGER",
     "AssetVersionChanged",
     "BuildIngest",
     "IngestSummary",
+    "LedgerIncomplete",
     "LedgerOutdated",
+    "LedgerRecorder",
     "LedgerUnavailable",
     "NotRecorded",
     "RunConflict",

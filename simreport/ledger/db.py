@@ -168,7 +168,7 @@ def _sqlite_pragmas(engine: Engine) -> None:
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         cursor.execute(f"PRAGMA busy_timeout = {timeout_ms}")
-        cursor.execute("PRAGMA journal_mode = WAL")
+        _wal_mode(cursor)
         # In WAL mode NORMAL loses no committed transaction when a process dies; only a power
         # cut may lose the last ones.
         cursor.execute("PRAGMA synchronous = NORMAL")
@@ -181,6 +181,24 @@ def _sqlite_pragmas(engine: Engine) -> None:
         # (SQLite answers "database is locked" at once), so writers take it at BEGIN.
         read_only = conn.get_execution_options().get(READ_ONLY, False)
         conn.exec_driver_sql("BEGIN DEFERRED" if read_only else "BEGIN IMMEDIATE")
+
+
+def _wal_mode(cursor: Any) -> None:
+    """Switch to WAL, waiting for other writers: SQLite answers "database is locked" at once
+    (without its busy handler) while another connection creates the file or holds its lock,
+    as happens when parallel jobs open a new ledger together."""
+    import sqlite3
+    import time
+
+    deadline = time.monotonic() + BUSY_TIMEOUT_SECONDS
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 @contextmanager

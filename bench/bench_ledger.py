@@ -1,0 +1,183 @@
+"""What recording in the run ledger costs.
+
+Prints (i) ingest throughput — records/s for `refund_desk` runs (testbed records) and events/s
+for `echo_chamber` runs — into SQLite and, when SIMREPORT_TEST_POSTGRES_URL names a server, into
+a fresh PostgreSQL database on it (goal ≥ 20,000 records/s into SQLite); and (ii) the wall time
+of a full `snakemake --cores N` build of the examples (config/config.yaml's plans, from an empty
+results folder and an empty run store) with the default ledger and with `ledger: null`, side by
+side, and the share the ledger adds (goal ≤ 10 %). Everything runs in temporary folders.
+
+    python bench/bench_ledger.py [--runs 20] [--cores 2] [--repeat 1] [--skip i,ii]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import yaml
+
+import simreport
+from simreport.ledger import connect, ingest_run
+from simreport.ledger.db import ENV_VAR
+from simreport.ledger.queries import counts
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+COPY = ("Snakefile", "rules", "config", "profiles", "envs", "examples", "report")
+
+
+def make_runs(tmp: Path, example: str, n: int) -> list[Path]:
+    """`n` runs of an example (seeds 1…n), files only."""
+    runs = []
+    for seed in range(1, n + 1):
+        out = tmp / example / str(seed)
+        simreport.run(ROOT / "examples" / example / "scenario.yaml", out, seed=seed, ledger=False)
+        runs.append(out)
+    return runs
+
+
+def throughput(url: str, runs: list[Path]) -> tuple[float, dict[str, int]]:
+    """Seconds to ingest `runs` into an empty ledger (schema created beforehand), and rows."""
+    engine = connect(url)
+    try:
+        ingest_run(engine, runs[0])  # creates the schema; not timed
+        start = time.perf_counter()
+        for run in runs[1:]:
+            ingest_run(engine, run)
+        elapsed = time.perf_counter() - start
+        rows = counts(engine)
+    finally:
+        engine.dispose()
+    return elapsed, rows
+
+
+def postgres_database() -> tuple[str, str] | None:
+    server = os.environ.get("SIMREPORT_TEST_POSTGRES_URL", "")
+    if not server:
+        return None
+    import sqlalchemy as sa
+
+    base = sa.engine.make_url(server)
+    name = f"ledger_bench_{uuid.uuid4().hex[:12]}"
+    admin = sa.create_engine(base, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    admin.dispose()
+    return server, base.set(database=name).render_as_string(hide_password=False)
+
+
+def drop_database(server: str, url: str) -> None:
+    import sqlalchemy as sa
+
+    admin = sa.create_engine(server, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        name = sa.engine.make_url(url).database
+        conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    admin.dispose()
+
+
+def part_i(tmp: Path, n: int) -> None:
+    samples = {
+        "refund_desk": ("record", make_runs(tmp, "refund_desk", n)),
+        "echo_chamber": ("event", make_runs(tmp, "echo_chamber", n)),
+    }
+    targets = [("sqlite", lambda: (None, f"sqlite:///{tmp / uuid.uuid4().hex}.sqlite"))]
+    if os.environ.get("SIMREPORT_TEST_POSTGRES_URL"):
+        targets.append(("postgresql", postgres_database))  # type: ignore[arg-type]
+    for database, make in targets:
+        for example, (table, runs) in samples.items():
+            made = make()
+            assert made is not None
+            server, url = made
+            try:
+                elapsed, rows = throughput(url, runs)
+            finally:
+                if server is not None:
+                    drop_database(server, url)
+            per_run = rows[table] / len(runs)
+            timed_rows = per_run * (len(runs) - 1)
+            print(
+                f"(i) {database:<10} {example:<12} {len(runs) - 1} runs in {elapsed:.2f} s: "
+                f"{timed_rows / elapsed:,.0f} {table}s/s ({per_run:,.0f} {table}s per run, "
+                f"{(len(runs) - 1) / elapsed:.1f} runs/s)"
+            )
+
+
+def workspace(tmp: Path, ledger: bool) -> Path:
+    dest = tmp / ("with-ledger" if ledger else "without-ledger")
+    dest.mkdir(parents=True)
+    for name in COPY:
+        source = ROOT / name
+        if source.is_dir():
+            shutil.copytree(source, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(source, dest / name)
+    config = yaml.safe_load((dest / "config" / "config.yaml").read_text())
+    if not ledger:
+        config["ledger"] = None
+    (dest / "config" / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    return dest
+
+
+def build(dest: Path, cores: str) -> float:
+    env = {k: v for k, v in os.environ.items() if k != ENV_VAR}
+    env["PYTHONPATH"] = str(ROOT)
+    for folder in ("results", "site", ".snakemake"):
+        shutil.rmtree(dest / folder, ignore_errors=True)
+    start = time.perf_counter()
+    subprocess.run(
+        [str(BIN / "snakemake"), "--cores", cores],
+        cwd=dest,
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+    return time.perf_counter() - start
+
+
+def part_ii(tmp: Path, cores: str, repeat: int) -> None:
+    with_ledger, without = workspace(tmp, True), workspace(tmp, False)
+    on, off = [], []
+    for _ in range(repeat):
+        off.append(build(without, cores))
+        on.append(build(with_ledger, cores))
+    engine = connect(f"sqlite:///{with_ledger / 'results' / 'ledger.sqlite'}", must_exist=True)
+    try:
+        rows = counts(engine)
+    finally:
+        engine.dispose()
+    assert not (without / "results" / "ledger.sqlite").exists()
+    best_on, best_off = min(on), min(off)
+    print(
+        f"(ii) snakemake --cores {cores} on the examples ({rows['run']} runs, {rows['build']} "
+        f"builds recorded): {best_on:.2f} s with the ledger, {best_off:.2f} s with ledger: null; "
+        f"ratio {best_on / best_off:.3f} (+{100 * (best_on / best_off - 1):.1f} %, goal ≤ 10 %)"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--cores", default="2")
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--skip", default="")
+    args = parser.parse_args()
+    skip = set(args.skip.split(","))
+    with tempfile.TemporaryDirectory(prefix="bench-ledger-") as name:
+        tmp = Path(name)
+        if "i" not in skip:
+            part_i(tmp, args.runs)
+        if "ii" not in skip:
+            part_ii(tmp, args.cores, args.repeat)
+
+
+if __name__ == "__main__":
+    main()
