@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tiny_study import PLAN
 from workflow_copy import copy_workflow
 
 import simreport
@@ -37,14 +38,6 @@ params:
 """
 
 # 3 conditions (the base and two framings) × 2 replications = 6 runs.
-PLAN = """\
-baseScenario: scenario.yaml
-replications: 2
-metrics: [cooperationRate]
-axes:
-  - template: linguistic_framing
-    levels: [moralised, risk]
-"""
 
 
 @pytest.fixture

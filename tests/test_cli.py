@@ -10,33 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from tiny_study import PLAN, SCENARIO
 
 from simreport.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
-
-SCENARIO = """\
-world: prisoners_dilemma
-steps: 3
-seed: 5
-population:
-  n: 4
-  fields:
-    disposition: [cooperative, competitive]
-params:
-  framing: neutral
-  memoryWindow: 2
-"""
-
-PLAN = """\
-baseScenario: scenario.yaml
-replications: 2
-metrics: [cooperationRate]
-axes:
-  - template: linguistic_framing
-    levels: [moralised, risk]
-"""
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tiny_study import SCENARIO
 
 import simreport
 from simreport import api
@@ -31,19 +32,6 @@ from simreport.report.history import (
     previous,
     row_state,
 )
-
-SCENARIO = """\
-world: prisoners_dilemma
-steps: 3
-seed: 5
-population:
-  n: 4
-  fields:
-    disposition: [cooperative, competitive]
-params:
-  framing: neutral
-  memoryWindow: 2
-"""
 
 PLAN = """\
 baseScenario: scenario.yaml

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 from statsmodels.stats.power import NormalIndPower, TTestIndPower
+from tiny_study import PLAN, SCENARIO
 
 import simreport.api as api
 from simreport.analysis import power as pw
@@ -450,28 +451,6 @@ def test_response_cache_reports_recorded_usage(tmp_path: Path) -> None:
 
 
 # -------------------------------------------------------------------------------------- end to end
-
-SCENARIO = """\
-world: prisoners_dilemma
-steps: 3
-seed: 5
-population:
-  n: 4
-  fields:
-    disposition: [cooperative, competitive]
-params:
-  framing: neutral
-  memoryWindow: 2
-"""
-
-PLAN = """\
-baseScenario: scenario.yaml
-replications: 2
-metrics: [cooperationRate]
-axes:
-  - template: linguistic_framing
-    levels: [moralised, risk]
-"""
 
 
 @pytest.fixture(scope="module")
