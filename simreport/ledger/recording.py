@@ -111,10 +111,7 @@ class LedgerRecorder:
                 continue
             try:
                 done = ingest_run(engine, path)
-            except SimreportError as exc:
-                self._problem(f"run {path}", exc)
-                continue
-            except Exception as exc:  # a database error the ingest does not map: still one line
+            except Exception as exc:  # ours, or a database error the ingest does not map
                 self._problem(f"run {path}", exc)
                 continue
             if done.outcome == "recorded":
