@@ -8,14 +8,15 @@ simreport.audit("examples/prisoners_dilemma/audit.yaml", out="results/pd", repli
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .core.errors import InputError
 from .core.files import load_document
 from .core.schema import RunResult, Scenario
+from .core.versions import DEFAULT_PURPOSE, PURPOSES, Purpose, RunChecks, version_key
 
 if TYPE_CHECKING:
     from .ledger.recording import LedgerRecorder
@@ -97,10 +98,15 @@ def run(
     model: str | None = None,
     base_url: str | None = None,
     ledger: LedgerRecorder | str | bool = True,
+    purpose: Purpose = DEFAULT_PURPOSE,
 ) -> RunResult:
     """Run one scenario file into `out`. Input errors raise; run failures come back as data.
     The run, failed or not, is recorded in the `ledger` (see `_recorder`); when the ledger does
-    not record it, LedgerIncomplete is raised once the files are complete."""
+    not record it, LedgerIncomplete is raised once the files are complete. `purpose` is
+    exploration (the default) or regression, which needs every version the run records online
+    in the ledger; the run checks the ledger's pinned digests while loading either way."""
+    from .core.redaction import redact_document
+    from .core.versions import derived_version, design_sha256
     from .harness.runner import check_llm_access
     from .kernel import load_scenario, run_scenario
 
@@ -116,7 +122,26 @@ def run(
         if seed < 0:
             raise InputError("seed must not be negative", expected="an integer ≥ 0")
         scenario = scenario.model_copy(update={"seed": seed})
-    result = run_scenario(scenario, out, asset_root=loaded.asset_root, provider=provider)
+    _check_purpose(purpose)
+    checks = recorder.run_checks(loaded.scenario, purpose=purpose, file=scenario_path)
+    spec = design_sha256(redact_document(loaded.scenario.to_doc()))
+    if scenario.identity is not None:
+        own = design_sha256(redact_document(scenario.to_doc()))
+        declared = scenario.identity.version
+        version = declared if own == spec else derived_version(declared, own)
+        checks = checks.model_copy(
+            update={
+                "spec_sha256": spec,
+                "version": version,
+                "derived_from": None if version == declared else declared,
+            }
+        )
+        refuse_unpublished(checks, scenario.identity.id, [version], file=scenario_path)
+    else:
+        refuse_unpublished(checks, None, [], file=scenario_path)
+    result = run_scenario(
+        scenario, out, asset_root=loaded.asset_root, provider=provider, checks=checks
+    )
     recorder.record_runs([out])
     _finish(recorder, owned)
     return result
@@ -148,6 +173,7 @@ def audit(
     max_runs: int | None = None,
     notify: Callable[[str], None] | None = None,
     ledger: LedgerRecorder | str | bool = True,
+    purpose: Purpose | None = None,
 ) -> Any:
     """Run every replication of every condition of a plan, then analyse and report. `provider`,
     `model` and `base_url` override every run's model access (recorded in plan.json, every
@@ -155,8 +181,11 @@ def audit(
     DEFAULT_MAX_RUNS) is refused; a concurrency beyond the machine's worker limit is capped and
     `notify` (default: a Python warning) is told. Every check happens before anything is written.
     Every run, then the analysis as a build, is recorded in the `ledger` (see `_recorder`).
-    Returns the harness's AuditRun."""
-    from .harness import load_plan, run_audit
+    `purpose` (default: the plan's, else exploration) replaces the plan's `purpose`; a
+    regression audit is refused before any run when a scenario version it would record is not
+    online. Returns the harness's AuditRun."""
+    from .harness import build_conditions, load_plan, run_audit
+    from .harness.conditions import recorded_versions
     from .harness.plan import bounded_workers
     from .harness.runner import check_llm_access, run_dir, validate_llm_override
 
@@ -170,6 +199,19 @@ def audit(
     target = Path(out) if out is not None else Path("results") / loaded.plan_id
     check_output_dir(target)
     recorder, owned = _recorder(ledger, target.parent)
+    if purpose is not None:
+        _check_purpose(purpose)
+        loaded = replace(loaded, plan=loaded.plan.model_copy(update={"purpose": purpose}))
+    checks = recorder.run_checks(
+        loaded.base, purpose=loaded.plan.purpose, file=loaded.base_file or loaded.plan_file
+    )
+    versions = recorded_versions(loaded, build_conditions(loaded), llm)
+    refuse_unpublished(
+        checks,
+        loaded.base.identity.id if loaded.base.identity is not None else None,
+        [version for version, _ in versions.values() if version is not None],
+        file=loaded.plan_file,
+    )
     workers, note = bounded_workers(loaded.plan.concurrency)
     if note is not None:
         if notify is not None:
@@ -177,7 +219,13 @@ def audit(
         else:
             warnings.warn(note, stacklevel=2)
     result = run_audit(
-        loaded, target, provider=provider, concurrency=workers, progress=progress, llm=llm
+        loaded,
+        target,
+        provider=provider,
+        concurrency=workers,
+        progress=progress,
+        llm=llm,
+        checks=checks,
     )
     # In this process, once every run's folder is complete (never inside the run workers).
     recorder.record_runs(run_dir(target, condition, r) for condition, r, _ in result.results)
@@ -432,3 +480,47 @@ def estimate(
         "pilot": str(pilot) if pilot is not None else None,
         "warnings": warnings_,
     }
+
+
+def _check_purpose(purpose: str) -> None:
+    if purpose not in PURPOSES:
+        raise InputError(
+            f"unknown purpose {purpose!r}", path="purpose", expected=" or ".join(PURPOSES)
+        )
+
+
+def refuse_unpublished(
+    checks: RunChecks,
+    scenario_id: str | None,
+    versions: Iterable[str],
+    *,
+    file: str | Path | None,
+) -> None:
+    """Before any run of a regression: every scenario version the runs would record must be
+    online in the ledger (asset versions are checked by each run while loading, once their labels
+    are resolved)."""
+    if checks.purpose != "regression":
+        return
+    if scenario_id is None:
+        raise InputError(
+            "a regression run needs a versioned scenario, and this one has no `identity`",
+            file=file,
+            path="purpose",
+            expected="identity (id, version) in the scenario, or purpose exploration",
+        )
+    missing = []
+    for version in dict.fromkeys(versions):
+        held = checks.scenarios.get(version_key(scenario_id, version))
+        status = held.status if held is not None else "not in the ledger"
+        if status != "online":
+            missing.append(f"{scenario_id}@{version} ({status})")
+    if missing:
+        raise InputError(
+            "a regression run needs every scenario version it records online: "
+            + ", ".join(missing)
+            + "; a condition that changes the design records a derived version, which needs a "
+            "review of its own",
+            file=file,
+            path="purpose",
+            expected="online versions (`simreport review`), or purpose exploration",
+        )

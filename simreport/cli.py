@@ -152,6 +152,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         model=args.model,
         base_url=args.base_url,
         ledger=recorder,
+        purpose=args.purpose,
     )
     if result.failure is not None:
         failure = result.failure
@@ -349,6 +350,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
         max_runs=args.max_runs,
         notify=_note,
         ledger=recorder,
+        purpose=args.purpose,
     )
     results = [r for _, _, r in run.results]
     failed = sum(1 for r in results if r.failure is not None)
@@ -442,6 +444,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="override llm.model")
     p.add_argument("--base-url", help="override llm.baseUrl (HTTP providers)")
     p.add_argument("--allow-failure", action="store_true", help="exit 0 even when the run failed")
+    p.add_argument(
+        "--purpose",
+        choices=("exploration", "regression"),
+        default="exploration",
+        help="regression: every version the run records must be online in the ledger "
+        "(default: exploration)",
+    )
     _ledger_options(p)
     p.set_defaults(func=cmd_run)
 
@@ -479,6 +488,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="override every run's model (plans without `models`)")
     p.add_argument("--base-url", help="override every run's llm.baseUrl")
     p.add_argument("--include-incomplete", action="store_true")
+    p.add_argument(
+        "--purpose",
+        choices=("exploration", "regression"),
+        help="replace the plan's purpose (default: the plan's, else exploration)",
+    )
     _ledger_options(p)
     p.set_defaults(func=cmd_audit)
 
@@ -513,15 +527,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8000)
     p.set_defaults(func=cmd_serve)
 
+    from . import kernel
     from .doctor import register_cli as register_doctor
     from .kernel.testbed.replay import register_cli as register_replay
     from .ledger.cli import register_cli as register_ledger
+    from .ledger.review_cli import register_cli as register_review
     from .mcp_server import register_cli as register_mcp
     from .worlds_catalog import register_cli as register_worlds
 
     register_doctor(sub)
     register_replay(sub)
     register_ledger(sub)
+    register_review(sub, kernel)
     register_mcp(sub)
     register_worlds(sub)
     return parser

@@ -20,12 +20,12 @@ import signal
 import sys
 import threading
 from collections import Counter
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .core.canonical import content_hash, pretty_json, sha256_text
 from .core.errors import InputError
@@ -53,6 +53,9 @@ from .harness.runner import (
 )
 from .kernel import input_hashes, kernel_fingerprint
 from .kernel.interrupt import Interrupted, request_stop
+
+if TYPE_CHECKING:
+    from .ledger.recording import LedgerRecorder
 
 DEFAULT_STORE = ".store"
 CONFIG_FILE = "config/config.yaml"
@@ -573,15 +576,35 @@ def _condition_jobs(
     workflow: Workflow, plan: PlanTarget, target: ConditionTarget, *, reuse: bool = False
 ) -> tuple[list[tuple[Condition, int]], list[RunJob], dict[int, RunResult]]:
     """The replications of one condition: their slots, the jobs left to run and the results
-    taken from the run store (or, with `reuse`, from the run folders)."""
+    taken from the run store (or, with `reuse`, from the run folders). The runs check what the
+    ledger pins and holds as review status; a regression whose condition records a scenario
+    version that is not online is refused before any run."""
+    from .api import refuse_unpublished
+    from .harness.conditions import recorded_versions
+    from .ledger.recording import LedgerRecorder
+
+    loaded = plan.loaded
+    recorder = LedgerRecorder(workflow.ledger, say=_say, shared=True)
+    checks = recorder.run_checks(
+        loaded.base, purpose=loaded.plan.purpose, file=loaded.base_file or loaded.plan_file
+    )
+    version, _ = recorded_versions(loaded, [target.condition], plan.llm)[target.condition.id]
+    identity = loaded.base.identity
+    refuse_unpublished(
+        checks,
+        identity.id if identity is not None else None,
+        [version] if version is not None else [],
+        file=loaded.plan_file,
+    )
     return plan_jobs(
-        plan.loaded,
+        loaded,
         [target.condition],
         plan.out_dir,
         provider=plan.provider,
         llm=plan.llm,
         store=workflow.store,
         reuse=reuse,
+        checks=checks,
     )
 
 
@@ -602,9 +625,12 @@ def run_condition(
     progress = ConditionLog(log, condition_id, total=len(slots), fetched=len(fetched))
     workers = workflow.workers or default_workers(cores)
     pool = _shared_pool(workers) if len(jobs) > 1 else None
+    recorder = _ledger_recorder(workflow)
     try:
-        results = {**fetched, **execute_jobs(jobs, pool, progress.finished)}
+        results = {**fetched, **execute_jobs(jobs, pool, _recording(progress.finished, recorder))}
     except Interrupted:
+        if recorder is not None:
+            recorder.close()
         if pool is not None:
             _retire_pool(pool)
         _drop_unfinished(target)
@@ -627,24 +653,56 @@ def run_condition(
         f"finished ({counts['fromStore']} from the store, {counts['computed']} run)"
         + "".join(f"\n  {line}" for line in state["failures"])
     )
-    # Here, in the job's process, once every run's folder is complete; failed runs too.
-    record_in_ledger(workflow, runs=[Path(output).parent for output in target.outputs])
+    # Here, in the job's process, once every run's folder is complete; failed runs too (the
+    # finished ones were handed over as they ended: this waits for them).
+    record_in_ledger(
+        workflow, runs=[Path(output).parent for output in target.outputs], recorder=recorder
+    )
     return counts
 
 
-def record_in_ledger(
-    workflow: Workflow, *, runs: Sequence[Path] = (), build: Path | None = None
-) -> None:
-    """Record a job's runs (each in its own transaction) and its analysis in the workflow's
-    ledger. What the ledger cannot record is said in one line each (the run, the ledger's URL
-    with credentials redacted) and then fails the job: its files are complete and stay, the
-    finished runs are in the run store, and the next build records them without running them
-    again. With `ledger: null` nothing happens."""
+def _ledger_recorder(workflow: Workflow) -> LedgerRecorder | None:
     if workflow.ledger is None:
-        return
+        return None
     from .ledger.recording import LedgerRecorder
 
-    with LedgerRecorder(workflow.ledger, say=_say, shared=True) as recorder:
+    return LedgerRecorder(workflow.ledger, say=_say, shared=True)
+
+
+def _recording(
+    finished: Callable[[RunJob, RunResult], None], recorder: LedgerRecorder | None
+) -> Callable[[RunJob, RunResult], None]:
+    """`finished`, then a finished run handed to the ledger's writer thread, which records it
+    while the condition's other runs still run (the ledger's share of a build then mostly
+    overlaps the runs, instead of following each job's last run). Its folder is complete and
+    stays: only runs that did not finish are removed after an interrupt."""
+    if recorder is None:
+        return finished
+
+    def finished_and_recorded(job: RunJob, result: RunResult) -> None:
+        finished(job, result)
+        if result.final:
+            recorder.record_soon(job.out_dir)
+
+    return finished_and_recorded
+
+
+def record_in_ledger(
+    workflow: Workflow,
+    *,
+    runs: Sequence[Path] = (),
+    build: Path | None = None,
+    recorder: LedgerRecorder | None = None,
+) -> None:
+    """Record a job's runs (each in its own transaction) and its analysis in the workflow's
+    ledger, with `recorder` when the job has one already. What the ledger cannot record is said
+    in one line each (the run, the ledger's URL with credentials redacted) and then fails the
+    job: its files are complete and stay, the finished runs are in the run store, and the next
+    build records them without running them again. With `ledger: null` nothing happens."""
+    recorder = recorder or _ledger_recorder(workflow)
+    if recorder is None:
+        return
+    with recorder:
         recorder.record_runs(runs)
         if build is not None:
             recorder.record_build(build)

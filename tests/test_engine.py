@@ -46,7 +46,9 @@ def test_run_directory_contract(tmp_path: Path) -> None:
         "integrity",
         "cost",
         "failure",
+        "purpose",  # beyond SPEC §4's keys: why the run was made (SPEC §10)
     }
+    assert doc["purpose"] == "exploration"
     assert doc["status"] == {
         "execution": "completed",
         "validity": "unchecked",

@@ -5,6 +5,7 @@ no worker process outlives its parent, however the parent ends."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -169,6 +170,7 @@ class Audit:
         (tmp_path / "audit.yaml").write_text(PLAN)
         self.out = tmp_path / "out"
         self.server = server
+        self.exited = math.nan
         env = {
             **os.environ,
             "SIMREPORT_CACHE_DIR": str(tmp_path / "cache"),
@@ -195,7 +197,9 @@ class Audit:
 
     def wait(self, timeout: float) -> int:
         try:
-            return self.proc.wait(timeout=timeout)
+            code = self.proc.wait(timeout=timeout)
+            self.exited = time.monotonic()
+            return code
         except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(timeout=10)
@@ -227,10 +231,16 @@ def slow_server() -> Iterator[FakeLLM]:
 
 def _assert_stopped_cleanly(audit: Audit, workers: set[int], signalled: float) -> None:
     """What every interrupted audit must show, checked after the audit has exited."""
+    read_from = time.monotonic()
     stderr = audit.proc.stderr.read().decode() if audit.proc.stderr else ""
     assert audit.proc.returncode == 130, stderr
     assert "interrupted" in stderr
-    assert time.monotonic() - signalled < 2.5
+    # Said on failure: when the audit exited and how long its stderr stayed open after that.
+    timing = (
+        f"exited {audit.exited - signalled:.2f} s after the signal; stderr closed "
+        f"{time.monotonic() - read_from:.2f} s after reading began; {stderr[-600:]}"
+    )
+    assert time.monotonic() - signalled < 2.5, timing
     _wait_for(lambda: not any(_alive(pid) for pid in workers), 2.0, "the workers to exit")
     assert not (audit.out / "audit.json").exists()
     assert not (audit.out / "report.html").exists()

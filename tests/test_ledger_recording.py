@@ -350,3 +350,87 @@ def test_workflow_off_records_nothing_and_a_retried_run_keeps_the_failed_one(
         assert code == 0, out[-3000:]
         every = _run_ids(url)
         assert failed < every and len(every) == 8
+
+
+# --------------------------------------------------------------------------- as runs end
+
+
+def _refund_runs(tmp_path: Path, seeds: list[int]) -> list[Path]:
+    import simreport
+
+    runs = []
+    for seed in seeds:
+        out = tmp_path / "runs" / str(seed)
+        simreport.run(EXAMPLES / "refund_desk" / "scenario.yaml", out, seed=seed, ledger=False)
+        runs.append(out)
+    return runs
+
+
+def test_runs_handed_over_as_they_end_are_recorded_once(tmp_path: Path, ledger_url: str) -> None:
+    """A workflow job hands each finished run to the ledger's writer thread as it ends, then
+    all of its runs once every one has: each run is recorded once; a later job that hands the
+    same runs over finds them present with one query."""
+    runs = _refund_runs(tmp_path, [1, 2, 3])
+    with LedgerRecorder(ledger_url, shared=True) as recorder:
+        for run in runs[:2]:
+            recorder.record_soon(run)
+        recorder.record_runs(runs)
+    assert recorder.complete, recorder.problems
+    assert (recorder.runs_recorded, recorder.runs_present) == (3, 0)
+    with LedgerRecorder(ledger_url) as again:
+        again.record_runs(runs)
+    assert again.complete, again.problems
+    assert (again.runs_recorded, again.runs_present) == (0, 3)
+    assert _rows(ledger_url)["run"] == 3
+
+
+def test_payloads_and_records_read_back_as_the_run_files_hold_them(
+    tmp_path: Path, ledger_url: str
+) -> None:
+    """The ledger keeps an event's payload and a record as the run's lines spell them instead
+    of encoding them again: what it reads back is what json reads from the files, for lines
+    the kernel writes and for odd ones (a line separator inside a string, a nested "payload",
+    members after the payload, spaces)."""
+    import sqlalchemy as sa
+
+    from simreport.ledger import ingest_run
+    from simreport.ledger import tables as t
+
+    (run,) = _refund_runs(tmp_path, [1])
+    events = run / "events.jsonl"
+    lines = events.read_text(encoding="utf-8").rstrip("\n").split("\n")
+    last = json.loads(lines[-1])
+    seq, wall = last["seq"], last["wall"]
+    odd = [
+        {"seq": seq + 1, "type": "note", "actor": None, "wall": wall, "payload": payload}
+        for payload in ({"text": "one\u2028two"}, {"payload": {"payload": [1, {"x": None}]}})
+    ]
+    odd[1]["seq"] = seq + 2
+    lines += [json.dumps(e, ensure_ascii=False, separators=(",", ":")) for e in odd]
+    lines.append(
+        f'{{"seq": {seq + 3}, "payload": {{"a": 1}}, "type": "note", "actor": "user", '
+        f'"wall": {wall}}}'
+    )
+    events.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+    engine = connect(ledger_url)
+    try:
+        done = ingest_run(engine, run)
+        with engine.connect() as conn:
+            stored = conn.execute(
+                sa.select(t.event.c.seq, t.event.c.payload)
+                .where(t.event.c.run_id == done.run_id)
+                .order_by(t.event.c.seq)
+            ).all()
+            bodies = conn.execute(
+                sa.select(t.record.c.body)
+                .where(t.record.c.run_id == done.run_id)
+                .order_by(t.record.c.seq)
+            ).scalars()
+            bodies = list(bodies)
+    finally:
+        engine.dispose()
+    read = [json.loads(line) for line in lines]
+    assert [(row.seq, row.payload) for row in stored] == [(e["seq"], e["payload"]) for e in read]
+    records = (run / "records.jsonl").read_text(encoding="utf-8").splitlines()
+    assert bodies == [json.loads(line) for line in records]

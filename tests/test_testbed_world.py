@@ -13,6 +13,7 @@ import pytest
 
 from simreport.core.overrides import set_path
 from simreport.core.schema import RunResult
+from simreport.core.versions import design_sha256
 from simreport.kernel import load_scenario, run_scenario, validate_scenario
 from simreport.kernel.testbed.records import read_records
 from simreport.kernel.testbed.replay import compare_records
@@ -156,11 +157,14 @@ def test_manifest_records_exact_versions_and_never_a_label(tmp_path: Path) -> No
     assert manifest["resolved"]["sut.agent"]["version"] == "2.4.1"
     assert manifest["resolved"]["sut.prompt"]["version"] == "1.0.0"
     assert manifest["assets"]["refund-agent@2.4.1"] == manifest["resolved"]["sut.agent"]["sha256"]
+    scenario = json.loads((out / "scenario.json").read_text())
     assert manifest["scenarioVersion"] == {
         "id": "refund-timeout-retry",
         "version": "1.3.0",
         "sha256": manifest["scenarioSha256"],
+        "designSha256": design_sha256(scenario),
     }
+    assert manifest["purpose"] == "exploration"
     assert "stable" not in json.dumps(manifest)
 
 

@@ -40,11 +40,18 @@ class RunRecord:
     result: RunResult | None
     evaluation: Mapping[str, Any] | None = None
     """The agent testbed's evaluation.json for this run, when it has one."""
+    not_online: tuple[Mapping[str, str], ...] = ()
+    """Versions the run recorded that were not online (its manifest's `notOnline`)."""
 
 
-def usable(result: RunResult | None, include_incomplete: bool) -> bool:
-    """Whether a run enters the statistics."""
+def usable(
+    result: RunResult | None, include_incomplete: bool, purpose: str = "exploration"
+) -> bool:
+    """Whether a run enters the statistics. An exploration run never enters a regression
+    audit's, whatever else is included."""
     if result is None:
+        return False
+    if purpose == "regression" and result.purpose != "regression":
         return False
     if include_incomplete:
         return result.failure is None or bool(result.metrics)
@@ -86,6 +93,7 @@ def analyse(
         else include_incomplete
     )
     plan_hash = str(plan["hash"])
+    purpose = str(plan.get("purpose", "exploration"))
     metrics: list[str] = list(plan.get("metrics") or [])
     hypothesis = plan.get("hypothesis") or {}
     expectations = Expectations.from_hypothesis(hypothesis)
@@ -115,7 +123,7 @@ def analyse(
     for cond in conditions:
         cid = str(cond["id"])
         records = sorted(by_condition.get(cid, []), key=lambda r: r.replication)
-        kept = [r for r in records if usable(r.result, include)]
+        kept = [r for r in records if usable(r.result, include, purpose)]
         samples[cid] = {
             m: [r.result.metrics.get(m, math.nan) for r in kept if r.result is not None]
             for m in metrics
@@ -206,7 +214,7 @@ def analyse(
     noise_floor = power.noise_floor(base_samples, plan_hash)
     sensitivity = _sensitivity(axes, moved, tests)
     direction = _direction_consistency(metrics, expectations, tests, axes, moved)
-    distribution = _distribution(condition_rows, by_condition, targets, include)
+    distribution = _distribution(condition_rows, by_condition, targets, include, purpose)
     cross_model = _cross_model(condition_rows, samples, metrics)
 
     integrity: dict[str, int] = defaultdict(int)
@@ -237,7 +245,8 @@ def analyse(
                 "seedPath": res.seed_path if res is not None else None,
                 "status": _status_of(res),
                 "complete": bool(res is not None and res.integrity.complete),
-                "used": usable(res, include),
+                "used": usable(res, include, purpose),
+                "purpose": res.purpose if res is not None else None,
                 "metrics": dict(res.metrics) if res is not None else {},
                 "failure": (
                     res.failure.to_doc()
@@ -271,6 +280,7 @@ def analyse(
             "llmOverride": dict(llm_override) if llm_override else None,
         },
         "grade": {**grade.to_dict(), "rule": GRADE_RULE},
+        "purpose": _purpose_section(purpose, runs),
         "metrics": metrics,
         "summary": {
             "conditions": len(condition_rows),
@@ -301,7 +311,15 @@ def analyse(
     }
     # Agent-testbed runs carry evaluations: verdicts per criterion, validity exclusions and the
     # zero-violation bound (analysis/testbed.py). Other audits keep their exact form.
-    testbed = summarise_testbed(conditions, [(r.condition, r.result, r.evaluation) for r in runs])
+    # A regression audit's verdict counts never include exploration runs (purpose section).
+    testbed = summarise_testbed(
+        conditions,
+        [
+            (r.condition, r.result, r.evaluation)
+            for r in runs
+            if purpose != "regression" or r.result is None or r.result.purpose == "regression"
+        ],
+    )
     if testbed is not None:
         audit["testbed"] = testbed
     return audit
@@ -598,6 +616,7 @@ def _distribution(
     by_condition: Mapping[str, Sequence[RunRecord]],
     targets: Mapping[str, Mapping[str, float]],
     include: bool,
+    purpose: str = "exploration",
 ) -> dict[str, list[dict[str, Any]]]:
     out: dict[str, list[dict[str, Any]]] = {}
     for name, target in sorted(targets.items()):
@@ -605,7 +624,7 @@ def _distribution(
         for cond in conditions:
             counts: dict[str, int] = defaultdict(int)
             for record in by_condition.get(cond["id"], []):
-                if usable(record.result, include) and record.result is not None:
+                if usable(record.result, include, purpose) and record.result is not None:
                     for category, n in record.result.distributions.get(name, {}).items():
                         counts[category] += n
             pooled[cond["id"]] = dict(counts)
@@ -643,6 +662,26 @@ def _cross_model(
     return {model: {m: stats.mean(v) for m, v in ms.items()} for model, ms in pooled.items()}
 
 
+def _purpose_section(purpose: str, runs: Sequence[RunRecord]) -> dict[str, Any]:
+    """Why the audit ran, how many runs were exploration runs (never in a regression audit's
+    statistics) and every version its runs recorded that was not online."""
+    versions = {
+        (str(v.get("kind")), str(v.get("name")), str(v.get("version"))): str(v.get("status"))
+        for record in runs
+        for v in record.not_online
+    }
+    return {
+        "purpose": purpose,
+        "explorationRuns": sum(
+            1 for r in runs if r.result is not None and r.result.purpose == "exploration"
+        ),
+        "notOnline": [
+            {"kind": kind, "name": name, "version": version, "status": status}
+            for (kind, name, version), status in sorted(versions.items())
+        ],
+    }
+
+
 # --------------------------------------------------------------------------- I/O edge
 
 
@@ -677,7 +716,18 @@ def load_audit_inputs(
             result = RunResult.model_validate(read_json(path)) if path.is_file() else None
             evaluation_file = path.with_name(EVALUATION_FILE)
             evaluation = read_json(evaluation_file) if evaluation_file.is_file() else None
-            records.append(RunRecord(str(cond["id"]), r, result, evaluation))
+            manifest_file = path.with_name("manifest.json")
+            manifest = read_json(manifest_file) if manifest_file.is_file() else {}
+            not_online = manifest.get("notOnline") if isinstance(manifest, dict) else None
+            records.append(
+                RunRecord(
+                    str(cond["id"]),
+                    r,
+                    result,
+                    evaluation,
+                    tuple(v for v in not_online or () if isinstance(v, dict)),
+                )
+            )
     return plan, conditions, records
 
 

@@ -579,6 +579,14 @@ class AuditPlan(Model):
     claim_type: Literal["exploratory", "mechanism", "policy"] = Field(
         "exploratory", description="Policy claims need micro, meso and macro axes to be strong."
     )
+    purpose: Literal["regression", "exploration"] = Field(
+        "exploration",
+        description=(
+            "regression: every scenario and asset version a run records must be online (the "
+            "ledger's review status); exploration (the default): any reviewed or unreviewed "
+            "version runs, is recorded as such, and never enters a regression conclusion."
+        ),
+    )
     concurrency: int = Field(
         1, strict=True, gt=0, description="Runs in flight; not part of the hash."
     )
@@ -674,6 +682,13 @@ class RunResult(Model):
     integrity: Integrity = Field(description="Completeness and counters.")
     cost: Cost = Field(default_factory=Cost, description="LLM calls and tokens.")
     failure: FailureInfo | None = Field(None, description="Set when the run failed.")
+    purpose: Literal["regression", "exploration"] = Field(
+        "exploration",
+        description=(
+            "Why the run was made: regression (every version it records online) or exploration "
+            "(never part of a regression conclusion)."
+        ),
+    )
 
     @field_validator("metrics", mode="before")
     @classmethod

@@ -70,6 +70,17 @@ class Identity(Model):
     risk_level: Literal["low", "medium", "high"] = Field(
         "medium", description="Risk level; high-risk scenarios need a risk review."
     )
+    status: Literal["draft", "reviewing", "reviewed", "online", "offline"] = Field(
+        "draft",
+        description=(
+            "Review status this version starts with when the ledger first sees it; afterwards the "
+            "ledger holds the status (`simreport review`). A high-risk scenario starts `online` "
+            "only with `riskSignoff`."
+        ),
+    )
+    risk_signoff: str | None = Field(
+        None, description="Who signed off the risk of a high-risk version that starts online."
+    )
 
 
 # --------------------------------------------------------------------------- sut

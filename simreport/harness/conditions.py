@@ -25,7 +25,7 @@ import hashlib
 import itertools
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +39,9 @@ from ..core.errors import (
     ValidationIssue,
 )
 from ..core.overrides import get_path, set_path
+from ..core.redaction import redact_document
 from ..core.schema import AuditPlan, PerturbationAxis, Scenario
+from ..core.versions import derived_version, design_sha256
 from ..kernel import validate_scenario
 from .plan import LoadedPlan
 
@@ -578,3 +580,35 @@ def _check_unique(loaded: LoadedPlan, conditions: list[Condition]) -> None:
                 expected="levels whose text does not imitate other axes",
             )
         seen.add(condition.id)
+
+
+def recorded_versions(
+    loaded: LoadedPlan, conditions: Iterable[Condition], llm: Mapping[str, Any] | None = None
+) -> dict[str, tuple[str | None, str | None]]:
+    """Condition id → (the scenario version its runs record, the version it derives from). A
+    condition whose design is the base scenario's under the audit's own settings (temperature 0,
+    the `llm` overrides) records the declared version; one that changes the design records a
+    derived version (core.versions). (None, None) for a scenario without `identity`."""
+    identity = loaded.base.identity
+    if identity is None:
+        return {c.id: (None, None) for c in conditions}
+
+    def design(doc: dict[str, Any]) -> str:
+        if llm:
+            doc = {**doc, "llm": {**doc["llm"], **llm}}
+        return design_sha256(redact_document(doc))
+
+    reference = design(Scenario.model_validate(_prepare(loaded.base.to_doc())).to_doc())
+    out: dict[str, tuple[str | None, str | None]] = {}
+    for condition in conditions:
+        own = design(condition.scenario.to_doc())
+        if own == reference:
+            out[condition.id] = (identity.version, None)
+        else:
+            out[condition.id] = (derived_version(identity.version, own), identity.version)
+    return out
+
+
+def declared_design(loaded: LoadedPlan) -> str:
+    """Design digest of the base scenario as its file declares it: its version's spec."""
+    return design_sha256(redact_document(loaded.base.to_doc()))

@@ -25,14 +25,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..core.canonical import pretty_json
+from ..core.canonical import content_hash, pretty_json
 from ..core.errors import InputError
 from ..core.files import read_json, write_atomic, write_json
 from ..core.redaction import redact_document
 from ..core.schema import RunResult, Scenario
+from ..core.versions import RunChecks
 from ..kernel import input_hashes, interrupt, kernel_fingerprint, run_scenario
 from ..kernel.interrupt import Interrupted
-from .conditions import Condition, build_conditions, replication_scenarios
+from ..kernel.testbed.assets import manifest_references
+from .conditions import (
+    Condition,
+    build_conditions,
+    declared_design,
+    recorded_versions,
+    replication_scenarios,
+)
 from .plan import LoadedPlan, bounded_workers, paths_overlap
 from .store import RunStore, run_key
 
@@ -41,6 +49,12 @@ Progress = Callable[[int, int], None]
 # A job that was still unfinished when a worker pool broke this many times is run alone, so a
 # run that kills its worker process is recorded as crashed without taking others down with it.
 _POOL_ATTEMPTS = 2
+
+KEYED_CHECKS = ("purpose", "version", "derivedFrom", "specSha256")
+"""What of a run's checks its store key covers: what the plan and the files decide. The ledger's
+pins and statuses are not: a stored run stands for what it checked when it ran (a run that
+failed them is never stored), so a build with the ledger unreachable and the next with it
+reachable share their runs."""
 
 STOP_GRACE_SECONDS = 3.0
 """After an interrupt, how long runs in flight get to end as interrupted runs before their workers
@@ -76,6 +90,8 @@ class RunJob:
     key: str = ""
     store: str | None = None
     """Root of the run store that keeps this run once it completes."""
+    checks: dict[str, Any] | None = None
+    """What the run checks while loading (a RunChecks document)."""
 
 
 def run_dir(out_dir: Path, condition: Condition, replication: int) -> Path:
@@ -124,6 +140,7 @@ def run_audit(
     reuse: bool = False,
     store: RunStore | None = None,
     llm: Mapping[str, Any] | None = None,
+    checks: RunChecks | None = None,
 ) -> AuditRun:
     """Write plan.json and conditions.json, then run every replication of every condition.
 
@@ -133,7 +150,8 @@ def run_audit(
     a replication whose completed result.json exists, whose scenario.json is byte-identical to the
     one it would run and whose manifest names the current kernel fingerprint is not run again.
     With a `store`, finished runs are copied from it instead of being recomputed, and every
-    completed run is added to it.
+    completed run is added to it. `checks` (default: none beyond the plan's purpose) are the
+    ledger's pins and review statuses every run verifies while loading (see plan_jobs).
     """
     out = Path(out_dir)
     # Every check before the first file is written: a refused audit leaves nothing behind.
@@ -149,7 +167,7 @@ def run_audit(
     _write_if_changed(out / "conditions.json", pretty_json(conditions_document(loaded, conditions)))
 
     slots, jobs, results = plan_jobs(
-        loaded, conditions, out, provider=provider, reuse=reuse, store=store, llm=llm
+        loaded, conditions, out, provider=provider, reuse=reuse, store=store, llm=llm, checks=checks
     )
     total = len(slots)
     done = len(results)
@@ -275,10 +293,14 @@ def plan_jobs(
     reuse: bool = False,
     store: RunStore | None = None,
     llm: Mapping[str, Any] | None = None,
+    checks: RunChecks | None = None,
 ) -> tuple[list[tuple[Condition, int]], list[RunJob], dict[int, RunResult]]:
     """Every replication of `conditions`: its slot, and either a job to run or a result reused
     from the run directory (`reuse`) or copied from the `store`. `llm` overrides keys of every
-    run's `llm` section (e.g. model, baseUrl)."""
+    run's `llm` section (e.g. model, baseUrl). Each run gets `checks` (default: the plan's
+    purpose and nothing the ledger holds) with the scenario version its condition records; the
+    purpose and version are part of its store key (KEYED_CHECKS), so a run is never reused under
+    another purpose or as another version."""
     slots: list[tuple[Condition, int]] = []
     jobs: list[RunJob] = []
     results: dict[int, RunResult] = {}
@@ -288,6 +310,17 @@ def plan_jobs(
     # that use it. The workflow's job keys use the same inputs.
     conditions = list(conditions)
     inputs = {c.id: input_hashes(c.scenario, loaded.asset_root) for c in conditions}
+    if checks is None:
+        checks = RunChecks(purpose=loaded.plan.purpose)
+    checks = checks.model_copy(update={"spec_sha256": declared_design(loaded)})
+    versions = recorded_versions(loaded, conditions, llm)
+    condition_checks = {
+        c.id: checks.for_condition(
+            *versions[c.id],
+            (ref.rpartition("@")[0] for _, ref, _ in manifest_references(c.scenario)),
+        ).to_doc()
+        for c in conditions
+    }
     for condition in conditions:
         world = condition.scenario.world
         if world not in fingerprints:
@@ -306,9 +339,18 @@ def plan_jobs(
                 replication=r,
                 provider=provider,
                 fingerprint=fingerprints[world],
-                inputs=inputs[condition.id],
+                inputs={
+                    **inputs[condition.id],
+                    "checks": content_hash(
+                        {k: condition_checks[condition.id].get(k) for k in KEYED_CHECKS}
+                    ),
+                },
             )
-            reused = _reusable(target, scenario, provider, condition.id, r) if reuse else None
+            reused = (
+                _reusable(target, scenario, provider, condition.id, r, checks.purpose)
+                if reuse
+                else None
+            )
             if reused is None and store is not None:
                 reused = store.fetch(key, target)
             if reused is not None:
@@ -325,6 +367,7 @@ def plan_jobs(
                     provider=provider,
                     key=key,
                     store=str(store.root) if store is not None else None,
+                    checks=condition_checks[condition.id],
                 )
             )
     return slots, jobs, results
@@ -464,6 +507,7 @@ def _execute(job: RunJob) -> dict[str, Any]:
         replication=job.replication,
         asset_root=Path(job.asset_root),
         provider=job.provider,
+        checks=RunChecks.model_validate(job.checks) if job.checks is not None else None,
     )
     if job.store is not None:
         # Stored by the worker that ran it, so storing costs the calling process nothing.
@@ -586,9 +630,15 @@ def _write_if_changed(path: Path, text: str) -> None:
 
 
 def _reusable(
-    target: Path, scenario: Scenario, provider: str | None, condition_id: str, replication: int
+    target: Path,
+    scenario: Scenario,
+    provider: str | None,
+    condition_id: str,
+    replication: int,
+    purpose: str = "exploration",
 ) -> RunResult | None:
-    """The earlier result of this exact run, if it can stand in for running it again."""
+    """The earlier result of this exact run, if it can stand in for running it again (made for
+    the same purpose)."""
     if provider is not None:
         scenario = scenario.model_copy(
             update={"llm": scenario.llm.model_copy(update={"provider": provider})}
@@ -605,4 +655,4 @@ def _reusable(
     except (OSError, ValueError, AttributeError):
         return None
     same_run = result.condition == condition_id and result.replication == replication
-    return result if same_run and result.final else None
+    return result if same_run and result.purpose == purpose and result.final else None

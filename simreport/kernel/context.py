@@ -12,6 +12,7 @@ import numpy as np
 
 from ..core.errors import RunError
 from ..core.schema import Scenario
+from ..core.versions import RunChecks
 from . import prompts
 from .events import EventLog
 from .interrupt import check as check_interrupt
@@ -72,6 +73,7 @@ class RunContext:
         events: EventLog,
         asset_root: Path | None = None,
         run_dir: Path | None = None,
+        checks: RunChecks | None = None,
     ) -> None:
         self.scenario = scenario
         self.params = params
@@ -80,6 +82,8 @@ class RunContext:
         self.events = events
         self.asset_root = asset_root
         self.run_dir = run_dir
+        self.checks = checks if checks is not None else RunChecks()
+        """What the harness asked the run to check while loading (pinned versions, purpose)."""
         """The run directory, for worlds that keep records of their own (written atomically)."""
         self.manifest_extra: dict[str, Any] = {}
         """Facts resolved during the run that belong in manifest.json (e.g. asset versions)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import sys
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from ..core.schema import (
 )
 from ..core.validation import issues_from, validate_model
 from ..core.version import __version__
+from ..core.versions import RunChecks
 from .context import RunContext, assign_executors
 from .events import EventLog
 from .external import simulator_assets
@@ -215,8 +216,14 @@ def run_scenario(
     asset_root: str | Path | None = None,
     provider: str | None = None,
     keep_events: bool = True,
+    checks: RunChecks | None = None,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
 ) -> RunResult:
-    """Run one scenario into `out_dir` and return its result; never raises for run failures."""
+    """Run one scenario into `out_dir` and return its result; never raises for run failures.
+    `checks` (from the harness) carry the run's purpose and what it must verify while loading:
+    the pinned digests and review statuses of the versions it may use. `on_event` is handed
+    every event as it is emitted (a service streams them while the run proceeds)."""
+    checks = checks if checks is not None else RunChecks()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     # A stale result.json from an earlier run must not survive a rerun that is killed midway.
@@ -227,7 +234,7 @@ def run_scenario(
         scenario = scenario.model_copy(
             update={"llm": scenario.llm.model_copy(update={"provider": provider})}
         )
-    events = EventLog(keep=keep_events)
+    events = EventLog(keep=keep_events, listener=on_event)
     stage = "loading"
     ctx: RunContext | None = None
     result: RunResult
@@ -254,8 +261,16 @@ def run_scenario(
             "seedPath": list(scenario.seed_path),
             "condition": condition,
             "replication": rep,
+            "purpose": checks.purpose,
         }
         write_json(out / "manifest.json", manifest)
+        if checks.purpose == "regression" and scenario.identity is None:
+            raise RunError(
+                "a regression run needs a reviewed scenario version, and this scenario has no "
+                "`identity` (id and version); run it as exploration",
+                stage="loading",
+                kind="version_not_online",
+            )
         events.emit("run_started", None, 0, {"condition": condition, "replication": rep})
         if scenario.simulator is not None:
             from .external import run_external
@@ -283,6 +298,7 @@ def run_scenario(
                 events=events,
                 asset_root=root,
                 run_dir=out,
+                checks=checks,
             )
             world: World = world_cls(ctx, params)
             stage = "running"
@@ -305,6 +321,7 @@ def run_scenario(
         interrupted = isinstance(exc, KeyboardInterrupt)
     else:
         interrupted = False
+    result = result.model_copy(update={"purpose": checks.purpose})
     events.emit(
         "run_finished",
         None,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +19,15 @@ class EventLog:
     comparing runs byte for byte leave it out.
     """
 
-    def __init__(self, *, keep: bool = True) -> None:
+    def __init__(
+        self, *, keep: bool = True, listener: Callable[[dict[str, Any]], None] | None = None
+    ) -> None:
+        """`listener` is handed each event as it is emitted (a service streams them on); it must
+        not raise, and it never changes what is written."""
         self._lines: list[str] = []
         self._seq = 0
         self.keep = keep
+        self.listener = listener
 
     def emit(self, type_: str, actor: str | int | None, t: int, payload: dict[str, Any]) -> None:
         self._seq += 1
@@ -36,6 +42,8 @@ class EventLog:
             "payload": to_plain(payload),
         }
         self._lines.append(json.dumps(record, separators=(",", ":"), ensure_ascii=False))
+        if self.listener is not None:
+            self.listener(record)
 
     @property
     def count(self) -> int:

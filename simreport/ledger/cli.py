@@ -19,14 +19,13 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
 
-def register_cli(sub: Any) -> None:
-    """Add the `ledger` command group to the `simreport` parser's subcommands."""
-    ledger = sub.add_parser(
-        "ledger",
-        help="the run ledger: record runs and builds in a database, and read them back",
-        description="The run ledger: a database of every run and build, beside the files.",
-    )
-    group = ledger.add_subparsers(dest="ledger_command", required=True, parser_class=type(ledger))
+def command_group(
+    sub: Any, name: str, *, help_: str, description: str
+) -> Callable[[str, str, Callable[[argparse.Namespace], int]], Any]:
+    """Add the command group `name` (ledger, review) to the `simreport` parser's subcommands;
+    returns how to add one of its commands, each taking `--ledger URL` and `--results DIR`."""
+    parser = sub.add_parser(name, help=help_, description=description)
+    group = parser.add_subparsers(dest=f"{name}_command", required=True, parser_class=type(parser))
 
     def command(name: str, help_: str, func: Callable[[argparse.Namespace], int]) -> Any:
         p = group.add_parser(name, help=help_, description=help_[0].upper() + help_[1:] + ".")
@@ -44,6 +43,18 @@ def register_cli(sub: Any) -> None:
         )
         p.set_defaults(func=func)
         return p
+
+    return command
+
+
+def register_cli(sub: Any) -> None:
+    """Add the `ledger` command group to the `simreport` parser's subcommands."""
+    command = command_group(
+        sub,
+        "ledger",
+        help_="the run ledger: record runs and builds in a database, and read them back",
+        description="The run ledger: a database of every run and build, beside the files.",
+    )
 
     command("upgrade", "create the ledger or bring it to the current schema", cmd_upgrade)
 
@@ -67,6 +78,9 @@ def register_cli(sub: Any) -> None:
     )
     p.add_argument("--since", metavar="WHEN", help="started since: 2026-11-30, 12h, 7d, …")
     p.add_argument("--limit", type=int, metavar="N", help="at most N runs")
+    p.add_argument(
+        "--purpose", choices=("regression", "exploration"), help="only runs made for this purpose"
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
 
     p = command("show", "show one run: statuses, manifest, evidence, fault steps", cmd_show)
@@ -183,7 +197,12 @@ def cmd_runs(args: argparse.Namespace) -> int:
     since = parse_since(args.since) if args.since else None
     with _engine(args, must_exist=True) as engine:
         runs = list_runs(
-            engine, scenario=args.scenario, statuses=args.status, since=since, limit=args.limit
+            engine,
+            scenario=args.scenario,
+            statuses=args.status,
+            since=since,
+            limit=args.limit,
+            purpose=args.purpose,
         )
     if args.json:
         _print_json(runs)
@@ -200,6 +219,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
             "execution",
             "validity",
             "evidence",
+            "purpose",
             "started",
             "reason",
         ),
@@ -212,6 +232,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
                 r["status"]["execution"],
                 r["status"]["validity"],
                 r["status"]["evidence"],
+                r["purpose"],
                 _when(r["startedAt"] or r["recordedAt"]),
                 _short(r["terminalReason"], 40),
             )
@@ -244,6 +265,16 @@ def cmd_show(args: argparse.Namespace) -> int:
         f"recorded {_when(run['recordedAt'])}"
     )
     print(f"  ended by     {run['terminalReason'] or '-'}")
+    not_online = manifest.get("notOnline") or []
+    print(
+        f"  purpose      {run['purpose']}"
+        + (
+            " · not online: "
+            + ", ".join(f"{v['name']}@{v['version']} ({v['status']})" for v in not_online)
+            if not_online
+            else ""
+        )
+    )
     print(
         f"  manifest     {manifest['manifestId']} (sha256 {manifest['sha256'][:16]}…): "
         f"scenario {manifest['scenario']}@{manifest['scenarioVersion']}, seed {manifest['seed']}"

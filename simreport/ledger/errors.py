@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..core.errors import InputError
 
 
@@ -18,10 +20,41 @@ class RunConflict(InputError):
     """A run id is already recorded with other content. Nothing was written."""
 
 
-class AssetVersionChanged(InputError):
+class VersionChanged(InputError):
+    """A version arrives with another sha256 than the one the ledger pinned for it. Carries
+    both hashes when the raiser knows them: `recorded` (the pin) and `found` (the content)."""
+
+    kind = "version_changed"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        recorded: str | None = None,
+        found: str | None = None,
+        **where: Any,
+    ) -> None:
+        super().__init__(message, **where)
+        self.recorded = recorded
+        self.found = found
+
+
+class AssetVersionChanged(VersionChanged):
     """An asset version arrives with another sha256 than the one the ledger pinned for it."""
 
     kind = "asset_version_changed"
+
+
+class ScenarioVersionChanged(VersionChanged):
+    """A scenario version arrives with another design sha256 than the one the ledger pinned."""
+
+    kind = "scenario_version_changed"
+
+
+class ReviewRefused(InputError):
+    """A review action the ledger does not allow: an unknown version, a version not in the
+    status the action starts from, no reviewer, or a high-risk scenario going online without a
+    risk sign-off. Nothing was changed."""
 
 
 class NotRecorded(InputError):

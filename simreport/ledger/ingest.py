@@ -15,31 +15,34 @@ the runs it used; `ingest_paths` walks result folders and records every run and 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
 
 from ..core.canonical import sha256_bytes, sha256_text
 from ..core.errors import DocumentError, InputError, SimreportError
 from ..core.files import load_document
+from ..core.versions import design_document, design_sha256
 from . import tables as t
 from .db import reading, utc_now
 from .errors import AssetVersionChanged, RunConflict
 from .migrate import prepare_for_writing
 from .rundir import (
     RunDirectory,
+    RunFiles,
     is_run_dir,
     iso_time,
     read_run_dir,
+    read_run_files,
     run_identity,
     wall_time,
 )
@@ -115,53 +118,207 @@ def _prepare(engine: Engine) -> None:
         _prepared.add(engine)
 
 
-def _insert_ignoring_duplicates(
-    conn: Connection, table: sa.Table, rows: Sequence[dict[str, Any]]
-) -> None:
-    """INSERT … ON CONFLICT DO NOTHING: a row another writer recorded first stays as it was."""
-    if not rows:
-        return
-    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
-    conn.execute(dialect.insert(table).on_conflict_do_nothing(), list(rows))
+# --------------------------------------------------------------------------- statements
+
+# A run writes a few hundred to a few thousand rows in a dozen statements and looks up a few
+# single rows. Through SQLAlchemy's per-statement and per-row parameter handling those cost
+# more than the database does, so the rows go to the driver's executemany as plain tuples, each
+# value through its column type's own bind processing, with the SQL built once per table.
+
+_json_text = json.JSONEncoder(
+    ensure_ascii=False, allow_nan=False, separators=(",", ":"), check_circular=False
+).encode
+"""A JSON column's value as text, as the ledger's engines write it (db.py's serializer: strict,
+a NaN is an error), with one encoder for every value (what json parsed has no cycles). None is
+JSON null, as SQLAlchemy's JSON type stores it; PostgreSQL reads the text into jsonb."""
 
 
-def _insert(conn: Connection, table: sa.Table, rows: Sequence[dict[str, Any]]) -> int:
-    if rows:
-        conn.execute(table.insert(), list(rows))
-    return len(rows)
+def _json_as_read(text: str | None, value: Any) -> str:
+    """JSON text for `value`: `text`, what json parsed it from, unless there is none or it may
+    spell a non-finite number, which strict JSON has not (then encoding `value` says so)."""
+    if text is None or "NaN" in text or "Infinity" in text:
+        return _json_text(value)
+    return text.strip()
 
 
-BULK_ROWS = 64
-"""From this many rows on, `_bulk_insert` hands them to the driver directly."""
+_Processors = tuple[tuple[int, Callable[[Any], Any]], ...]
 
 
-def _bulk_insert(conn: Connection, table: sa.Table, rows: Sequence[dict[str, Any]]) -> int:
-    """`_insert` for a run's events and records (thousands of rows per run): the values go
-    through each column type's own bind processing once, then to the driver's executemany,
-    without SQLAlchemy's per-row parameter handling, which costs more than the database."""
-    if len(rows) < BULK_ROWS:
-        return _insert(conn, table, rows)
-    dialect = conn.dialect
-    keys = list(rows[0])
+def _schema(conn: Connection, table: sa.Table) -> str | None:
+    translate = conn.get_execution_options().get("schema_translate_map")
+    return translate.get(table.schema, table.schema) if translate else table.schema
+
+
+def _name(dialect: sa.Dialect, table: sa.Table, schema: str | None) -> str:
     prepare = dialect.identifier_preparer
     name = prepare.quote(table.name)
-    schema = (conn.get_execution_options().get("schema_translate_map") or {}).get(
-        table.schema, table.schema
-    )
-    if schema:
-        name = f"{prepare.quote_schema(schema)}.{name}"
-    mark = "?" if dialect.paramstyle == "qmark" else "%s"
+    return f"{prepare.quote_schema(schema)}.{name}" if schema else name
+
+
+def _mark(dialect: sa.Dialect) -> str:
+    return "?" if dialect.paramstyle == "qmark" else "%s"
+
+
+@functools.lru_cache(maxsize=256)
+def _insert_statement(
+    dialect: sa.Dialect,
+    table: sa.Table,
+    schema: str | None,
+    keys: tuple[str, ...],
+    ignore_duplicates: bool,
+    bound: frozenset[str],
+) -> tuple[str, _Processors]:
+    quote = dialect.identifier_preparer.quote
     sql = (
-        f"INSERT INTO {name} ({', '.join(prepare.quote(k) for k in keys)}) "
-        f"VALUES ({', '.join(mark for _ in keys)})"
+        f"INSERT INTO {_name(dialect, table, schema)} ({', '.join(quote(k) for k in keys)}) "
+        f"VALUES ({', '.join(_mark(dialect) for _ in keys)})"
     )
-    processors = [table.c[k].type._cached_bind_processor(dialect) for k in keys]
-    columns = [[row[k] for row in rows] for k in keys]
-    for i, process in enumerate(processors):
+    if ignore_duplicates:
+        sql += " ON CONFLICT DO NOTHING"  # SQLite ≥ 3.24 and PostgreSQL alike
+    processors = []
+    for index, key in enumerate(keys):
+        process = None if key in bound else _processor(dialect, table, key)
         if process is not None:
-            columns[i] = [None if v is None else process(v) for v in columns[i]]
-    conn.exec_driver_sql(sql, list(zip(*columns, strict=True)))
-    return len(rows)
+            processors.append((index, process))
+    return sql, tuple(processors)
+
+
+@functools.lru_cache(maxsize=256)
+def _processor(dialect: sa.Dialect, table: sa.Table, key: str) -> Callable[[Any], Any] | None:
+    """What a value of the column goes through before the driver takes it (None: nothing)."""
+    kind = table.c[key].type
+    if isinstance(kind, sa.JSON):
+        return _json_text
+    process = kind._cached_bind_processor(dialect)
+    if process is not None and isinstance(kind, sa.DateTime):
+        return _same_or(process, _datetime_text)
+    return process
+
+
+def _unchanged(value: Any) -> Any:
+    return value
+
+
+def _datetime_text(value: datetime | None) -> str | None:
+    """A timestamp as SQLAlchemy stores it in SQLite ("2026-05-01 12:00:00.000000", the zone
+    left out), in a third of the time its processor takes."""
+    return None if value is None else value.isoformat(" ", "microseconds")[:26]
+
+
+_PROBES = (
+    datetime(2026, 5, 1, 12, 30, 5, tzinfo=UTC),
+    datetime(999, 12, 31, 23, 59, 59, 999999),
+    None,
+)
+
+
+def _same_or(process: Callable[[Any], Any], faster: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """`faster` where it gives what the dialect's `process` gives (checked here, once per
+    statement), else `process`."""
+    try:
+        same = all(process(probe) == faster(probe) for probe in _PROBES)
+    except (TypeError, ValueError):
+        same = False
+    return faster if same else process
+
+
+def _insert_rows(
+    conn: Connection,
+    table: sa.Table,
+    keys: tuple[str, ...],
+    rows: Sequence[tuple[Any, ...]],
+    *,
+    ignore_duplicates: bool = False,
+    bound: frozenset[str] = frozenset(),
+) -> int:
+    """INSERT `rows`, tuples of the values of `keys`, in one executemany (on PostgreSQL, many
+    rows in one COPY). `ignore_duplicates`: ON CONFLICT DO NOTHING, so a row another writer
+    recorded first stays as it was. The columns named in `bound` hold their values as the
+    driver takes them already (JSON as text, what `_processor` makes of the others)."""
+    if not rows:
+        return 0
+    dialect, schema = conn.dialect, _schema(conn, table)
+    sql, processors = _insert_statement(dialect, table, schema, keys, ignore_duplicates, bound)
+    values: list[tuple[Any, ...]] = list(rows)
+    if processors:
+        columns = list(zip(*values, strict=True))
+        for index, process in processors:
+            columns[index] = tuple(map(process, columns[index]))
+        values = list(zip(*columns, strict=True))
+    if dialect.name == "postgresql" and not ignore_duplicates and len(values) >= COPY_ROWS:
+        _copy(conn, _copy_statement(dialect, table, schema, keys), values)
+    else:
+        conn.exec_driver_sql(sql, values)
+    return len(values)
+
+
+COPY_ROWS = 16
+"""From this many rows on, PostgreSQL takes them in a COPY: psycopg's executemany costs about
+three times as much per row."""
+
+
+@functools.lru_cache(maxsize=64)
+def _copy_statement(
+    dialect: sa.Dialect, table: sa.Table, schema: str | None, keys: tuple[str, ...]
+) -> str:
+    quote = dialect.identifier_preparer.quote
+    return f"COPY {_name(dialect, table, schema)} ({', '.join(quote(k) for k in keys)}) FROM STDIN"
+
+
+def _copy(conn: Connection, sql: str, values: Sequence[tuple[Any, ...]]) -> None:
+    """COPY `values` in the connection's transaction. The driver's errors are raised as
+    SQLAlchemy raises them for a statement (an IntegrityError, an OperationalError, …)."""
+    dbapi = conn.dialect.loaded_dbapi
+    driver = conn.connection.driver_connection
+    assert driver is not None
+    try:
+        with driver.cursor() as cursor, cursor.copy(sql) as copy:
+            for row in values:
+                copy.write_row(row)
+    except dbapi.Error as exc:
+        raise sa.exc.DBAPIError.instance(
+            sql, None, exc, dbapi.Error, dialect=conn.dialect
+        ) from None
+
+
+def _insert(conn: Connection, table: sa.Table, rows: Sequence[Mapping[str, Any]]) -> int:
+    """INSERT rows given as mappings, each with the keys of the first."""
+    if not rows:
+        return 0
+    keys = tuple(rows[0])
+    return _insert_rows(conn, table, keys, [tuple(row[k] for k in keys) for row in rows])
+
+
+def _insert_ignoring_duplicates(
+    conn: Connection, table: sa.Table, rows: Sequence[Mapping[str, Any]]
+) -> None:
+    """INSERT … ON CONFLICT DO NOTHING: a row another writer recorded first stays as it was."""
+    if rows:
+        keys = tuple(rows[0])
+        _insert_rows(
+            conn,
+            table,
+            keys,
+            [tuple(row[k] for k in keys) for row in rows],
+            ignore_duplicates=True,
+        )
+
+
+@functools.lru_cache(maxsize=64)
+def _lookup_statement(
+    dialect: sa.Dialect, table: sa.Table, schema: str | None, column: str, key: str
+) -> str:
+    quote = dialect.identifier_preparer.quote
+    return (
+        f"SELECT {quote(column)} FROM {_name(dialect, table, schema)} "
+        f"WHERE {quote(key)} = {_mark(dialect)}"
+    )
+
+
+def _lookup(conn: Connection, table: sa.Table, column: str, key: str, value: str) -> Any:
+    """`column` of the row whose primary key `key` is `value`, or None when there is none."""
+    sql = _lookup_statement(conn.dialect, table, _schema(conn, table), column, key)
+    return conn.exec_driver_sql(sql, (value,)).scalar()
 
 
 # --------------------------------------------------------------------------- runs
@@ -177,7 +334,10 @@ def ingest_run(
     RunConflict, an AssetVersionChanged, or a file that breaks the run directory contract)
     when the run cannot be recorded as it is; then nothing of it was written."""
     _prepare(engine)
-    run = read_run_dir(run_dir)
+    return _record_run(engine, read_run_dir(run_dir), tenant)
+
+
+def _record_run(engine: Engine, run: RunDirectory, tenant: str) -> RunIngest:
     for attempt in range(ATTEMPTS):
         try:
             with engine.begin() as conn:
@@ -208,6 +368,98 @@ def ingest_run(
     raise AssertionError("unreachable")
 
 
+RUNS_AT_ONCE = 200
+"""How many runs `ingest_runs` reads (and looks up) before it records them: a bound on memory."""
+
+
+def ingest_runs(
+    engine: Engine,
+    run_dirs: Iterable[str | Path],
+    *,
+    tenant: str = DEFAULT_TENANT,
+    on_run: Callable[[RunIngest], None],
+    on_refused: Callable[[Path, Exception], None],
+) -> None:
+    """Record each run as `ingest_run` does, each in its own transaction; the runs the ledger
+    holds already are found with one query for many of them and cost no transaction (their
+    content hash is compared all the same: one that changed is refused). `on_run` hears of each
+    run recorded or found present, `on_refused` of each that was not, with the exception (an
+    InputError for the run's own faults, or the database's); it may raise it."""
+    batch: list[Path] = []
+    for run_dir in run_dirs:
+        batch.append(Path(run_dir))
+        if len(batch) == RUNS_AT_ONCE:
+            _ingest_batch(engine, batch, tenant, on_run, on_refused)
+            batch = []
+    if batch:
+        _ingest_batch(engine, batch, tenant, on_run, on_refused)
+
+
+class _Fingerprint(NamedTuple):
+    """A run as its files' bytes give it, before they are parsed."""
+
+    path: Path
+    run_id: str
+    content_sha256: str
+
+
+def _ingest_batch(
+    engine: Engine,
+    paths: Sequence[Path],
+    tenant: str,
+    on_run: Callable[[RunIngest], None],
+    on_refused: Callable[[Path, Exception], None],
+) -> None:
+    read: list[tuple[Path, RunFiles | InputError, str | None]] = []
+    for path in paths:
+        try:
+            files = read_run_files(path)
+        except InputError as exc:
+            read.append((path, exc, None))
+            continue
+        try:
+            run_id: str | None = files.identity.run_id
+        except InputError:
+            run_id = None  # read_run_dir says what is wrong
+        read.append((path, files, run_id))
+    try:
+        _prepare(engine)
+        recorded = _recorded_contents(engine, [run_id for _, _, run_id in read if run_id])
+    except Exception as exc:
+        for path, _, _ in read:
+            on_refused(path, exc)
+        return
+    for path, found, run_id in read:
+        try:
+            if isinstance(found, InputError):
+                raise found
+            if run_id is not None and run_id in recorded:
+                _same_content(_Fingerprint(path, run_id, found.content_sha256), recorded[run_id])
+                done = RunIngest(run_id, "present", path)
+            else:
+                done = _record_run(engine, read_run_dir(found), tenant)
+        except Exception as exc:
+            on_refused(path, exc)
+            continue
+        on_run(done)
+
+
+def _recorded_contents(engine: Engine, run_ids: Sequence[str]) -> dict[str, str]:
+    """run id → the content sha256 recorded, for those of `run_ids` the ledger holds."""
+    if not run_ids:
+        return {}
+    found: dict[str, str] = {}
+    with reading(engine) as conn:
+        for start in range(0, len(run_ids), 500):
+            rows = conn.execute(
+                sa.select(t.run.c.run_id, t.run.c.content_sha256).where(
+                    t.run.c.run_id.in_(run_ids[start : start + 500])
+                )
+            )
+            found.update((str(run_id), str(sha)) for run_id, sha in rows)
+    return found
+
+
 ATTEMPTS = 3
 RETRY_SQLSTATES = frozenset({"40P01", "40001"})  # deadlock_detected, serialization_failure
 
@@ -222,13 +474,11 @@ def _first_line(exc: sa.exc.DBAPIError) -> str:
 
 
 def _recorded_content(conn: Connection, run_id: str) -> str | None:
-    found = conn.execute(
-        sa.select(t.run.c.content_sha256).where(t.run.c.run_id == run_id)
-    ).scalar_one_or_none()
+    found = _lookup(conn, t.run, "content_sha256", "run_id", run_id)
     return None if found is None else str(found)
 
 
-def _same_content(run: RunDirectory, recorded: str) -> None:
+def _same_content(run: RunDirectory | _Fingerprint, recorded: str) -> None:
     if recorded != run.content_sha256:
         raise RunConflict(
             f"run {run.run_id} is already recorded with other content (content sha256 "
@@ -264,7 +514,31 @@ def write_run(
                 }
             ],
         )
-        scenario_id, scenario_version = identity.id, identity.version
+        recorded_version = run.manifest.get("scenarioVersion") or {}
+        scenario_id = identity.id
+        scenario_version = str(recorded_version.get("version") or identity.version)
+        derived_from = recorded_version.get("derivedFrom")
+        if isinstance(derived_from, str) and derived_from:
+            # An audit condition that changed the design ran a version of its own (see
+            # core.versions): its spec is this run's design, and nobody has reviewed it.
+            spec = design_document(run.scenario_doc)
+            _insert_ignoring_duplicates(
+                conn,
+                t.scenario_version,
+                [
+                    {
+                        "scenario_id": scenario_id,
+                        "version": scenario_version,
+                        "spec": spec,
+                        "spec_sha256": design_sha256(spec),
+                        "status": "draft",
+                        "source": f"condition {run.result.condition} of an audit",
+                        "derived_from": derived_from,
+                        "created_by": "audit",
+                        "created_at": now,
+                    }
+                ],
+            )
     else:
         scenario_id = engine_name
         scenario_version = "sha256:" + str(run.manifest.get("scenarioSha256") or "")[:12]
@@ -340,12 +614,13 @@ def write_run(
                 "result": run.result_doc,
                 "content_sha256": run.content_sha256,
                 "source_dir": str(run.path.resolve()),
+                "purpose": result.purpose,
             }
         ],
     )
-    rows["event"] = insert_events(conn, run.run_id, events)
+    rows["event"] = insert_events(conn, run.run_id, events, run.event_payloads)
     if run.records is not None:
-        rows["record"] = insert_records(conn, run.run_id, run.records, now)
+        rows["record"] = insert_records(conn, run.run_id, run.records, now, run.record_lines)
         plans, steps = _faults(run.run_id, run.records, now)
         rows["fault_plan"] = _insert(conn, t.fault_plan, plans)
         rows["fault_record"] = _insert(conn, t.fault_record, steps)
@@ -406,9 +681,9 @@ def _resolved(manifest: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _check_manifest(conn: Connection, manifest_id: str, sha: str, run: RunDirectory) -> None:
-    recorded = conn.execute(
-        sa.select(t.manifest.c.manifest_sha256).where(t.manifest.c.manifest_id == manifest_id)
-    ).scalar_one()
+    recorded = _lookup(conn, t.manifest, "manifest_sha256", "manifest_id", manifest_id)
+    if recorded is None:  # inserted (or found) just before, in this transaction
+        raise AssertionError(f"manifest {manifest_id} is not in the ledger")
     if recorded != sha:  # two manifests whose hashes share their first 96 bits
         raise RunConflict(
             f"manifest id {manifest_id} is recorded for another manifest ({recorded})",
@@ -515,14 +790,20 @@ def _asset_entry(run: RunDirectory, slot: str, entry: Any, tenant: str) -> _Asse
 
 def _pinned(conn: Connection, asset_ids: Sequence[str]) -> dict[tuple[str, str], str]:
     """(asset id, version) → the sha256 the ledger pinned, for every version of these assets."""
-    found = conn.execute(
-        sa.select(
-            t.asset_version.c.asset_id,
-            t.asset_version.c.version,
-            t.asset_version.c.content_sha256,
-        ).where(t.asset_version.c.asset_id.in_(sorted(set(asset_ids))))
+    wanted = sorted(set(asset_ids))
+    if not wanted:
+        return {}
+    sql = _pinned_statement(conn.dialect, _schema(conn, t.asset_version), len(wanted))
+    return {(a, v): sha for a, v, sha in conn.exec_driver_sql(sql, tuple(wanted))}
+
+
+@functools.lru_cache(maxsize=64)
+def _pinned_statement(dialect: sa.Dialect, schema: str | None, count: int) -> str:
+    marks = ", ".join(_mark(dialect) for _ in range(count))
+    return (
+        f"SELECT asset_id, version, content_sha256 FROM {_name(dialect, t.asset_version, schema)} "
+        f"WHERE asset_id IN ({marks})"
     )
-    return {(a, v): sha for a, v, sha in found}
 
 
 def _library_file(
@@ -567,30 +848,60 @@ def _terminal_reason(run: RunDirectory) -> str:
     return run.result.status.execution
 
 
-def insert_events(conn: Connection, run_id: str, events: Iterable[Mapping[str, Any]]) -> int:
+EVENT_COLUMNS = (
+    "run_id",
+    "seq",
+    "event_type",
+    "actor",
+    "payload",
+    "logical_time",
+    "wall_time",
+    "trace_id",
+    "span_id",
+    "actor_ref",
+    "step",
+)
+
+
+def insert_events(
+    conn: Connection,
+    run_id: str,
+    events: Sequence[Mapping[str, Any]],
+    payloads: Sequence[str | None] = (),
+) -> int:
+    """The run's events; `payloads`, the JSON text each payload was read from (None where it
+    is not known), spares encoding them again. Thousands of rows a run: bound here, row by row,
+    so they go to the driver as they are."""
+    timestamp = _processor(conn.dialect, t.event, "wall_time") or _unchanged
     rows = []
-    for event in events:
+    for index, event in enumerate(events):
         payload = event["payload"]
         actor_kind, actor_ref = _actor(event)
-        logical = payload.get("logicalMs")
-        trace, span = payload.get("traceId"), payload.get("spanId")
+        logical, trace, span = (
+            payload.get("logicalMs"),
+            payload.get("traceId"),
+            payload.get("spanId"),
+        )
         step = event.get("t")
         rows.append(
-            {
-                "run_id": run_id,
-                "seq": event["seq"],
-                "event_type": event["type"],
-                "actor": actor_kind,
-                "payload": payload,
-                "logical_time": logical if _is_int(logical) else None,
-                "wall_time": wall_time(float(event["wall"])),
-                "trace_id": trace if isinstance(trace, str) else None,
-                "span_id": span if isinstance(span, str) else None,
-                "actor_ref": actor_ref,
-                "step": step if _is_int(step) else None,
-            }
+            (
+                run_id,
+                event["seq"],
+                event["type"],
+                actor_kind,
+                _json_as_read(payloads[index] if payloads else None, payload),
+                logical if type(logical) is int else None,
+                timestamp(wall_time(float(event["wall"]))),
+                trace if type(trace) is str else None,
+                span if type(span) is str else None,
+                actor_ref,
+                step if type(step) is int else None,
+            )
         )
-    return _bulk_insert(conn, t.event, rows)
+    return _insert_rows(conn, t.event, EVENT_COLUMNS, rows, bound=_EVENT_BOUND)
+
+
+_EVENT_BOUND = frozenset({"payload", "wall_time"})
 
 
 def _is_int(value: Any) -> bool:
@@ -608,32 +919,56 @@ def _actor(event: Mapping[str, Any]) -> tuple[str, str | None]:
     return "agent", str(actor)
 
 
+RECORD_COLUMNS = (
+    "record_id",
+    "run_id",
+    "record_type",
+    "ref",
+    "sha256",
+    "redaction",
+    "created_at",
+    "seq",
+    "kind",
+    "actor",
+    "logical_ms",
+    "body",
+)
+
+
 def insert_records(
-    conn: Connection, run_id: str, records: Iterable[Mapping[str, Any]], now: datetime
+    conn: Connection,
+    run_id: str,
+    records: Sequence[Mapping[str, Any]],
+    now: datetime,
+    lines: Sequence[str] | None = None,
 ) -> int:
+    """The run's records; `lines`, the text each was parsed from, is stored as its body."""
     rows = []
-    for record in records:
+    for index, record in enumerate(records):
         clock = record.get("clock")
         written = iso_time(clock.get("wall")) if isinstance(clock, dict) else None
         logical = record.get("logicalMs")
         actor = record.get("actor")
         rows.append(
-            {
-                "record_id": f"{run_id}/{record['recordId']}",
-                "run_id": run_id,
-                "record_type": record["recordType"],
-                "ref": f"records.jsonl#{record['recordId']}",
-                "sha256": record["sha256"],
-                "redaction": "none",
-                "created_at": written or now,
-                "seq": record["seq"],
-                "kind": record["type"],
-                "actor": actor if isinstance(actor, str) else None,
-                "logical_ms": logical if _is_int(logical) else None,
-                "body": dict(record),
-            }
+            (
+                f"{run_id}/{record['recordId']}",
+                run_id,
+                record["recordType"],
+                f"records.jsonl#{record['recordId']}",
+                record["sha256"],
+                "none",
+                written or now,
+                record["seq"],
+                record["type"],
+                actor if isinstance(actor, str) else None,
+                logical if _is_int(logical) else None,
+                _json_as_read(lines[index] if lines else None, record),
+            )
         )
-    return _bulk_insert(conn, t.record, rows)
+    return _insert_rows(conn, t.record, RECORD_COLUMNS, rows, bound=_BODY)
+
+
+_BODY = frozenset({"body"})
 
 
 def _faults(
@@ -1011,20 +1346,19 @@ def ingest_paths(
         if on_run is not None:
             on_run(done)
 
-    def one_run(run_dir: Path) -> None:
-        try:
-            heard(ingest_run(engine, run_dir, tenant=tenant))
-        except InputError as exc:
-            summary.refused.append((run_dir, exc.one_line()))
+    def refused(run_dir: Path, exc: Exception) -> None:
+        if not isinstance(exc, InputError):
+            raise exc
+        summary.refused.append((run_dir, exc.one_line()))
 
     for audit_dir in audits:
-        for run_dir in audit_run_dirs(audit_dir):
-            one_run(run_dir)
+        ingest_runs(
+            engine, audit_run_dirs(audit_dir), tenant=tenant, on_run=heard, on_refused=refused
+        )
         if (audit_dir / "audit.json").is_file():
             try:
                 summary.add_build(ingest_build(engine, audit_dir, tenant=tenant, on_run=heard))
             except InputError as exc:
                 summary.refused.append((audit_dir, exc.one_line()))
-    for run_dir in standalone:
-        one_run(run_dir)
+    ingest_runs(engine, standalone, tenant=tenant, on_run=heard, on_refused=refused)
     return summary

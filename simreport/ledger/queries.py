@@ -90,11 +90,13 @@ def list_runs(
     statuses: Sequence[str] = (),
     since: datetime | None = None,
     limit: int | None = None,
+    purpose: str | None = None,
 ) -> list[dict[str, Any]]:
     """Runs, newest first. `scenario` is a scenario id (the testbed's identity id, or the
     world's name for other worlds), optionally `id@version`; `statuses` are values of the
     three statuses, any of one kind and all kinds at once; `since` compares with the time the
-    run started (or was recorded, for a run without events)."""
+    run started (or was recorded, for a run without events); `purpose` is regression or
+    exploration."""
     check_for_reading(engine)
     run, manifest = t.run, t.manifest
     query = sa.select(
@@ -111,7 +113,10 @@ def list_runs(
         run.c.ended_at,
         run.c.terminal_reason,
         run.c.created_at,
+        run.c.purpose,
     ).join(manifest, manifest.c.manifest_id == run.c.manifest_id)
+    if purpose is not None:
+        query = query.where(run.c.purpose == purpose)
     if scenario:
         sid, _, version = scenario.partition("@")
         query = query.where(manifest.c.scenario_id == sid)
@@ -147,6 +152,7 @@ def list_runs(
                 "endedAt": _iso(row.ended_at),
                 "terminalReason": row.terminal_reason,
                 "recordedAt": _iso(row.created_at),
+                "purpose": row.purpose,
             }
             for row in conn.execute(query)
         ]
@@ -276,6 +282,7 @@ def show_run(engine: Engine, run_id: str) -> dict[str, Any]:
         "tenant": run.tenant_id,
         "engine": run.engine,
         "mode": run.mode,
+        "purpose": run.purpose,
         "condition": run.condition_id,
         "replication": run.replication,
         "seedPath": run.seed_path,
@@ -306,6 +313,8 @@ def show_run(engine: Engine, run_id: str) -> dict[str, Any]:
             "kernelFingerprint": document.get("kernelFingerprint"),
             "simreportVersion": document.get("simreportVersion"),
             "resolved": manifest.resolved,
+            "derivedFrom": (document.get("scenarioVersion") or {}).get("derivedFrom"),
+            "notOnline": document.get("notOnline") or [],
         },
         "assets": [
             {

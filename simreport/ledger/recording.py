@@ -12,11 +12,14 @@ runs is worse than none. The files are never touched. A recorder without a URL (
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 import threading
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from ..core.errors import SimreportError
 from ..core.redaction import redact_text
@@ -26,6 +29,11 @@ from .rundir import REQUIRED_FILES
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
+
+    from ..core.versions import Purpose
+    from .ingest import RunIngest
+
+T = TypeVar("T")
 
 EXIT_LEDGER: Final = 4
 """The results were written, but the ledger did not record all of them (stderr says which)."""
@@ -40,6 +48,20 @@ class LedgerIncomplete(SimreportError):
 
 _SHARED: dict[str, Engine] = {}
 _SHARED_LOCK = threading.Lock()
+_WRITERS: dict[str, ThreadPoolExecutor] = {}
+"""One thread per ledger URL that writes what shared recorders hand it, in the order given: the
+workflow's jobs never wait for each other's SQLite write lock."""
+
+
+def _writer(url: str) -> ThreadPoolExecutor:
+    with _SHARED_LOCK:
+        if url not in _WRITERS:
+            _WRITERS[url] = ThreadPoolExecutor(1, thread_name_prefix="simreport-ledger")
+        return _WRITERS[url]
+
+
+def _key(path: Path) -> str:
+    return os.path.abspath(path)
 
 
 def _stderr(line: str) -> None:
@@ -65,6 +87,9 @@ class LedgerRecorder:
         self._say = say
         self._engine: Engine | None = None
         self._unreachable: str | None = None
+        self._soon: list[Future[None]] = []
+        self._handed: set[str] = set()
+        self._own_writer: ThreadPoolExecutor | None = None
 
     @classmethod
     def resolve(
@@ -95,29 +120,64 @@ class LedgerRecorder:
     # ------------------------------------------------------------------ recording
 
     def record_runs(self, run_dirs: Iterable[str | Path]) -> None:
-        """Record each finished run directory, one transaction each. A folder without the files
-        a run record needs (a run refused before it wrote its manifest) is skipped: there is
-        nothing the ledger could say about it."""
+        """Record each finished run directory, one transaction each; the runs the ledger holds
+        already are found with one query and cost none. A folder without the files a run record
+        needs (a run refused before it wrote its manifest) is skipped: there is nothing the
+        ledger could say about it. Waits for the runs handed over with `record_soon` first;
+        they are not recorded twice."""
         if self.url is None:
             return
-        from .ingest import ingest_run
+        self._wait_soon()
+        paths = [Path(run_dir) for run_dir in run_dirs]
+        self._serially(self._record_runs, [p for p in paths if _key(p) not in self._handed])
 
-        for run_dir in run_dirs:
-            path = Path(run_dir)
-            if not all((path / name).is_file() for name in REQUIRED_FILES):
-                continue
-            engine = self._connected(f"run {path}")
-            if engine is None:
-                continue
-            try:
-                done = ingest_run(engine, path)
-            except Exception as exc:  # ours, or a database error the ingest does not map
-                self._problem(f"run {path}", exc)
-                continue
-            if done.outcome == "recorded":
-                self.runs_recorded += 1
-            else:
-                self.runs_present += 1
+    def record_soon(self, run_dir: str | Path) -> None:
+        """Hand a finished run directory over to be recorded in the background, in its own
+        transaction, while the caller goes on: a workflow job's runs are recorded while its
+        other runs still run, not all after them. `record_runs` waits for them."""
+        if self.url is None:
+            return
+        path = Path(run_dir)
+        if _key(path) not in self._handed:
+            self._handed.add(_key(path))
+            self._soon.append(self._submit(self._record_runs, [path]))
+
+    def _record_runs(self, paths: list[Path]) -> None:
+        from .ingest import ingest_run, ingest_runs
+
+        paths = [p for p in paths if all((p / name).is_file() for name in REQUIRED_FILES)]
+        engine = self._connected(f"run {paths[0]}") if paths else None
+        if engine is None:
+            for path in paths[1:]:
+                self._connected(f"run {path}")  # counted, said once
+            return
+        # Ours, or a database error the ingest does not map: said and counted, never raised.
+        if len(paths) > 1:
+            ingest_runs(engine, paths, on_run=self._recorded, on_refused=self._refused)
+            return
+        try:
+            done = ingest_run(engine, paths[0])
+        except Exception as exc:
+            self._refused(paths[0], exc)
+            return
+        self._recorded(done)
+
+    def _recorded(self, run: RunIngest) -> None:
+        if run.outcome == "recorded":
+            self.runs_recorded += 1
+        else:
+            self.runs_present += 1
+
+    def _refused(self, path: Path, exc: Exception) -> None:
+        self._problem(f"run {path}", exc)
+
+    def _wait_soon(self) -> None:
+        wait(self._soon)
+        for future in self._soon:
+            exc = None if future.cancelled() else future.exception()
+            if isinstance(exc, Exception):
+                self._problem("a run handed over", exc)  # a bug of ours: said, not lost
+        self._soon = []
 
     def record_build(self, audit_dir: str | Path) -> None:
         """Record the analysis in `audit_dir` (and any of its runs not recorded yet)."""
@@ -125,19 +185,73 @@ class LedgerRecorder:
             return
         from .ingest import ingest_build
 
+        self._wait_soon()
         path = Path(audit_dir)
         engine = self._connected(f"the build of {path}")
         if engine is None:
             return
         try:
-            done = ingest_build(engine, path)
+            done = self._serially(ingest_build, engine, path)
         except Exception as exc:
             self._problem(f"the build of {path}", exc)
             return
         if done.outcome == "recorded":
             self.builds_recorded += 1
 
+    def run_checks(self, scenario: Any, *, purpose: Purpose, file: str | Path | None) -> Any:
+        """The RunChecks (core.versions) for runs of `scenario` (the file's, as loaded): what
+        the ledger pins and holds as review status. A regression needs the ledger, where the
+        statuses are held: without one (or when it cannot be read) it is refused here, before
+        anything runs. Exploration runs without a ledger check only their files' headers."""
+        from ..core.errors import InputError
+        from ..core.versions import RunChecks
+
+        def refuse(why: str) -> InputError:
+            return InputError(
+                f"a regression run needs the ledger, where review statuses are held: {why}",
+                file=file,
+                path="purpose",
+                expected="a reachable ledger (--ledger URL), or purpose exploration",
+            )
+
+        if self.url is None:
+            if purpose == "regression":
+                raise refuse("the ledger is turned off")
+            return RunChecks(purpose=purpose)
+        engine = self._engine
+        if engine is None:
+            try:
+                engine = self._open()
+            except LedgerUnavailable as exc:
+                if purpose == "regression":
+                    raise refuse(exc.message) from None
+                # Exploring goes on; the first run handed over says the ledger is unreachable.
+                return RunChecks(purpose=purpose)
+        from .checks import read_checks
+
+        identity = getattr(scenario, "identity", None)
+        if identity is not None and file is not None:
+            # First sight of the declared version pins its design, with its file's status. A
+            # file whose design changed under a pinned version is left to the runs: each fails
+            # while loading, naming both digests.
+            from .errors import ScenarioVersionChanged
+            from .review import import_loaded
+
+            with contextlib.suppress(ScenarioVersionChanged):
+                import_loaded(engine, scenario, Path(file), reviewer="first run", assets=False)
+        return read_checks(
+            engine, scenario_id=identity.id if identity is not None else None, purpose=purpose
+        )
+
     def close(self) -> None:
+        """Done with the recorder. Runs handed over with `record_soon` and not started yet are
+        dropped (a job that ends early, interrupted: the next build records them)."""
+        for future in self._soon:
+            future.cancel()
+        self._soon = []
+        if self._own_writer is not None:
+            self._own_writer.shutdown(wait=True)
+            self._own_writer = None
         if self._engine is not None and not self.shared:
             self._engine.dispose()
         self._engine = None
@@ -169,19 +283,41 @@ class LedgerRecorder:
             # Said once for the first result; the others are counted in the summary.
             self._note(f"{what} not recorded: {self._unreachable}", quiet=True)
             return None
-        assert self.url is not None
         try:
-            if self.shared:
-                with _SHARED_LOCK:
-                    if self.url not in _SHARED:
-                        _SHARED[self.url] = connect(self.url)
-                    self._engine = _SHARED[self.url]
-            else:
-                self._engine = connect(self.url)
+            self._open()
         except LedgerUnavailable as exc:
             self._unreachable = exc.message
             self._note(f"{what} not recorded: {exc.message}")
             return None
+        return self._engine
+
+    def _submit(self, fn: Callable[..., None], *args: Any) -> Future[None]:
+        """`fn(*args)` in the URL's writer thread (a shared recorder) or this recorder's own."""
+        assert self.url is not None
+        if self.shared:
+            return _writer(self.url).submit(fn, *args)
+        if self._own_writer is None:
+            self._own_writer = ThreadPoolExecutor(1, thread_name_prefix="simreport-ledger")
+        return self._own_writer.submit(fn, *args)
+
+    def _serially(self, fn: Callable[..., T], *args: Any) -> T:
+        """`fn(*args)`, after what was handed to the writer thread before (a shared recorder's
+        writes all go through it), else here."""
+        if not self.shared:
+            return fn(*args)
+        assert self.url is not None
+        return _writer(self.url).submit(fn, *args).result()
+
+    def _open(self) -> Engine:
+        """Connect (one engine per URL and process when `shared`); raises LedgerUnavailable."""
+        assert self.url is not None
+        if self.shared:
+            with _SHARED_LOCK:
+                if self.url not in _SHARED:
+                    _SHARED[self.url] = connect(self.url)
+                self._engine = _SHARED[self.url]
+        else:
+            self._engine = connect(self.url)
         return self._engine
 
     def _problem(self, what: str, exc: Exception) -> None:

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ..core.canonical import content_hash, sha256_bytes
+from ..core.canonical import content_hash, sha256_bytes, sha256_text
 from ..core.errors import DocumentError, InputError
 from ..core.schema import RunResult, Scenario
 from ..core.validation import validate_model
@@ -88,6 +88,11 @@ class RunDirectory:
     observations: dict[str, Any] | None
     evidence: dict[str, Any] | None
     completeness: dict[str, Any] | None
+    event_payloads: tuple[str | None, ...] = ()
+    """The JSON text of each event's payload as its line in events.jsonl spells it (None
+    where the line does not end with the payload)."""
+    record_lines: tuple[str, ...] | None = None
+    """The text of each record's line in records.jsonl, as read (one per record)."""
 
     @property
     def run_id(self) -> str:
@@ -121,21 +126,85 @@ def _object(value: Any, path: Path, what: str) -> dict[str, Any]:
     return value
 
 
-def _lines(data: bytes, path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+_scan = json.JSONDecoder().raw_decode
+
+
+def _lines(data: bytes, path: Path) -> Iterator[tuple[int, str, dict[str, Any]]]:
+    """The JSON objects of a JSON Lines file with their line numbers and text (blank lines
+    skipped).
+
+    Lines end at "\\n" only: a JSON string may hold U+2028 and the other characters that
+    `str.splitlines` would also break at."""
+    for number, line in enumerate(_text(data, path).split("\n"), start=1):
+        value = _line_value(line, path, number)
+        if value is not None:
+            yield number, line, value
+
+
+def _text(data: bytes, path: Path) -> str:
     try:
-        text = data.decode("utf-8")
+        return data.decode("utf-8")
     except UnicodeDecodeError:
         raise DocumentError("not UTF-8 text", file=path) from None
-    for number, line in enumerate(text.splitlines(), start=1):
+
+
+def _line_value(line: str, path: Path, number: int) -> dict[str, Any] | None:
+    """The object on a line (None for a blank one). The scanner decodes it directly; a line it
+    does not take whole (white space around it, an error) goes to `json.loads`, which gives
+    the verdict and the message."""
+    try:
+        value, end = _scan(line)
+    except ValueError:
+        end = -1
+    if end != len(line):
         if not line.strip():
-            continue
+            return None
         try:
             value = json.loads(line)
         except json.JSONDecodeError as exc:
             raise DocumentError(f"not valid JSON: {exc.msg}", file=path, line=number) from None
-        if not isinstance(value, dict):
-            raise DocumentError("expected a JSON object per line", file=path, line=number)
-        yield number, value
+    if type(value) is not dict:
+        raise DocumentError("expected a JSON object per line", file=path, line=number)
+    return value
+
+
+_PAYLOAD = '"payload":'
+
+
+def _event_lines(data: bytes, path: Path) -> Iterator[tuple[int, dict[str, Any], str | None]]:
+    """`_lines` for events.jsonl, with the JSON text of each event's payload where its line
+    ends with it (as the kernel writes events), else None."""
+    for number, line in enumerate(_text(data, path).split("\n"), start=1):
+        split = _split_event(line)
+        if split is not None:
+            yield number, split[0], split[1]
+        elif (value := _line_value(line, path, number)) is not None:
+            yield number, value, None
+
+
+def _split_event(line: str) -> tuple[dict[str, Any], str] | None:
+    """The object on `line` and its payload's text, decoded as two parts: the line up to
+    `,"payload":` and the payload after it. This is the object json.loads makes of the line
+    when the first part, closed with a brace, is an object with members that ends right there
+    (so the comma after it is the object's own, and `"payload"` its key: a quote inside a
+    string is escaped) and only the object's closing brace follows the payload (so it is the
+    last member, whose value json keeps for a repeated key). Otherwise None: `_line_value`
+    decodes the line whole."""
+    at = line.find(_PAYLOAD)
+    if at < 2 or line[at - 1] != ",":
+        return None
+    start = at + len(_PAYLOAD)
+    try:
+        head, end = _scan(line[: at - 1] + "}")
+        if end != at or type(head) is not dict or not head:
+            return None
+        payload, end = _scan(line, start)
+    except ValueError:
+        return None
+    if line[end:].strip() != "}":
+        return None
+    head["payload"] = payload
+    return head, line[start:end]
 
 
 def _need(
@@ -159,7 +228,7 @@ def _kinds(kind: type | tuple[type, ...]) -> tuple[type, ...]:
 
 
 def _first_event_wall(data: bytes, path: Path) -> float | None:
-    for number, event in _lines(data, path):
+    for number, _, event in _lines(data, path):  # decodes the first object only
         wall = _need(event, "wall", (int, float), path, number)
         return float(wall)
     return None
@@ -172,18 +241,26 @@ def manifest_sha256(manifest: Mapping[str, Any]) -> str:
 def run_identity(path: str | Path) -> RunIdentity:
     """The identity of the run in `path`, from its manifest, result and first event only."""
     run_dir = Path(path)
+    events = run_dir / EVENTS_FILE
+    return _identity(
+        run_dir,
+        _read_bytes(run_dir / MANIFEST_FILE),
+        _read_bytes(run_dir / RESULT_FILE),
+        _read_bytes(events) if events.is_file() else None,
+    )
+
+
+def _identity(
+    run_dir: Path, manifest_data: bytes, result_data: bytes, events_data: bytes | None
+) -> RunIdentity:
     manifest = _object(
-        _json(_read_bytes(run_dir / MANIFEST_FILE), run_dir / MANIFEST_FILE),
-        run_dir / MANIFEST_FILE,
-        "the run's manifest",
+        _json(manifest_data, run_dir / MANIFEST_FILE), run_dir / MANIFEST_FILE, "the run's manifest"
     )
     result = _object(
-        _json(_read_bytes(run_dir / RESULT_FILE), run_dir / RESULT_FILE),
-        run_dir / RESULT_FILE,
-        "the run's result",
+        _json(result_data, run_dir / RESULT_FILE), run_dir / RESULT_FILE, "the run's result"
     )
     events = run_dir / EVENTS_FILE
-    started = _first_event_wall(_read_bytes(events), events) if events.is_file() else None
+    started = _first_event_wall(events_data, events) if events_data is not None else None
     return RunIdentity(
         manifest_sha256(manifest),
         _need(result, "condition", str, run_dir / RESULT_FILE),
@@ -192,11 +269,25 @@ def run_identity(path: str | Path) -> RunIdentity:
     )
 
 
-def read_run_dir(path: str | Path) -> RunDirectory:
-    """Read and check a run directory (SPEC §4, and the testbed's result layers when present).
+@dataclass(frozen=True)
+class RunFiles:
+    """The files of a run directory that the ledger reads, as bytes, and the hash over them:
+    enough to tell whether the ledger holds this run already, before anything is parsed."""
 
-    Raises InputError naming the file (and line) of anything that does not match its contract,
-    including a testbed record whose sha256 does not match its content."""
+    path: Path
+    raw: Mapping[str, bytes]
+    content_sha256: str
+
+    @property
+    def identity(self) -> RunIdentity:
+        """As `run_identity` reads it (raises InputError where the files cannot give it)."""
+        return _identity(
+            self.path, self.raw[MANIFEST_FILE], self.raw[RESULT_FILE], self.raw.get(EVENTS_FILE)
+        )
+
+
+def read_run_files(path: str | Path) -> RunFiles:
+    """The bytes of every file of the run in `path` that the ledger reads, each read once."""
     run_dir = Path(path)
     if not run_dir.is_dir():
         raise InputError("not a folder", file=run_dir, expected="a run directory")
@@ -211,7 +302,17 @@ def read_run_dir(path: str | Path) -> RunDirectory:
         name: _read_bytes(run_dir / name) for name in CONTENT_FILES if (run_dir / name).is_file()
     }
     content = content_hash({name: sha256_bytes(data) for name, data in sorted(raw.items())})
+    return RunFiles(run_dir, raw, content)
 
+
+def read_run_dir(source: str | Path | RunFiles) -> RunDirectory:
+    """Read and check a run directory (SPEC §4, and the testbed's result layers when present),
+    or the files of one that `read_run_files` read already.
+
+    Raises InputError naming the file (and line) of anything that does not match its contract,
+    including a testbed record whose sha256 does not match its content."""
+    files = source if isinstance(source, RunFiles) else read_run_files(source)
+    run_dir, raw, content = files.path, files.raw, files.content_sha256
     scenario_path = run_dir / SCENARIO_FILE
     scenario_doc = _object(_json(raw[SCENARIO_FILE], scenario_path), scenario_path, "a scenario")
     scenario = validate_model(Scenario, scenario_doc, file=scenario_path)
@@ -222,14 +323,24 @@ def read_run_dir(path: str | Path) -> RunDirectory:
     result = validate_model(RunResult, result_doc, file=result_path)
 
     events_path = run_dir / EVENTS_FILE
-    events = [_event(e, events_path, n) for n, e in _lines(raw.get(EVENTS_FILE, b""), events_path)]
+    read = [
+        (_event(e, events_path, n), payload)
+        for n, e, payload in _event_lines(raw.get(EVENTS_FILE, b""), events_path)
+    ]
+    events = [event for event, _ in read]
+    event_payloads = tuple(payload for _, payload in read)
     started = float(events[0]["wall"]) if events else None
     identity = RunIdentity(manifest_sha256(manifest), result.condition, result.replication, started)
 
-    records = None
+    records = record_lines = None
     if RECORDS_FILE in raw:
         records_path = run_dir / RECORDS_FILE
-        records = [_record(r, records_path, n) for n, r in _lines(raw[RECORDS_FILE], records_path)]
+        parsed = [
+            (_record(r, records_path, n), line)
+            for n, line, r in _lines(raw[RECORDS_FILE], records_path)
+        ]
+        records = [record for record, _ in parsed]
+        record_lines = tuple(line for _, line in parsed)
     layers: dict[str, dict[str, Any] | None] = {}
     for name in (OBSERVATIONS_FILE, EVIDENCE_FILE, COMPLETENESS_FILE):
         layer_path = run_dir / name
@@ -252,10 +363,26 @@ def read_run_dir(path: str | Path) -> RunDirectory:
         observations=_observations(layers[OBSERVATIONS_FILE], run_dir / OBSERVATIONS_FILE),
         evidence=_evidence(layers[EVIDENCE_FILE], run_dir / EVIDENCE_FILE),
         completeness=_completeness(layers[COMPLETENESS_FILE], run_dir / COMPLETENESS_FILE),
+        event_payloads=event_payloads,
+        record_lines=record_lines,
     )
 
 
+_NUMBER = (int, float)
+_ACTOR = (str, int)
+
+
 def _event(event: dict[str, Any], path: Path, line: int) -> dict[str, Any]:
+    # The common case in one expression (exact types, as json gives them); anything else goes
+    # through the checks below, which name what is wrong.
+    if (
+        type(event.get("seq")) is int
+        and type(event.get("type")) is str
+        and type(event.get("wall")) in _NUMBER
+        and type(event.get("payload")) is dict
+        and ((actor := event.get("actor")) is None or type(actor) in _ACTOR)
+    ):
+        return event
     _need(event, "seq", int, path, line)
     _need(event, "type", str, path, line)
     _need(event, "wall", (int, float), path, line)
@@ -271,16 +398,33 @@ def record_digest(record: Mapping[str, Any]) -> str:
     return content_hash({k: v for k, v in record.items() if k not in ("sha256", "clock")})
 
 
+def _parsed_record_digest(record: Mapping[str, Any]) -> str:
+    """`record_digest` of a record as json parsed it: its canonical JSON is then plain
+    `json.dumps` with sorted keys, unless a non-finite number is in it (which the canonical
+    form spells as a string: then `record_digest` computes it)."""
+    content = {k: v for k, v in record.items() if k not in ("sha256", "clock")}
+    try:
+        text = json.dumps(
+            content, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        )
+    except ValueError:
+        return content_hash(content)
+    return sha256_text(text)
+
+
+_RECORD_FIELDS = (
+    ("seq", int),
+    ("recordId", str),
+    ("recordType", str),
+    ("type", str),
+    ("sha256", str),
+    ("payload", dict),
+)
+
+
 def _record(record: dict[str, Any], path: Path, line: int) -> dict[str, Any]:
-    for key, kind in (
-        ("seq", int),
-        ("recordId", str),
-        ("recordType", str),
-        ("type", str),
-        ("sha256", str),
-        ("payload", dict),
-    ):
-        _need(record, key, kind, path, line)
+    if not all(type(record.get(key)) is kind for key, kind in _RECORD_FIELDS):
+        _record_fields(record, path, line)
     if record["recordType"] not in RECORD_TYPES:
         raise DocumentError(
             f"record {record['recordId']} has the record type {record['recordType']!r}",
@@ -288,7 +432,7 @@ def _record(record: dict[str, Any], path: Path, line: int) -> dict[str, Any]:
             line=line,
             expected=", ".join(RECORD_TYPES),
         )
-    if record_digest(record) != record["sha256"]:
+    if _parsed_record_digest(record) != record["sha256"]:
         raise DocumentError(
             f"record {record['recordId']}'s sha256 does not match its content (was it edited "
             "after the run?)",
@@ -296,6 +440,11 @@ def _record(record: dict[str, Any], path: Path, line: int) -> dict[str, Any]:
             line=line,
         )
     return record
+
+
+def _record_fields(record: dict[str, Any], path: Path, line: int) -> None:
+    for key, kind in _RECORD_FIELDS:
+        _need(record, key, kind, path, line)
 
 
 def _observations(doc: dict[str, Any] | None, path: Path) -> dict[str, Any] | None:

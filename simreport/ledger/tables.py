@@ -49,6 +49,7 @@ ASSET_TYPES = (
     "rubric",
 )
 RUN_MODES = ("surrogate", "hybrid", "isolated_real")
+PURPOSES = ("regression", "exploration")
 EXECUTION_STATUSES = ("pending", "running", "completed", "crashed", "cancelled")
 VALIDITY_STATUSES = ("unchecked", "valid", "violated")
 EVIDENCE_STATUSES = ("unchecked", "complete", "partial")
@@ -99,6 +100,7 @@ scenario_version = sa.Table(
     sa.Column("spec_sha256", sa.Text, nullable=False),
     sa.Column("status", sa.Text, nullable=False),
     sa.Column("source", sa.Text),
+    sa.Column("derived_from", sa.Text),  # added: the version an audit condition derived it from
     sa.Column("created_by", sa.Text, nullable=False),
     sa.Column("created_at", Timestamp, nullable=False, server_default=_now()),
     sa.PrimaryKeyConstraint("scenario_id", "version"),
@@ -212,11 +214,24 @@ run = sa.Table(
     sa.Column("result", JSONDoc, nullable=False),  # result.json as the run wrote it
     sa.Column("content_sha256", sa.Text, nullable=False),  # over every file ingested
     sa.Column("source_dir", sa.Text),  # the folder it was first ingested from
+    sa.Column("purpose", sa.Text, nullable=False, server_default="exploration"),  # added
+    # Added for the run service: a queued run's lease, cancellation, request and requester.
+    sa.Column("lease_owner", sa.Text),
+    sa.Column("lease_expires_at", Timestamp),
+    sa.Column("heartbeat_at", Timestamp),
+    sa.Column("cancel_requested_at", Timestamp),
+    sa.Column("cancel_reason", sa.Text),
+    sa.Column("request", JSONDoc),
+    sa.Column("principal", sa.Text),  # the name of the token that started it, never the token
+    sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
     _one_of("mode", RUN_MODES),
+    _one_of("purpose", PURPOSES),
     _one_of("execution_status", EXECUTION_STATUSES),
     _one_of("validity_status", VALIDITY_STATUSES),
     _one_of("evidence_status", EVIDENCE_STATUSES),
     sa.Index("ix_sim_run_manifest", "tenant_id", "manifest_id", sa.text("created_at DESC")),
+    sa.Index("ix_run_purpose", "purpose"),
+    sa.Index(None, "execution_status", "created_at"),
 )
 
 run_task = sa.Table(
@@ -425,4 +440,22 @@ build_run = sa.Table(
     sa.Column("used", sa.Boolean, nullable=False),  # entered the statistics
     sa.PrimaryKeyConstraint("build_id", "run_id"),
     sa.Index(None, "run_id"),
+)
+
+
+# --------------------------------------------------------------------------- run service
+
+idempotency_key = sa.Table(
+    # Every write request of the run service, by its Idempotency-Key: the same key with the same
+    # request gets the stored answer again, from any process and after restarts.
+    "idempotency_key",
+    metadata,
+    sa.Column("principal", sa.Text, nullable=False),  # the token's name, never the token
+    sa.Column("key", sa.Text, nullable=False),
+    sa.Column("tenant_id", sa.Text, nullable=False),
+    sa.Column("request_sha256", sa.Text, nullable=False),
+    sa.Column("status_code", sa.Integer, nullable=False),
+    sa.Column("response", JSONDoc, nullable=False),
+    sa.Column("created_at", Timestamp, nullable=False, server_default=_now()),
+    sa.PrimaryKeyConstraint("principal", "key"),
 )

@@ -614,6 +614,7 @@ def context(
         "title": title,
         "stamp": naming.audit_fingerprint(audit),
         "verdict": verdict.headline(audit),
+        "purpose": _purpose(audit),
         "changes": Markup(history.diff_html(changes, level=3)) if changes is not None else None,
         "small_spread": _small_spread(audit, names),
         "plan_id": _text(plan.get("id")),
@@ -663,6 +664,22 @@ def _render(
     audit: Mapping[str, Any], svgs: Mapping[str, str], changes: Mapping[str, Any] | None = None
 ) -> str:
     return environment().get_template(TEMPLATE).render(context(audit, svgs, changes))
+
+
+def _purpose(audit: Mapping[str, Any]) -> dict[str, Any]:
+    """What the report says about why the runs were made (audit.json `purpose`; audits written
+    before it existed were exploration)."""
+    section = audit.get("purpose") or {}
+    purpose = _text(section.get("purpose"), "exploration")
+    versions = [
+        f"{_text(v.get('name'))}@{_text(v.get('version'))} ({_text(v.get('status'))})"
+        for v in section.get("notOnline") or []
+    ]
+    return {
+        "purpose": purpose,
+        "exploration_runs": int(section.get("explorationRuns") or 0),
+        "not_online": versions,
+    }
 
 
 def render_report(audit: Mapping[str, Any]) -> str:

@@ -28,6 +28,7 @@ from ...core.files import parse_document
 from ...core.schema import Model, Scenario
 from ...core.testbed import ASSET_REF, ReactionRule
 from ...core.validation import issues_from
+from ...core.versions import RunChecks, design_sha256
 
 AssetKind = Literal[
     "agent",
@@ -267,7 +268,13 @@ class AssetHeader(Model):
     kind: AssetKind = Field(description="What the asset is.")
     name: str = Field(min_length=1, description="Its name (its folder in the library).")
     version: str = Field(pattern=_VERSION.pattern, description="Its exact version (SemVer).")
-    status: AssetStatus = Field("reviewed", description="Review status; offline is refused.")
+    status: AssetStatus = Field(
+        "draft",
+        description=(
+            "Review status the version starts with when the ledger first sees it; offline is "
+            "refused."
+        ),
+    )
     owner: str | None = Field(None, description="Who maintains it.")
     content: Any = Field(description="The content, validated by the model of its kind.")
 
@@ -287,6 +294,8 @@ class ResolvedAsset:
     sha256: str
     path: Path
     content: Model
+    status: AssetStatus = "draft"
+    """The review status its file's header declares (the ledger may hold a later one)."""
 
     def typed(self, model: type[M]) -> M:
         """The content as the model of its kind (checked)."""
@@ -356,7 +365,9 @@ class AssetLibrary:
         if header.status == "offline":
             raise AssetError(ref, f"version {version} is offline")
         content = _validated(CONTENT_MODELS[kind], header.content, ref, path)
-        return ResolvedAsset(slot, kind, name, version, sha256_bytes(data), path, content)
+        return ResolvedAsset(
+            slot, kind, name, version, sha256_bytes(data), path, content, header.status
+        )
 
     def _label(self, ref: str, folder: Path, label: str) -> str:
         labels_file = folder / LABELS_FILE
@@ -429,17 +440,30 @@ def manifest_facts(
     root: Path,
     *,
     identity: Mapping[str, Any] | None,
+    checks: RunChecks | None = None,
+    not_online: list[dict[str, str]] | None = None,
 ) -> dict[str, Any]:
     """What the testbed adds to manifest.json: every asset's exact version and digest, the
-    scenario's id, version and digest, and the manifest digest over all of them (plus the seed
-    lineage), so two runs of one manifest can be recognised as such."""
+    scenario's id, the version the run records (a derived one says which it derives from) and
+    digests, the run's purpose and the versions it used that are not online, and the manifest
+    digest over all of them (plus the seed lineage), so two runs of one manifest can be
+    recognised as such."""
+    checks = checks if checks is not None else RunChecks()
     records = {slot: asset.record(root) for slot, asset in sorted(resolved.items())}
-    scenario = {
+    declared = identity.get("version") if identity else None
+    scenario: dict[str, Any] = {
         "id": identity.get("id") if identity else None,
-        "version": identity.get("version") if identity else None,
+        "version": checks.version or declared,
         "sha256": content_hash(dict(scenario_doc)),
+        "designSha256": design_sha256(scenario_doc),
     }
+    if checks.derived_from is not None:
+        scenario["derivedFrom"] = checks.derived_from
+    if checks.spec_sha256 is not None:
+        scenario["specSha256"] = checks.spec_sha256
     locked = {
+        "purpose": checks.purpose,
+        "notOnline": not_online or [],
         "scenario": scenario,
         "resolved": {
             slot: {k: r[k] for k in ("kind", "name", "version", "sha256")}
@@ -451,6 +475,7 @@ def manifest_facts(
     return {
         "assets": {f"{r['name']}@{r['version']}": r["sha256"] for r in records.values()},
         "resolved": records,
+        "notOnline": not_online or [],
         "scenarioVersion": scenario,
         "manifestSha256": content_hash(locked),
     }

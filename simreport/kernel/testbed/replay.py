@@ -200,6 +200,7 @@ def compare_records(
 def replay_run(run_dir: str | Path, out_dir: str | Path | None = None) -> ReplayReport:
     """Re-run a testbed run from its recorded responses and faults; compare the records."""
     from ..engine import run_scenario
+    from .versions import recorded_checks
 
     root = Path(run_dir)
     needed = [root / "scenario.json", root / "manifest.json", root / RECORDS_FILE]
@@ -227,6 +228,7 @@ def replay_run(run_dir: str | Path, out_dir: str | Path | None = None) -> Replay
                 condition=str(manifest.get("condition", "scenario")),
                 replication=int(manifest.get("replication", 0)),
                 asset_root=asset_root,
+                checks=recorded_checks(manifest),
             )
         error = _replay_error(root, result.failure)
         if error is not None:

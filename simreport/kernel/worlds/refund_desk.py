@@ -76,6 +76,7 @@ from ..testbed.records import (
 )
 from ..testbed.replay import ReplaySource, active_replay
 from ..testbed.user import UserSimulator, read_agent_message
+from ..testbed.versions import check_versions
 from ..world import Decision, DecisionRequest, World, WorldOutcome
 from . import WORLDS
 
@@ -304,7 +305,8 @@ class TestbedRun:
                 kind="manifest_unresolved",
             )
         root = (self.ctx.asset_root / library_dir).resolve()
-        library = AssetLibrary(root, pins=self.replay.pins if self.replay is not None else None)
+        pins = self.replay.pins if self.replay is not None else (self.ctx.checks.pins or None)
+        library = AssetLibrary(root, pins=pins)
         wanted: list[tuple[str, str, Any]] = [
             ("sut.agent", s.sut.agent, "agent"),
             ("user.policy", s.user.policy, "user_policy"),
@@ -333,6 +335,10 @@ class TestbedRun:
                 stage="loading",
                 kind="manifest_unresolved",
             )
+        # Before anything else looks at them: the versions must be the pinned ones, and a
+        # regression run's all online.
+        identity = self.doc.get("identity") or {}
+        not_online = check_versions(identity, resolved, self.ctx.checks)
         self.resolved = resolved
         agent = resolved["sut.agent"].typed(AgentAsset)
         self.agent_asset = agent
@@ -352,6 +358,8 @@ class TestbedRun:
             resolved,
             root,
             identity=self.doc.get("identity"),
+            checks=self.ctx.checks,
+            not_online=not_online,
         )
         facts["traceId"] = self.log.trace_id
         facts["faultBackend"] = (

@@ -1,0 +1,155 @@
+"""Versions of record: what a scenario's design is, which version a run ran, and what the harness
+asks a run to check before any agent call.
+
+A scenario version names a design. Its digest (`design_sha256`) covers the scenario document
+without what places one run in an audit (its seed lineage and replication index), so every
+replication of one design shares it. An audit condition that changes the design runs a *derived*
+version: the base version plus the first twelve hex digits of the condition's design digest,
+e.g. `1.3.0+d.4f2a9c01b7e3`, recorded with the version it derives from. Never the base version with
+another digest: a changed design is a different version.
+
+`RunChecks` is what the harness hands a run (the kernel never reads the ledger): the review
+statuses and pinned digests the ledger holds for the versions the run may resolve, the version
+the run records, and the run's purpose; without a ledger a run knows only the statuses its files'
+headers declare. A run checks them while loading, before any agent call: a version whose content
+differs from its pin is refused (`asset_version_changed`, `scenario_version_changed`), and a
+regression run refuses every version that is not online (`version_not_online`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Final, Literal
+
+from pydantic import Field
+
+from .canonical import content_hash
+from .schema import Model
+
+Purpose = Literal["regression", "exploration"]
+PURPOSES: Final[tuple[Purpose, ...]] = ("regression", "exploration")
+DEFAULT_PURPOSE: Final[Purpose] = "exploration"
+"""Local runs and audits explore unless told otherwise: the examples' libraries hold versions
+still under review, and a regression run needs every version it resolves online."""
+
+ReviewStatus = Literal["draft", "reviewing", "reviewed", "online", "offline"]
+REVIEW_STATUSES: Final[tuple[ReviewStatus, ...]] = (
+    "draft",
+    "reviewing",
+    "reviewed",
+    "online",
+    "offline",
+)
+
+PLACEMENT_FIELDS: Final = ("seedPath", "replicationId")
+"""Scenario keys that place one run in an audit rather than describe the design."""
+
+DERIVED_MARK: Final = "+d."
+
+
+REVIEW_FIELDS: Final = ("status", "riskSignoff")
+"""Identity keys that say where a version starts in review, not what it is: the ledger holds its
+status from then on, so editing them changes no design."""
+
+
+def design_document(scenario_doc: Mapping[str, Any]) -> dict[str, Any]:
+    """The scenario document (as written to scenario.json: credentials redacted) without the
+    fields that place one run in an audit and the identity's review fields."""
+    design = {k: v for k, v in scenario_doc.items() if k not in PLACEMENT_FIELDS}
+    identity = design.get("identity")
+    if isinstance(identity, Mapping):
+        design["identity"] = {k: v for k, v in identity.items() if k not in REVIEW_FIELDS}
+    return design
+
+
+def design_sha256(scenario_doc: Mapping[str, Any]) -> str:
+    return content_hash(design_document(scenario_doc))
+
+
+def derived_version(version: str, design: str) -> str:
+    """The version of a design derived from `version` (see the module docstring)."""
+    return f"{version}{DERIVED_MARK}{design[:12]}"
+
+
+def version_key(name: str, version: str) -> str:
+    """How checks and manifests name one version: `name@version`."""
+    return f"{name}@{version}"
+
+
+class VersionState(Model):
+    """What the ledger holds for one version."""
+
+    sha256: str = Field(description="The digest pinned when the ledger first saw this version.")
+    status: ReviewStatus = Field(description="Its review status in the ledger.")
+
+
+class RunChecks(Model):
+    """What a run must check while loading, from the harness (see the module docstring)."""
+
+    purpose: Purpose = Field(DEFAULT_PURPOSE, description="regression or exploration.")
+    spec_sha256: str | None = Field(
+        None,
+        description=(
+            "Design digest of the scenario file the run comes from: the declared version's "
+            "spec, compared with the ledger's pin for it."
+        ),
+    )
+    version: str | None = Field(
+        None,
+        description=(
+            "The scenario version this run records: the declared one, or a derived one when the "
+            "run's condition changes the design. None: the declared one."
+        ),
+    )
+    derived_from: str | None = Field(None, description="The declared version a derived one is of.")
+    scenarios: dict[str, VersionState] = Field(
+        default_factory=dict, description="`id@version` → the ledger's pin and status."
+    )
+    assets: dict[str, VersionState] = Field(
+        default_factory=dict, description="`name@version` → the ledger's pin and status."
+    )
+    ledger: str | None = Field(
+        None, description="The ledger these come from, credentials redacted (for messages)."
+    )
+    pins: dict[str, str] = Field(
+        default_factory=dict,
+        description=(
+            "Asset name → the exact version a frozen manifest resolved it to: labels resolve to "
+            "these, never to what a label says now."
+        ),
+    )
+
+    def for_condition(
+        self, version: str | None, derived_from: str | None, asset_names: Iterable[str]
+    ) -> RunChecks:
+        """These checks for the runs of one condition: the version they record, and only the
+        asset versions of the names its scenario refers to (so that nothing else the ledger
+        learns changes what the runs check, or their store keys)."""
+        names = set(asset_names)
+        return self.model_copy(
+            update={
+                "version": version,
+                "derived_from": derived_from,
+                "assets": {
+                    key: state
+                    for key, state in self.assets.items()
+                    if key.rpartition("@")[0] in names
+                },
+            }
+        )
+
+
+__all__ = [
+    "DEFAULT_PURPOSE",
+    "PLACEMENT_FIELDS",
+    "PURPOSES",
+    "REVIEW_STATUSES",
+    "Purpose",
+    "ReviewStatus",
+    "RunChecks",
+    "VersionState",
+    "derived_version",
+    "design_document",
+    "design_sha256",
+    "version_key",
+]
