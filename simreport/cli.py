@@ -533,6 +533,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .ledger.cli import register_cli as register_ledger
     from .ledger.review_cli import register_cli as register_review
     from .mcp_server import register_cli as register_mcp
+    from .remote_cli import register_cli as register_remote
+    from .service.app import register_cli as register_api
+    from .service.worker import register_cli as register_worker
     from .worlds_catalog import register_cli as register_worlds
 
     register_doctor(sub)
@@ -540,6 +543,9 @@ def build_parser() -> argparse.ArgumentParser:
     register_ledger(sub)
     register_review(sub, kernel)
     register_mcp(sub)
+    register_api(sub)
+    register_worker(sub)
+    register_remote(sub)
     register_worlds(sub)
     return parser
 

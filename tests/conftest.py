@@ -86,3 +86,13 @@ def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         with admin.connect() as conn:
             conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         admin.dispose()
+
+
+@pytest.fixture
+def engine(ledger_url: str) -> Iterator[Any]:
+    """An engine on the fresh ledger `ledger_url` gives (SQLite, then PostgreSQL)."""
+    from simreport.ledger import connect
+
+    made = connect(ledger_url)
+    yield made
+    made.dispose()

@@ -129,13 +129,6 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> Results:
     return Results(base, audit, refund, echo, external, failed)
 
 
-@pytest.fixture
-def engine(ledger_url: str) -> Any:
-    made = connect(ledger_url)
-    yield made
-    made.dispose()
-
-
 def _copy(run_dir: Path, to: Path) -> Path:
     shutil.copytree(run_dir, to)
     return to

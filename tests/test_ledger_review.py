@@ -13,7 +13,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,6 @@ from simreport.core.errors import InputError
 from simreport.core.redaction import redact_document
 from simreport.core.versions import design_document, design_sha256
 from simreport.kernel import load_scenario
-from simreport.ledger import connect
 from simreport.ledger import tables as t
 from simreport.ledger.errors import (
     AssetVersionChanged,
@@ -59,13 +57,6 @@ HEADER_STATUSES = {
     ("simulator_config", "user-sim", "1.0.0"): "reviewed",
 }
 """The refund desk library's asset versions and the status each file's header gives."""
-
-
-@pytest.fixture
-def engine(ledger_url: str) -> Iterator[sa.Engine]:
-    made = connect(ledger_url)
-    yield made
-    made.dispose()
 
 
 @pytest.fixture

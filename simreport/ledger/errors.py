@@ -57,5 +57,14 @@ class ReviewRefused(InputError):
     risk sign-off. Nothing was changed."""
 
 
+class UnknownVersion(ReviewRefused):
+    """A review action on a version the ledger does not hold."""
+
+
+class WrongStatus(ReviewRefused):
+    """A review action that does not start from the version's status (another reviewer may
+    have moved it first)."""
+
+
 class NotRecorded(InputError):
     """A run, plan or build the ledger does not hold."""

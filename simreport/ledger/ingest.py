@@ -624,36 +624,45 @@ def write_run(
         plans, steps = _faults(run.run_id, run.records, now)
         rows["fault_plan"] = _insert(conn, t.fault_plan, plans)
         rows["fault_record"] = _insert(conn, t.fault_record, steps)
-    if scenario.user is not None:
-        channels = scenario.interaction.channels if scenario.interaction is not None else []
-        rows["run_task"] = _insert(
-            conn,
-            t.run_task,
-            [
-                {
-                    "run_id": run.run_id,
-                    "task_key": "goal",
-                    "sut_task_id": None,
-                    "goal": {"goal": scenario.user.goal},
-                    "outcome": None,
-                }
-            ],
-        )
-        rows["run_session"] = _insert(
-            conn,
-            t.run_session,
-            [
-                {
-                    "run_id": run.run_id,
-                    "task_key": "goal",
-                    "session_key": "conversation",
-                    "sut_session_id": None,
-                    "transport": channels[0] if channels else "chat-completions",
-                }
-            ],
-        )
+    rows.update(_task_and_session(conn, run))
     rows.update(_layers(conn, run, now))
     return {table: count for table, count in rows.items() if count}
+
+
+def _task_and_session(conn: Connection, run: RunDirectory) -> dict[str, int]:
+    """An agent-testbed run's task (the user's goal) and its conversation session."""
+    scenario = run.scenario
+    if scenario.user is None:
+        return {}
+    channels = scenario.interaction.channels if scenario.interaction is not None else []
+    rows: dict[str, int] = {}
+    rows["run_task"] = _insert(
+        conn,
+        t.run_task,
+        [
+            {
+                "run_id": run.run_id,
+                "task_key": "goal",
+                "sut_task_id": None,
+                "goal": {"goal": scenario.user.goal},
+                "outcome": None,
+            }
+        ],
+    )
+    rows["run_session"] = _insert(
+        conn,
+        t.run_session,
+        [
+            {
+                "run_id": run.run_id,
+                "task_key": "goal",
+                "session_key": "conversation",
+                "sut_session_id": None,
+                "transport": channels[0] if channels else "chat-completions",
+            }
+        ],
+    )
+    return rows
 
 
 def _engine_name(run: RunDirectory) -> str:

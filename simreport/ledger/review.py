@@ -34,7 +34,14 @@ from ..core.testbed import SEMVER
 from ..core.versions import design_document, design_sha256
 from . import tables as t
 from .db import as_utc, reading, utc_now
-from .errors import AssetVersionChanged, NotRecorded, ReviewRefused, ScenarioVersionChanged
+from .errors import (
+    AssetVersionChanged,
+    NotRecorded,
+    ReviewRefused,
+    ScenarioVersionChanged,
+    UnknownVersion,
+    WrongStatus,
+)
 from .ingest import DEFAULT_TENANT, UNKNOWN_OWNER
 from .migrate import check_for_reading, prepare_for_writing
 
@@ -437,6 +444,35 @@ def transition(
     nothing changed) for an unknown version, a version not in the status the action moves
     from (also when another reviewer moved it first), an empty reviewer, or a high-risk
     scenario published without `risk_signoff`."""
+    prepare_for_writing(engine)
+    with engine.begin() as conn:
+        return transition_in(
+            conn,
+            kind,
+            name,
+            version,
+            action,
+            reviewer=reviewer,
+            note=note,
+            risk_signoff=risk_signoff,
+            tenant=tenant,
+        )
+
+
+def transition_in(
+    conn: Connection,
+    kind: str,
+    name: str,
+    version: str,
+    action: str,
+    *,
+    reviewer: str,
+    note: str | None = None,
+    risk_signoff: str | None = None,
+    tenant: str = DEFAULT_TENANT,
+) -> Transition:
+    """`transition` inside the caller's write transaction (the run service stores the
+    request's idempotency key in the same one)."""
     if kind not in t.VERSION_KINDS:
         raise ReviewRefused(
             f"unknown kind {kind!r}", path="kind", expected=" or ".join(t.VERSION_KINDS)
@@ -448,43 +484,41 @@ def transition(
     who = _reviewer(reviewer)
     signoff, note = _text(risk_signoff), _text(note)
     from_status, to_status = ACTIONS[action]
-    prepare_for_writing(engine)
-    with engine.begin() as conn:
-        found = _locate(conn, kind, name, version, tenant, ReviewRefused)
-        label = f"{kind} {found.name}@{version}"
-        if found.status != from_status:
-            raise _wrong_status(label, found.status, action)
-        if action == "publish" and found.risk_level == "high" and signoff is None:
-            raise ReviewRefused(
-                f"{label} is high risk: it goes online only with a recorded risk sign-off",
-                path="--risk-signoff",
-                expected="the name of who signed off the risk",
-            )
-        # Compare-and-set: of two reviewers who both saw `from_status`, the second finds the
-        # row moved (PostgreSQL re-checks the condition after the first commits; SQLite lets
-        # one writer in at a time) and is refused with what it is now.
-        table, keys = _version_table(kind)
-        moved = conn.execute(
-            table.update()
-            .where(keys[0] == found.object_id, keys[1] == version, table.c.status == from_status)
-            .values(status=to_status)
-        ).rowcount
-        if moved != 1:
-            now_status = _locate(conn, kind, name, version, tenant, ReviewRefused).status
-            raise _wrong_status(label, now_status, action)
-        at = utc_now()
-        _record(
-            conn,
-            kind,
-            found.object_id,
-            version,
-            from_status,
-            to_status,
-            reviewer=who,
-            risk_signoff=signoff,
-            note=note,
-            at=at,
+    found = _locate(conn, kind, name, version, tenant, UnknownVersion)
+    label = f"{kind} {found.name}@{version}"
+    if found.status != from_status:
+        raise _wrong_status(label, found.status, action)
+    if action == "publish" and found.risk_level == "high" and signoff is None:
+        raise ReviewRefused(
+            f"{label} is high risk: it goes online only with a recorded risk sign-off",
+            path="--risk-signoff",
+            expected="the name of who signed off the risk",
         )
+    # Compare-and-set: of two reviewers who both saw `from_status`, the second finds the
+    # row moved (PostgreSQL re-checks the condition after the first commits; SQLite lets
+    # one writer in at a time) and is refused with what it is now.
+    table, keys = _version_table(kind)
+    moved = conn.execute(
+        table.update()
+        .where(keys[0] == found.object_id, keys[1] == version, table.c.status == from_status)
+        .values(status=to_status)
+    ).rowcount
+    if moved != 1:
+        now_status = _locate(conn, kind, name, version, tenant, UnknownVersion).status
+        raise _wrong_status(label, now_status, action)
+    at = utc_now()
+    _record(
+        conn,
+        kind,
+        found.object_id,
+        version,
+        from_status,
+        to_status,
+        reviewer=who,
+        risk_signoff=signoff,
+        note=note,
+        at=at,
+    )
     return Transition(
         kind=cast(Kind, kind),  # checked against VERSION_KINDS above
         name=found.name,
@@ -500,7 +534,7 @@ def transition(
     )
 
 
-def _wrong_status(label: str, status: str, action: str) -> ReviewRefused:
+def _wrong_status(label: str, status: str, action: str) -> WrongStatus:
     from_status, to_status = ACTIONS[action]
     valid = [a for a, (start, _) in ACTIONS.items() if start == status]
     then = (
@@ -508,7 +542,7 @@ def _wrong_status(label: str, status: str, action: str) -> ReviewRefused:
         if valid
         else f"no review action leaves {status}"
     )
-    return ReviewRefused(
+    return WrongStatus(
         f"{label} is {status}: `{action}` moves a version from {from_status} to {to_status}; "
         + then
     )

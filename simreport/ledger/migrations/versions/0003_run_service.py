@@ -75,9 +75,7 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_table("idempotency_key", schema=S)
-    op.drop_index(
-        op.f("ix_run_execution_status_created_at"), table_name="run", schema=_schema()
-    )
+    op.drop_index(op.f("ix_run_execution_status_created_at"), table_name="run", schema=_schema())
     op.drop_column("run", "attempts", schema=_schema())
     for name, _ in reversed(RUN_COLUMNS):
         op.drop_column("run", name, schema=_schema())

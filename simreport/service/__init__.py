@@ -1,0 +1,5 @@
+"""The run service (SPEC §11): `/v1/sim` over the ledger, queued runs claimed by workers.
+
+`queue` holds every state change as a ledger transaction, `worker` claims and executes runs,
+`app` serves the HTTP API. Importing this package loads none of them.
+"""

@@ -1,0 +1,931 @@
+"""The run service's HTTP API (`simreport api`): the seed's eight `/v1/sim` endpoints over the
+ledger, with bearer tokens, idempotency keys and quotas.
+
+Handlers are thin: what they answer comes from simreport.service.queue, which keeps every state
+in the ledger, so API processes can be restarted or multiplied. Refusals become answers in one
+place (`_error_response`): `{"error": {"code", "message", …}}` with the seed's status codes,
+`Retry-After` on 429 and 503. FastAPI and uvicorn are imported when the service starts, not when
+the `simreport` command does.
+"""
+
+# No `from __future__ import annotations`: FastAPI reads the route functions' annotations, and
+# the routes are defined inside create_app, whose local names a string annotation cannot see.
+
+import argparse
+import logging
+import multiprocessing
+import os
+import socket
+import sys
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..core.errors import EXIT_OK
+
+if TYPE_CHECKING:
+    from multiprocessing.context import SpawnProcess
+    from multiprocessing.synchronize import Event
+
+    from fastapi import FastAPI, Request
+    from sqlalchemy.engine import Engine
+    from starlette.responses import JSONResponse
+
+    from .auth import Principal, Refused, Tokens
+    from .config import ServiceSettings
+    from .queue import Capacity, IdempotencyKey
+
+log = logging.getLogger("simreport.service")
+
+PREFIX = "/v1/sim"
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+MAX_KEY_LENGTH = 200
+MAX_TEXT = 200
+"""The longest name, namespace, owner, version or id a request may carry."""
+
+RunMode = Literal["surrogate", "hybrid", "isolated_real"]
+RiskLevel = Literal["low", "medium", "high"]
+Purpose = Literal["regression", "exploration"]
+
+
+# --------------------------------------------------------------------------- request bodies
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ScenarioRequest(_Body):
+    """POST /v1/sim/scenarios."""
+
+    namespace: str = Field(min_length=1, max_length=MAX_TEXT, description="the namespace")
+    name: str = Field(min_length=1, max_length=MAX_TEXT, description="unique in its namespace")
+    owner: str = Field(min_length=1, max_length=MAX_TEXT, description="who owns the scenario")
+    risk_level: RiskLevel = Field(description="high: going online needs a risk sign-off")
+
+
+class VersionRequest(_Body):
+    """POST /v1/sim/scenarios/{scenario_id}/versions."""
+
+    version: str = Field(min_length=1, max_length=MAX_TEXT, description="semantic version")
+    spec: dict[str, Any] = Field(description="the scenario document (as in a scenario file)")
+    source: str | None = Field(
+        None, max_length=1000, description="where the version comes from (an incident, …)"
+    )
+
+
+class RunRequest(_Body):
+    """POST /v1/sim/runs."""
+
+    scenario_id: str = Field(min_length=1, max_length=MAX_TEXT)
+    version: str = Field(min_length=1, max_length=MAX_TEXT, description="the scenario version")
+    mode: RunMode = Field("surrogate", description="how the environment's backend runs")
+    seed: int | None = Field(
+        None, ge=0, lt=2**63, description="the run's seed (default: the scenario's)"
+    )
+    budget: dict[str, Any] | None = Field(
+        None, description="limits replacing the scenario's execution.budget (maxTurns, …)"
+    )
+    purpose: Purpose = Field(
+        "exploration",
+        description="regression: every version the run resolves must be online",
+    )
+
+
+class ReviewRequest(_Body):
+    """POST /v1/sim/scenarios/{scenario_id}/versions/{version}:{action} (beyond the seed: the
+    review steps of `simreport review`, taken by the token's name)."""
+
+    note: str | None = Field(None, max_length=1000, description="kept with the step")
+    risk_signoff: str | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_TEXT,
+        description="who signed off the risk: needed to publish a high-risk scenario",
+    )
+
+
+class CancelRequest(_Body):
+    """POST /v1/sim/runs/{run_id}:cancel."""
+
+    reason: str = Field(min_length=1, max_length=1000, description="why, kept with the run")
+
+
+# --------------------------------------------------------------------------- answers
+
+
+class ScenarioCreated(BaseModel):
+    scenario_id: str
+
+
+class VersionSubmitted(BaseModel):
+    status: Literal["reviewing"]
+
+
+class VersionReviewed(BaseModel):
+    status: Literal["reviewing", "reviewed", "online", "offline"]
+
+
+class RunStarted(BaseModel):
+    run_id: str
+    manifest_id: str = Field(description="the manifest frozen when the run was accepted")
+
+
+class RunStatus(BaseModel):
+    execution_status: Literal["pending", "running", "completed", "crashed", "cancelled"]
+    validity_status: Literal["unchecked", "valid", "violated"]
+    evidence_status: Literal["unchecked", "complete", "partial"]
+    quality_ref: str | None = Field(description="set by an evaluator, never by the run")
+
+
+class EventPage(BaseModel):
+    events: list[dict[str, Any]]
+    next_seq: int = Field(description="the after_seq of the next page")
+
+
+class EvidencePackage(BaseModel):
+    records: list[dict[str, Any]]
+    observations: list[dict[str, Any]]
+    evidence: list[dict[str, Any]]
+    completeness: Any
+
+
+class RunCancelled(BaseModel):
+    execution_status: Literal["cancelled"]
+
+
+class ManifestView(BaseModel):
+    resolved: dict[str, Any]
+    manifest_sha256: str
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+
+
+class Issue(BaseModel):
+    path: str = Field(description="where in the request (dotted), empty for the whole body")
+    message: str
+    expected: str | None = None
+
+
+class ErrorDetail(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    code: str = Field(description="stable, for programs: not_found, conflict, gone, …")
+    message: str = Field(description="for people")
+    issues: list[Issue] | None = None
+
+
+class ErrorBody(BaseModel):
+    error: ErrorDetail
+
+
+ERROR_MEANINGS: dict[int, str] = {
+    400: "no Idempotency-Key header",
+    401: "no token, or an unknown one",
+    403: "the token may not use this namespace",
+    404: "no such object in the token's tenant",
+    409: "the state does not allow it: read the state, do not retry",
+    410: "the cursor is older than the events kept: re-read the snapshot",
+    422: "invalid request: fix it and make a new one",
+    429: "the token's runs pending or running are at its quota: retry after Retry-After",
+    503: "the queue is full or the ledger did not answer: retry after Retry-After with the same "
+    "Idempotency-Key",
+}
+"""Every refusal the service gives, as the seed's error semantics read."""
+
+
+def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """The refusals of one endpoint, for its OpenAPI description."""
+    return {s: {"model": ErrorBody, "description": ERROR_MEANINGS[s]} for s in statuses}
+
+
+_WRITE = (400, 401, 403, 404, 409, 422, 503)
+_READ = (401, 403, 404, 503)
+
+_BODY_MODELS: dict[str, type[BaseModel]] = {
+    f"{PREFIX}/scenarios": ScenarioRequest,
+    f"{PREFIX}/scenarios/{{scenario_id}}/versions": VersionRequest,
+    f"{PREFIX}/runs": RunRequest,
+    f"{PREFIX}/runs/{{run_id}}:cancel": CancelRequest,
+    f"{PREFIX}/scenarios/{{scenario_id}}/versions/{{version}}:{{action}}": ReviewRequest,
+}
+"""The body model of each route (by path), for the keys an unknown key's error lists."""
+
+OPEN_PATHS = frozenset({"/healthz", "/openapi.json"})
+"""What answers without a token: the health check and the OpenAPI document."""
+
+
+# --------------------------------------------------------------------------- the service
+
+
+class _Service:
+    """What the routes share: the settings, the tokens and the ledger."""
+
+    def __init__(self, settings: "ServiceSettings", tokens: "Tokens", engine: "Engine") -> None:
+        self.settings = settings
+        self.tokens = tokens
+        self.engine = engine
+
+    def write(
+        self,
+        request: "Request",
+        principal: "Principal",
+        key: str,
+        body: BaseModel,
+        status: int,
+        action: "Callable[[IdempotencyKey], dict[str, Any]]",
+    ) -> "JSONResponse":
+        """Answer a write request once per Idempotency-Key. The key is stored with the sha256
+        of the request (method, path, body) and its answer in the transaction that does the
+        write, so the same key with the same request gets the stored answer (from any process,
+        after restarts; of two sent together one writes and the other gets its answer) and with
+        another request 409. A refused request stores nothing: it did nothing."""
+        from starlette.responses import JSONResponse
+
+        from ..core.canonical import canonical_json, sha256_text
+        from . import queue
+
+        request_doc = {
+            "method": request.method,
+            "path": request.url.path,
+            "body": body.model_dump(mode="json"),
+        }
+        digest = sha256_text(canonical_json(request_doc))
+        stored = queue.idempotent(
+            self.engine,
+            principal=principal.name,
+            tenant=principal.tenant,
+            key=key,
+            request_sha256=digest,
+        )
+        if stored is None:
+            try:
+                answer = action(queue.IdempotencyKey(principal.name, key, digest))
+            except queue.StoredAnswer as exc:
+                stored = exc.stored
+            else:
+                return JSONResponse(answer, status_code=status)
+        return JSONResponse(stored.response, status_code=stored.status_code)
+
+    def capacity(self, principal: "Principal") -> "Capacity":
+        """The limits a run of `principal` is queued under (checked by queue.start_run in the
+        transaction that queues it)."""
+        from . import queue
+
+        return queue.Capacity(
+            quota=principal.max_concurrent_runs,
+            max_queue=self.settings.max_queue,
+            retry_after=float(self.settings.retry_after_seconds),
+        )
+
+
+# --------------------------------------------------------------------------- the app
+
+
+def create_app(
+    settings: "ServiceSettings",
+    *,
+    tokens: "Tokens | None" = None,
+    environ: Mapping[str, str] | None = None,
+) -> "FastAPI":
+    """The FastAPI application for `settings`. Reads the tokens (`tokens` replaces the
+    settings' file and variable; `environ` replaces os.environ) and connects to the ledger,
+    creating or upgrading it, so a wrong setting is refused before the service listens."""
+    import sqlalchemy as sa
+    from fastapi import Depends, FastAPI, Header, Query, Request
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.security import HTTPBearer
+    from starlette.exceptions import HTTPException
+    from starlette.responses import JSONResponse, Response
+
+    from ..core.version import __version__
+    from ..ledger.db import connect
+    from ..ledger.migrate import prepare_for_writing
+    from . import queue
+    from .auth import Principal, Refused, check_namespace, forbidden_namespace, load_tokens
+
+    if tokens is None:
+        tokens = load_tokens(settings, environ)
+    engine = connect(settings.ledger)
+    prepare_for_writing(engine)
+    service = _Service(settings, tokens, engine)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # Runs whose worker vanished are ended here too, so they never stay `running` while
+        # no worker is left to notice.
+        stop = threading.Event()
+        reclaimer = threading.Thread(
+            target=_reclaim_until,
+            args=(engine, stop, max(1.0, settings.lease_seconds / 2)),
+            name="simreport-reclaim",
+            daemon=True,
+        )
+        reclaimer.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            reclaimer.join(timeout=10)
+            engine.dispose()
+
+    app = FastAPI(
+        lifespan=lifespan,
+        title="simreport run service",
+        version=__version__,
+        description="The agent-testbed's /v1/sim API: scenarios, versions, runs, events, "
+        "evidence and manifests, over the ledger. Every write needs an Idempotency-Key.",
+        docs_url=None,
+        redoc_url=None,
+    )
+    app.state.service = service
+    bearer = HTTPBearer(auto_error=False, description="a token from the service's tokens")
+
+    @app.exception_handler(Refused)
+    def _refused(request: Request, exc: Refused) -> Response:
+        return _error_response(exc.status, exc.code, exc.message, headers=exc.headers)
+
+    @app.exception_handler(queue.ServiceError)
+    def _service_error(request: Request, exc: queue.ServiceError) -> Response:
+        error = exc.body()
+        return _error_response(
+            exc.status,
+            error.pop("code"),
+            error.pop("message"),
+            retry_after=exc.retry_after,
+            extra=error,
+        )
+
+    @app.exception_handler(RequestValidationError)
+    def _invalid(request: Request, exc: RequestValidationError) -> Response:
+        if any(tuple(e.get("loc", ())) == ("header", IDEMPOTENCY_HEADER) for e in exc.errors()):
+            missing = _missing_key()
+            return _error_response(missing.status, missing.code, missing.message)
+        route = request.scope.get("route")
+        model = _BODY_MODELS.get(getattr(route, "path", ""))
+        issues = _request_issues(exc.errors(), model)
+        first = issues[0]
+        message = (f"{first['path']}: " if first["path"] else "") + str(first["message"])
+        if len(issues) > 1:
+            message += f" (and {len(issues) - 1} more)"
+        return _error_response(422, "invalid_request", message, extra={"issues": issues})
+
+    @app.exception_handler(HTTPException)
+    def _http(request: Request, exc: HTTPException) -> Response:
+        codes = {404: "not_found", 405: "method_not_allowed"}
+        message = "no such endpoint" if exc.status_code == 404 else str(exc.detail)
+        return _error_response(
+            exc.status_code,
+            codes.get(exc.status_code, "http_error"),
+            message,
+            headers=dict(exc.headers or {}),
+        )
+
+    @app.exception_handler(sa.exc.OperationalError)
+    def _ledger_down(request: Request, exc: sa.exc.OperationalError) -> Response:
+        log.warning("the ledger did not answer: %s", type(exc.orig).__name__)
+        return _error_response(
+            503,
+            "ledger_unavailable",
+            "the ledger did not answer: retry with the same Idempotency-Key",
+            retry_after=settings.retry_after_seconds,
+        )
+
+    @app.exception_handler(Exception)
+    def _internal(request: Request, exc: Exception) -> Response:
+        # Starlette raises it again after this answer, and uvicorn logs it with its traceback.
+        return _error_response(500, "internal", "internal error")
+
+    @app.middleware("http")
+    async def authenticate_first(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        # Before routing and body parsing: every path but the open ones answers 401 first.
+        if request.url.path not in OPEN_PATHS:
+            try:
+                principal = service.tokens.authenticate(request.headers.get("authorization"))
+            except Refused as exc:
+                return _error_response(exc.status, exc.code, exc.message, headers=exc.headers)
+            request.state.principal = principal
+        return await call_next(request)
+
+    def authenticated(request: Request, _: Annotated[Any, Depends(bearer)]) -> Principal:
+        principal: Principal = request.state.principal
+        return principal
+
+    Authenticated = Annotated[Principal, Depends(authenticated)]
+
+    def idempotency_key(
+        key: Annotated[
+            str,
+            Header(
+                alias=IDEMPOTENCY_HEADER,
+                description="required on every write: the same key and request get the same answer",
+            ),
+        ],
+    ) -> str:
+        key = key.strip()
+        if not key:
+            raise _missing_key()
+        if len(key) > MAX_KEY_LENGTH or not key.isprintable():
+            raise Refused(
+                400,
+                "idempotency_key_invalid",
+                f"an {IDEMPOTENCY_HEADER} is at most {MAX_KEY_LENGTH} printable characters",
+            )
+        return key
+
+    Key = Annotated[str, Depends(idempotency_key)]
+
+    # ----------------------------------------------------------------------- routes
+
+    @app.get("/healthz", response_model=Health, tags=["service"])
+    def healthz() -> Response:
+        with engine.connect() as conn:
+            conn.exec_driver_sql("SELECT 1")
+        return JSONResponse({"status": "ok"})
+
+    @app.post(
+        f"{PREFIX}/scenarios",
+        status_code=201,
+        response_model=ScenarioCreated,
+        responses=_errors(400, 401, 403, 409, 422, 503),
+        tags=["scenarios"],
+    )
+    def create_scenario(
+        body: ScenarioRequest,
+        request: Request,
+        principal: Authenticated,
+        key: Key,
+    ) -> Response:
+        if not principal.may_use(body.namespace):
+            raise forbidden_namespace(principal, body.namespace)
+
+        def create(idempotency: queue.IdempotencyKey) -> dict[str, Any]:
+            scenario_id = queue.create_scenario(
+                engine,
+                tenant=principal.tenant,
+                namespace=body.namespace,
+                name=body.name,
+                owner=body.owner,
+                risk_level=body.risk_level,
+                idempotency=idempotency,
+            )
+            return {"scenario_id": scenario_id}
+
+        return service.write(request, principal, key, body, 201, create)
+
+    @app.post(
+        f"{PREFIX}/scenarios/{{scenario_id}}/versions",
+        status_code=202,
+        response_model=VersionSubmitted,
+        responses=_errors(*_WRITE),
+        tags=["scenarios"],
+    )
+    def submit_version(
+        scenario_id: str,
+        body: VersionRequest,
+        request: Request,
+        principal: Authenticated,
+        key: Key,
+    ) -> Response:
+        check_namespace(engine, principal, "scenario", scenario_id)
+
+        def submit(idempotency: queue.IdempotencyKey) -> dict[str, Any]:
+            status = queue.submit_version(
+                engine,
+                tenant=principal.tenant,
+                scenario_id=scenario_id,
+                version=body.version,
+                spec=body.spec,
+                source=body.source,
+                created_by=principal.name,
+                idempotency=idempotency,
+            )
+            return {"status": status}
+
+        return service.write(request, principal, key, body, 202, submit)
+
+    @app.post(
+        f"{PREFIX}/scenarios/{{scenario_id}}/versions/{{version}}:{{action}}",
+        response_model=VersionReviewed,
+        responses=_errors(*_WRITE),
+        tags=["scenarios"],
+    )
+    def review_version(
+        scenario_id: str,
+        version: str,
+        action: Literal["submit", "approve", "publish", "retire"],
+        body: ReviewRequest,
+        request: Request,
+        principal: Authenticated,
+        key: Key,
+    ) -> Response:
+        """One review step (`simreport review submit|approve|publish|retire`), recorded with
+        the token's name as the reviewer."""
+        check_namespace(engine, principal, "scenario", scenario_id)
+
+        def review(idempotency: queue.IdempotencyKey) -> dict[str, Any]:
+            status = queue.review_version(
+                engine,
+                tenant=principal.tenant,
+                scenario_id=scenario_id,
+                version=version,
+                action=action,
+                reviewer=principal.name,
+                note=body.note,
+                risk_signoff=body.risk_signoff,
+                idempotency=idempotency,
+            )
+            return {"status": status}
+
+        return service.write(request, principal, key, body, 200, review)
+
+    @app.post(
+        f"{PREFIX}/runs",
+        status_code=202,
+        response_model=RunStarted,
+        responses=_errors(*_WRITE, 429),
+        tags=["runs"],
+    )
+    def start_run(
+        body: RunRequest,
+        request: Request,
+        principal: Authenticated,
+        key: Key,
+    ) -> Response:
+        check_namespace(engine, principal, "scenario", body.scenario_id)
+
+        def start(idempotency: queue.IdempotencyKey) -> dict[str, Any]:
+            run_id, manifest_id = queue.start_run(
+                engine,
+                tenant=principal.tenant,
+                principal=principal.name,
+                scenario_id=body.scenario_id,
+                version=body.version,
+                mode=body.mode,
+                seed=body.seed,
+                budget=body.budget,
+                purpose=body.purpose,
+                library=settings.library_dir,
+                idempotency=idempotency,
+                capacity=service.capacity(principal),
+            )
+            return {"run_id": run_id, "manifest_id": manifest_id}
+
+        return service.write(request, principal, key, body, 202, start)
+
+    @app.get(
+        f"{PREFIX}/runs/{{run_id}}",
+        response_model=RunStatus,
+        responses=_errors(*_READ),
+        tags=["runs"],
+    )
+    def get_run(run_id: str, principal: Authenticated) -> Response:
+        check_namespace(engine, principal, "run", run_id)
+        return JSONResponse(queue.get_run(engine, run_id, tenant=principal.tenant))
+
+    @app.get(
+        f"{PREFIX}/runs/{{run_id}}/events",
+        response_model=EventPage,
+        responses=_errors(*_READ, 410, 422),
+        tags=["runs"],
+    )
+    def get_events(
+        run_id: str,
+        principal: Authenticated,
+        after_seq: Annotated[
+            int, Query(ge=0, description="the last seq already read (0: from the start)")
+        ] = 0,
+        limit: Annotated[int, Query(ge=1, le=1000, description="at most this many events")] = 500,
+    ) -> Response:
+        check_namespace(engine, principal, "run", run_id)
+        page = queue.events_after(
+            engine,
+            run_id,
+            after_seq,
+            tenant=principal.tenant,
+            limit=limit,
+            retention_seconds=settings.events_retention_seconds,
+        )
+        return JSONResponse(page)
+
+    @app.get(
+        f"{PREFIX}/runs/{{run_id}}/evidence",
+        response_model=EvidencePackage,
+        responses=_errors(*_READ, 409, 422),
+        tags=["runs"],
+    )
+    def get_evidence(
+        run_id: str,
+        principal: Authenticated,
+        criterion: Annotated[
+            str | None, Query(max_length=MAX_TEXT, description="only this criterion")
+        ] = None,
+    ) -> Response:
+        check_namespace(engine, principal, "run", run_id)
+        package = queue.evidence(engine, run_id, tenant=principal.tenant, criterion=criterion)
+        return JSONResponse(package)
+
+    @app.post(
+        f"{PREFIX}/runs/{{run_id}}:cancel",
+        status_code=202,
+        response_model=RunCancelled,
+        responses=_errors(*_WRITE),
+        tags=["runs"],
+    )
+    def cancel_run(
+        run_id: str,
+        body: CancelRequest,
+        request: Request,
+        principal: Authenticated,
+        key: Key,
+    ) -> Response:
+        check_namespace(engine, principal, "run", run_id)
+
+        def cancel(idempotency: queue.IdempotencyKey) -> dict[str, Any]:
+            status = queue.request_cancel(
+                engine, run_id, body.reason, tenant=principal.tenant, idempotency=idempotency
+            )
+            return {"execution_status": status}
+
+        return service.write(request, principal, key, body, 202, cancel)
+
+    @app.get(
+        f"{PREFIX}/manifests/{{manifest_id}}",
+        response_model=ManifestView,
+        responses=_errors(*_READ),
+        tags=["manifests"],
+    )
+    def get_manifest(manifest_id: str, principal: Authenticated) -> Response:
+        check_namespace(engine, principal, "manifest", manifest_id)
+        return JSONResponse(queue.get_manifest(engine, manifest_id, tenant=principal.tenant))
+
+    return app
+
+
+def _reclaim_until(engine: "Engine", stop: threading.Event, every: float) -> None:
+    """End expired leases every `every` seconds until `stop` (a ledger that does not answer
+    is tried again next time)."""
+    from . import queue
+
+    while not stop.wait(every):
+        try:
+            for run_id in queue.reclaim_expired(engine):
+                log.warning("run %s lost its worker: ended crashed (worker_lost)", run_id)
+        except Exception:
+            log.exception("reclaiming expired leases failed; trying again in %.0f s", every)
+
+
+def _missing_key() -> "Refused":
+    from .auth import Refused
+
+    return Refused(400, "idempotency_key_missing", f"an {IDEMPOTENCY_HEADER} header is required")
+
+
+def _error_response(
+    status: int,
+    code: str,
+    message: str,
+    *,
+    retry_after: float | None = None,
+    headers: Mapping[str, str] | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> "JSONResponse":
+    """The one shape of every refusal: `{"error": {"code", "message", …}}`, with Retry-After
+    (whole seconds) when the client should come back."""
+    from starlette.responses import JSONResponse
+
+    out = dict(headers or {})
+    if retry_after is not None:
+        out["Retry-After"] = str(max(1, round(retry_after)))
+    if status in (429, 503) and "Retry-After" not in out:
+        out["Retry-After"] = "1"
+    error = {"code": code, "message": message, **(extra or {})}
+    return JSONResponse({"error": error}, status_code=status, headers=out)
+
+
+def _request_issues(errors: Any, model: type[BaseModel] | None) -> list[dict[str, str | None]]:
+    """FastAPI's validation errors as located issues: the dotted path inside the body (or
+    `query.NAME`, `header.NAME`), a message and what was expected there."""
+    from ..core.validation import nearest
+
+    issues: list[dict[str, str | None]] = []
+    for error in errors:
+        loc = [str(p) for p in error.get("loc", ())]
+        where, rest = (loc[0], loc[1:]) if loc else ("body", [])
+        path = ".".join(rest) if where == "body" else ".".join(loc)
+        kind = error.get("type", "")
+        message = str(error.get("msg", "invalid"))
+        expected: str | None = None
+        if kind == "extra_forbidden":
+            message = f"unknown key {rest[-1]!r}" if rest else "unknown key"
+            if model is not None and len(rest) == 1:
+                known = sorted(model.model_fields)
+                expected = "one of " + ", ".join(known)
+                meant = nearest(rest[-1], known)
+                if meant is not None:
+                    expected += f"; did you mean {meant}?"
+        elif kind == "missing":
+            message = f"missing required key {rest[-1]!r}" if rest else "the body is missing"
+            expected = "this key to be present" if rest else "a JSON object"
+        elif kind == "json_invalid":
+            message, expected = "the body is not valid JSON", "a JSON object"
+        elif kind == "literal_error":
+            expected = (error.get("ctx") or {}).get("expected")
+        elif kind in ("model_attributes_type", "dict_type", "model_type"):
+            expected = "a JSON object"
+        issues.append({"path": path, "message": message, "expected": expected})
+    return issues or [{"path": "", "message": "invalid request", "expected": None}]
+
+
+# --------------------------------------------------------------------------- `simreport api`
+
+
+def register_cli(sub: Any) -> None:
+    """Add `simreport api` to the `simreport` parser's subcommands."""
+    from .config import DEFAULT_PORT, DEFAULT_TOKENS_ENV, DEFAULT_WORKERS
+
+    p = sub.add_parser(
+        "api",
+        help="serve the /v1/sim run service over HTTP, with workers that execute its runs",
+        description="Serve the /v1/sim run service: scenarios, versions, runs, events, evidence "
+        "and manifests over the ledger. Every request needs a bearer token from --tokens-file "
+        f"or ${DEFAULT_TOKENS_ENV}; without any token only /healthz and /openapi.json answer.",
+    )
+    p.add_argument(
+        "--ledger",
+        metavar="URL",
+        help="the ledger database: sqlite:///PATH or postgresql+psycopg://USER@HOST/DB "
+        "(default: $SIMREPORT_LEDGER_URL, else sqlite:///results/ledger.sqlite)",
+    )
+    p.add_argument("--host", help="the address to listen on (default: 127.0.0.1)")
+    p.add_argument("--port", type=int, help=f"the port to listen on (default: {DEFAULT_PORT})")
+    p.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help=f"worker processes started beside the API (default: {DEFAULT_WORKERS}; 0: none, "
+        "run `simreport worker` instead)",
+    )
+    p.add_argument("--tokens-file", metavar="FILE", help="a YAML list of bearer tokens")
+    p.add_argument(
+        "--tokens-env",
+        metavar="NAME",
+        help=f"the environment variable holding tokens (default: {DEFAULT_TOKENS_ENV})",
+    )
+    p.add_argument(
+        "--library",
+        metavar="DIR",
+        help="the asset library runs resolve their references in (default: ./assets)",
+    )
+    p.add_argument(
+        "--max-queue",
+        type=int,
+        metavar="N",
+        help="runs pending or running at once before new ones get 503 (default: 1000)",
+    )
+    p.add_argument(
+        "--events-retention",
+        type=float,
+        metavar="SECONDS",
+        help="how long events stay readable (default: 7 days)",
+    )
+    p.add_argument(
+        "--lease-seconds", type=float, metavar="S", help="a worker's lease on a run (default: 30)"
+    )
+    p.add_argument(
+        "--retry-after", type=int, metavar="S", help="the Retry-After of 429 and 503 (default: 5)"
+    )
+    p.set_defaults(func=cmd_api)
+
+
+def cmd_api(args: argparse.Namespace) -> int:
+    from ..ledger.db import ledger_url
+    from .config import settings_from_options
+
+    settings = settings_from_options(
+        {
+            "ledger": ledger_url(args.ledger, results_dir="results"),
+            "host": args.host,
+            "port": args.port,
+            "workers": args.workers,
+            "tokens_file": args.tokens_file,
+            "tokens_env": args.tokens_env,
+            "library": args.library,
+            "max_queue": args.max_queue,
+            "events_retention_seconds": args.events_retention,
+            "lease_seconds": args.lease_seconds,
+            "retry_after_seconds": args.retry_after,
+        }
+    )
+    serve(settings)
+    return EXIT_OK
+
+
+def serve(settings: "ServiceSettings") -> None:
+    """Serve until SIGINT or SIGTERM, with `settings.workers` worker processes beside the API,
+    stopped when it stops."""
+    import uvicorn
+
+    from ..ledger.db import describe
+
+    library = settings.library_dir.resolve()
+    settings = settings.model_copy(update={"library": library})
+    app = create_app(settings)
+    service: _Service = app.state.service
+    if not service.tokens.by_digest:
+        print(
+            "simreport api: no API tokens configured: every request but /healthz and "
+            f"/openapi.json gets 401 (set {service.tokens.setting})",
+            file=sys.stderr,
+        )
+    if not library.is_dir():
+        print(
+            f"simreport api: note: the asset library {library} is not a folder: runs of "
+            "scenarios that name assets will be refused (set --library)",
+            file=sys.stderr,
+        )
+    print(
+        f"simreport api: ledger {describe(settings.ledger)}, {settings.workers} worker(s), "
+        f"listening on http://{settings.host}:{settings.port}",
+        file=sys.stderr,
+    )
+    pool = start_workers(settings)
+    try:
+        uvicorn.run(app, host=settings.host, port=settings.port, server_header=False)
+    except KeyboardInterrupt:
+        pass  # the signal that stopped the server, raised again once it has stopped
+    finally:
+        stop_workers(pool)
+
+
+# --------------------------------------------------------------------------- the worker pool
+
+
+class WorkerPool:
+    """Worker processes started beside the API and the event that asks them to stop."""
+
+    def __init__(self, processes: "list[SpawnProcess]", stop: "Event") -> None:
+        self.processes = processes
+        self.stop = stop
+
+
+def start_workers(settings: "ServiceSettings") -> WorkerPool:
+    ctx = multiprocessing.get_context("spawn")
+    stop = ctx.Event()
+    host = socket.gethostname()
+    processes = []
+    for i in range(settings.workers):
+        process = ctx.Process(
+            target=_worker_main,
+            args=(settings.ledger, f"{host}:{os.getpid()}:{i}", settings, stop),
+            name=f"simreport-worker-{i}",
+            daemon=False,
+        )
+        process.start()
+        processes.append(process)
+    return WorkerPool(processes, stop)
+
+
+def stop_workers(pool: WorkerPool, *, grace_seconds: float = 8.0) -> None:
+    """Ask the workers to stop, wait up to `grace_seconds` (a run in progress is left to be
+    reclaimed), then kill what is left."""
+    import time
+
+    pool.stop.set()
+    deadline = time.monotonic() + grace_seconds
+    for process in pool.processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+    for process in pool.processes:
+        if process.is_alive():
+            process.kill()
+            process.join(2.0)
+
+
+def _worker_main(url: str, worker_id: str, settings: "ServiceSettings", stop: "Event") -> None:
+    """A worker process of `simreport api`: in its own process group, so a Ctrl-C at the
+    terminal reaches the API (which stops it in order) and not the runs; and killed with it."""
+    os.setsid()
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        pr_set_pdeathsig = 1
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
+    from .worker import run_worker
+
+    run_worker(
+        url,
+        worker_id=worker_id,
+        lease_seconds=settings.lease_seconds,
+        heartbeat_seconds=min(5.0, settings.lease_seconds / 3),
+        library=settings.library_dir,
+        stop_event=stop,
+    )

@@ -1,0 +1,128 @@
+"""The run service's settings: its ledger, where it listens, who may call it, how much it queues.
+
+`simreport api` builds them from its options; a wrong value is refused before anything starts,
+with the option it came from, what was given and what was expected.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from ..core.errors import SchemaError, ValidationIssue
+from ..core.validation import issues_from
+
+DEFAULT_TOKENS_ENV: Final = "SIMREPORT_API_TOKENS"
+"""The environment variable read for tokens unless the settings name another."""
+
+DEFAULT_PORT: Final = 8080
+DEFAULT_WORKERS: Final = 1
+
+OPTIONS: Final = {
+    "ledger": "--ledger",
+    "host": "--host",
+    "port": "--port",
+    "workers": "--workers",
+    "tokens_file": "--tokens-file",
+    "tokens_env": "--tokens-env",
+    "library": "--library",
+    "max_queue": "--max-queue",
+    "events_retention_seconds": "--events-retention",
+    "lease_seconds": "--lease-seconds",
+    "retry_after_seconds": "--retry-after",
+}
+"""The `simreport api` option behind each setting, named in errors."""
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class ServiceSettings(BaseModel):
+    """Everything the run service needs to start. Paths are kept as given."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    ledger: str = Field(
+        description="the ledger database: sqlite:///PATH or postgresql+psycopg://USER@HOST/DB"
+    )
+    host: str = Field("127.0.0.1", min_length=1, description="the address to listen on")
+    port: int = Field(DEFAULT_PORT, ge=1, le=65535, description="the TCP port to listen on")
+    workers: int = Field(
+        DEFAULT_WORKERS,
+        ge=0,
+        le=64,
+        description="worker processes started beside the API (0: none; run `simreport worker`)",
+    )
+    tokens_file: Path | None = Field(
+        None, description="a YAML file listing the bearer tokens that may call the service"
+    )
+    tokens_env: str = Field(
+        DEFAULT_TOKENS_ENV,
+        description="the environment variable holding tokens: one bare token, or the same "
+        "YAML list as a tokens file",
+    )
+    library: Path | None = Field(
+        None,
+        description="the asset library runs resolve their references in (default: the "
+        "current folder's `assets`)",
+    )
+    max_queue: int = Field(
+        1000, ge=1, description="runs waiting or running at once before new ones get 503"
+    )
+    events_retention_seconds: float = Field(
+        7 * 24 * 3600.0,
+        gt=0,
+        description="how long a run's events stay readable; an older cursor gets 410",
+    )
+    lease_seconds: float = Field(
+        30.0, gt=0, description="how long a worker's claim on a run lasts without a heartbeat"
+    )
+    retry_after_seconds: int = Field(
+        5, ge=1, le=3600, description="the Retry-After of a 429 or 503 answer"
+    )
+
+    @field_validator("ledger")
+    @classmethod
+    def _known_database(cls, value: str) -> str:
+        from ..ledger.db import normalise_url
+        from ..ledger.errors import LedgerUnavailable
+
+        try:
+            return normalise_url(value)
+        except LedgerUnavailable as exc:
+            raise ValueError(exc.message) from None
+
+    @field_validator("tokens_env")
+    @classmethod
+    def _variable_name(cls, value: str) -> str:
+        if not _ENV_NAME.match(value):
+            raise ValueError(f"{value!r} is not an environment variable name")
+        return value
+
+    @property
+    def library_dir(self) -> Path:
+        """The asset library runs resolve in."""
+        return self.library if self.library is not None else Path("assets")
+
+
+def settings_from_options(options: Mapping[str, Any]) -> ServiceSettings:
+    """Validate settings given by option (None: the default), raising SchemaError whose issues
+    name the options (`--port`) rather than the fields."""
+    given = {k: v for k, v in options.items() if v is not None}
+    try:
+        return ServiceSettings.model_validate(given)
+    except ValidationError as exc:
+        issues = [
+            ValidationIssue(_option(issue.path), issue.message, issue.expected)
+            for issue in issues_from(exc, ServiceSettings)
+        ]
+        raise SchemaError(issues) from None
+
+
+def _option(path: str) -> str:
+    head, _, rest = path.partition(".")
+    option = OPTIONS.get(head, head)
+    return f"{option}.{rest}" if rest else option

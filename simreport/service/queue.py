@@ -1,0 +1,1592 @@
+"""The run service's state, all of it in the ledger: scenarios and their versions, queued runs
+with leases, their events while they run, what they recorded when they end, and every write
+request's Idempotency-Key.
+
+A run starts as a `pending` row whose manifest is frozen at once: every asset reference of the
+scenario resolved in the service's library to an exact version and sha256, pinned in the ledger
+as `simreport review import` pins it. A worker `claim`s the oldest pending run (PostgreSQL:
+`SELECT … FOR UPDATE SKIP LOCKED`; SQLite: one write transaction, which takes the write lock at
+BEGIN), holds a lease it renews with `heartbeat`, streams the run's events with `append_events`
+and ends the run with `finish`, which records everything else in one transaction and only while
+the worker still holds the lease. A run whose lease expired is ended `crashed` ("worker_lost") by
+`reclaim_expired`, which every worker calls on the others' behalf: no run stays `running`.
+
+Every function takes an Engine and raises ServiceError (404, 409, 410, 422, …) for what the
+caller asked wrongly; the HTTP app maps those to responses in one place.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from ..core.canonical import content_hash
+from ..core.errors import InputError, SchemaError, join_path
+from ..core.redaction import redact_document
+from ..core.testbed import SEMVER
+from ..core.versions import RunChecks, VersionState, design_document, design_sha256, version_key
+from ..ledger import tables as t
+from ..ledger.db import as_utc, describe, reading, utc_now
+from ..ledger.errors import AssetVersionChanged
+from ..ledger.ingest import (
+    ATTEMPTS,
+    RETRY_SQLSTATES,
+    _faults,
+    _insert,
+    _layers,
+    _pinned,
+    _prepare,
+    _sqlstate,
+    _task_and_session,
+    _terminal_reason,
+    insert_events,
+    insert_records,
+)
+from ..ledger.review import _asset_file, _import_asset, _insert_new, _record
+from ..ledger.rundir import RunDirectory, read_run_dir, wall_time
+
+if TYPE_CHECKING:
+    from ..core.schema import Scenario
+
+SERVICE_REVIEWER: Final = "run service"
+"""Who the review transitions of versions first seen by the service name."""
+
+CONDITION: Final = "service"
+"""The condition id of every run the service starts (it runs no audit)."""
+
+TERMINAL: Final = ("completed", "crashed", "cancelled")
+ACTIVE: Final = ("pending", "running")
+WORKER_LOST: Final = "worker_lost"
+
+T = TypeVar("T")
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class ServiceError(Exception):
+    """What the caller asked cannot be done: `status` is the HTTP status that says so, `code`
+    a stable word for programs, `issues` the located problems of a 422 ({path, expected,
+    message}), `retry_after` the seconds to wait before asking again (429, 503)."""
+
+    status: int = 500
+    code: str = "internal"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        status: int | None = None,
+        retry_after: float | None = None,
+        issues: Sequence[Mapping[str, Any]] = (),
+        fields: Mapping[str, Any] | None = None,
+    ) -> None:
+        """`fields`: what else the response body says, for programs (e.g. the cursor to resume
+        from after a 410, the run a reused key started)."""
+        super().__init__(message)
+        self.message = message
+        self.fields = dict(fields or {})
+        if code is not None:
+            self.code = code
+        if status is not None:
+            self.status = status
+        self.retry_after = retry_after
+        self.issues = [dict(issue) for issue in issues]
+
+    def body(self) -> dict[str, Any]:
+        """The error as a response body."""
+        found: dict[str, Any] = {"code": self.code, "message": self.message, **self.fields}
+        if self.issues:
+            found["issues"] = self.issues
+        return found
+
+
+class NotFound(ServiceError):
+    status = 404
+    code = "not_found"
+
+
+class Conflict(ServiceError):
+    """409: read the state before anything else; retrying the same request will not help."""
+
+    status = 409
+    code = "conflict"
+
+
+class LeaseLost(Conflict):
+    """The worker no longer holds the run's lease: another ended it (reclaimed, cancelled)."""
+
+    code = "lease_lost"
+
+
+class Gone(ServiceError):
+    """410: the cursor points before what is still kept; re-read the snapshot."""
+
+    status = 410
+    code = "gone"
+
+
+class Unprocessable(ServiceError):
+    """422: fix the request and make a new one."""
+
+    status = 422
+    code = "unprocessable"
+
+
+class StoredAnswer(ServiceError):
+    """The Idempotency-Key already has an answer this operation cannot return as its own (an
+    error the app stored with `remember`): answer `stored.status_code` with `stored.response`."""
+
+    def __init__(self, stored: Stored) -> None:
+        super().__init__(
+            "this Idempotency-Key was answered before", code="replayed", status=stored.status_code
+        )
+        self.stored = stored
+
+
+def _issue(path: str, message: str, expected: str | None = None) -> dict[str, Any]:
+    return {"path": path, "expected": expected, "message": message}
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class Stored:
+    """The answer an Idempotency-Key got, as stored."""
+
+    status_code: int
+    response: dict[str, Any]
+    request_sha256: str
+
+
+@dataclass(frozen=True)
+class IdempotencyKey:
+    """A write request's key, to be stored with its answer in the transaction that does the
+    write: of two concurrent requests with the same key exactly one writes, and the other gets
+    its answer."""
+
+    principal: str
+    key: str
+    request_sha256: str
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A run a worker claimed: everything needed to execute it."""
+
+    run_id: str
+    tenant: str
+    manifest_id: str
+    manifest: dict[str, Any]
+    """The frozen manifest (its document in the ledger)."""
+    request: dict[str, Any]
+    scenario: dict[str, Any]
+    """The scenario document to run: the version's spec with the request's seed, mode, budget."""
+    checks: RunChecks
+    """Purpose, pins (asset name → the frozen version) and the ledger's digests and statuses."""
+    attempts: int
+    trace_id: str
+    library_dir: str
+    """The folder name the scenario expects its asset library under (provenance.assetLibrary)."""
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """What a heartbeat learned: the lease is gone, or a cancellation was requested."""
+
+    lease_lost: bool
+    cancel: bool
+    cancel_reason: str | None = None
+
+
+# --------------------------------------------------------------------------- transactions
+
+
+def _write(engine: Engine, work: Callable[[Connection], T]) -> T:
+    """`work` in one write transaction (SQLite: BEGIN IMMEDIATE), tried again when PostgreSQL
+    broke a deadlock by rolling it back."""
+    _prepare(engine)
+    for attempt in range(ATTEMPTS):
+        try:
+            with engine.begin() as conn:
+                return work(conn)
+        except sa.exc.OperationalError as exc:
+            if _sqlstate(exc) not in RETRY_SQLSTATES or attempt == ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _locked_run(conn: Connection, run_id: str, tenant: str | None = None) -> Any:
+    """The run's row, locked until the transaction ends (SQLite: the write lock holds it)."""
+    query = sa.select(t.run).where(t.run.c.run_id == run_id)
+    if tenant is not None:
+        query = query.where(t.run.c.tenant_id == tenant)
+    if conn.dialect.name == "postgresql":
+        query = query.with_for_update()
+    return conn.execute(query).first()
+
+
+def _keyed(conn: Connection, idem: IdempotencyKey | None, tenant: str) -> Stored | None:
+    """Take the key for this transaction (None), or the answer it got before (a concurrent
+    holder of the key is waited for on PostgreSQL; SQLite lets one writer in at a time)."""
+    if idem is None:
+        return None
+    placeholder = {
+        "principal": idem.principal,
+        "key": idem.key,
+        "tenant_id": tenant,
+        "request_sha256": idem.request_sha256,
+        "status_code": 0,
+        "response": {},
+        "created_at": utc_now(),
+    }
+    if _insert_new(conn, t.idempotency_key, placeholder):
+        return None
+    return _stored(conn, idem.principal, idem.key, tenant, idem.request_sha256)
+
+
+def _store(
+    conn: Connection, idem: IdempotencyKey | None, status_code: int, response: dict[str, Any]
+) -> None:
+    if idem is None:
+        return
+    k = t.idempotency_key.c
+    conn.execute(
+        t.idempotency_key.update()
+        .where(k.principal == idem.principal, k.key == idem.key)
+        .values(status_code=status_code, response=response)
+    )
+
+
+def _stored(
+    conn: Connection, principal: str, key: str, tenant: str, request_sha256: str
+) -> Stored | None:
+    k = t.idempotency_key.c
+    row = conn.execute(
+        sa.select(k.tenant_id, k.request_sha256, k.status_code, k.response).where(
+            k.principal == principal, k.key == key
+        )
+    ).first()
+    if row is None:
+        return None
+    if row.request_sha256 != request_sha256 or row.tenant_id != tenant:
+        # The key's own request said what it started (only to the principal that sent both).
+        started = (row.response or {}).get("run_id") if row.tenant_id == tenant else None
+        raise Conflict(
+            f"the Idempotency-Key {key!r} was used with a different request: a new request "
+            "needs a new key",
+            code="idempotency_key_reused",
+            fields={"run_id": started} if isinstance(started, str) else None,
+        )
+    return Stored(int(row.status_code), dict(row.response or {}), str(row.request_sha256))
+
+
+def _replayed(stored: Stored, field_name: str) -> Any:
+    """The value `field_name` of a stored success, or StoredAnswer for anything else."""
+    if 200 <= stored.status_code < 300 and field_name in stored.response:
+        return stored.response[field_name]
+    raise StoredAnswer(stored)
+
+
+# --------------------------------------------------------------------------- scenarios
+
+
+def create_scenario(
+    engine: Engine,
+    *,
+    tenant: str,
+    namespace: str,
+    name: str,
+    owner: str,
+    risk_level: str,
+    idempotency: IdempotencyKey | None = None,
+) -> str:
+    """A new scenario of `tenant` in `namespace`; returns its id (`scn-` + 24 hex digits of
+    tenant, namespace and name). 409 when the namespace holds the name already."""
+    issues = [
+        _issue(key, "must not be empty", "a name")
+        for key, value in (("namespace", namespace), ("name", name), ("owner", owner))
+        if not value.strip()
+    ]
+    if risk_level not in t.RISK_LEVELS:
+        issues.append(
+            _issue("risk_level", f"unknown risk level {risk_level!r}", _one_of(t.RISK_LEVELS))
+        )
+    if issues:
+        raise Unprocessable(issues[0]["path"] + ": " + issues[0]["message"], issues=issues)
+    scenario_id = "scn-" + content_hash([tenant, namespace, name])[:24]
+
+    def write(conn: Connection) -> str:
+        stored = _keyed(conn, idempotency, tenant)
+        if stored is not None:
+            return str(_replayed(stored, "scenario_id"))
+        row = {
+            "scenario_id": scenario_id,
+            "tenant_id": tenant,
+            "namespace": namespace,
+            "name": name,
+            "owner": owner,
+            "risk_level": risk_level,
+            "created_at": utc_now(),
+        }
+        if not _insert_new(conn, t.scenario, row):
+            raise Conflict(
+                f"the namespace {namespace!r} holds a scenario named {name!r} already",
+                code="duplicate_scenario",
+            )
+        _store(conn, idempotency, 201, {"scenario_id": scenario_id})
+        return scenario_id
+
+    return _write(engine, write)
+
+
+def submit_version(
+    engine: Engine,
+    *,
+    tenant: str,
+    scenario_id: str,
+    version: str,
+    spec: Any,
+    source: str | None,
+    created_by: str,
+    idempotency: IdempotencyKey | None = None,
+) -> str:
+    """Submit `spec` as `version` of the scenario: validated completely (422 with every located
+    issue), stored as the design its runs will record (`design_document`), in review status
+    `reviewing` with its first review transition. 404 for a scenario `tenant` does not hold,
+    409 when the version exists. Returns the status, "reviewing"."""
+    if not re.match(SEMVER, version or ""):
+        raise Unprocessable(
+            f"version {version!r} is not a version",
+            issues=[_issue("version", f"{version!r} is not a version", "SemVer: 1.2.0")],
+        )
+    _prepare(engine)
+    with reading(engine) as conn:
+        _scenario_row(conn, scenario_id, tenant)  # 404 before anything about the spec
+    scenario = _validated(spec, lambda path: join_path("spec", path))
+    identity = scenario.identity
+    if identity is not None and identity.version != version:
+        raise Unprocessable(
+            f"the spec declares version {identity.version}, submitted as {version}",
+            issues=[
+                _issue(
+                    "spec.identity.version",
+                    f"declares {identity.version}, submitted as {version}",
+                    version,
+                )
+            ],
+        )
+    stored_spec = design_document(redact_document(scenario.to_doc()))
+    sha = design_sha256(stored_spec)
+
+    def write(conn: Connection) -> str:
+        stored = _keyed(conn, idempotency, tenant)
+        if stored is not None:
+            return str(_replayed(stored, "status"))
+        now = utc_now()
+        row = {
+            "scenario_id": scenario_id,
+            "version": version,
+            "spec": stored_spec,
+            "spec_sha256": sha,
+            "status": "reviewing",
+            "source": source,
+            "created_by": created_by,
+            "created_at": now,
+        }
+        if not _insert_new(conn, t.scenario_version, row):
+            raise Conflict(
+                f"scenario {scenario_id} has a version {version} already: a changed spec is "
+                "a new version",
+                code="version_exists",
+            )
+        note = "submitted to the run service" + (f" from {source}" if source else "")
+        _record(
+            conn,
+            "scenario",
+            scenario_id,
+            version,
+            None,
+            "reviewing",
+            reviewer=created_by,
+            risk_signoff=None,
+            note=note,
+            at=now,
+        )
+        _store(conn, idempotency, 202, {"status": "reviewing"})
+        return "reviewing"
+
+    return _write(engine, write)
+
+
+def _scenario_row(conn: Connection, scenario_id: str, tenant: str) -> Any:
+    row = conn.execute(
+        sa.select(t.scenario).where(
+            t.scenario.c.scenario_id == scenario_id, t.scenario.c.tenant_id == tenant
+        )
+    ).first()
+    if row is None:
+        raise NotFound(f"there is no scenario {scenario_id}", code="unknown_scenario")
+    return row
+
+
+def _validated(doc: Any, locate: Callable[[str], str]) -> Scenario:
+    """The scenario `doc` describes, or 422 naming every issue where `locate` puts it."""
+    from ..kernel.engine import validate_scenario
+
+    if not isinstance(doc, Mapping):
+        raise Unprocessable(
+            "the spec is not a scenario document",
+            issues=[_issue(locate(""), "not a mapping", "a scenario document (a JSON object)")],
+        )
+    try:
+        return validate_scenario(doc)
+    except SchemaError as exc:
+        issues = [_issue(locate(i.path), i.message, i.expected) for i in exc.issues]
+    except InputError as exc:
+        issues = [_issue(locate(exc.path or ""), exc.message, exc.expected)]
+    raise Unprocessable(f"{issues[0]['path']}: {issues[0]['message']}", issues=issues)
+
+
+def _one_of(values: Sequence[str]) -> str:
+    return "one of " + ", ".join(values)
+
+
+# --------------------------------------------------------------------------- starting runs
+
+
+def run_document(
+    spec: Mapping[str, Any], *, seed: int | None, budget: Mapping[str, Any] | None, mode: str
+) -> dict[str, Any]:
+    """The scenario document a run executes: the version's spec with the request's seed, mode
+    and budget (merged into the spec's) in place."""
+    doc = copy.deepcopy(dict(spec))
+    execution = doc.get("execution")
+    if seed is not None:
+        doc["seed"] = seed
+        if isinstance(execution, dict) and execution.get("seed") is not None:
+            execution["seed"] = seed
+    if isinstance(execution, dict):
+        execution["mode"] = mode
+        if budget:
+            execution["budget"] = {**(execution.get("budget") or {}), **budget}
+        return doc
+    issues = []
+    if mode != "surrogate":
+        issues.append(
+            _issue("mode", f"this scenario runs in surrogate mode, not {mode}", "surrogate")
+        )
+    if budget:
+        issues.append(_issue("budget", "only agent-testbed scenarios take a budget", "no budget"))
+    if issues:
+        raise Unprocessable(f"{issues[0]['path']}: {issues[0]['message']}", issues=issues)
+    return doc
+
+
+def _request_path(path: str) -> str:
+    """Where in a run request a problem of its run document lies."""
+    for inner, outer in (
+        ("execution.budget", "budget"),
+        ("execution.mode", "mode"),
+        ("execution.seed", "seed"),
+    ):
+        if path == inner or path.startswith(inner + "."):
+            return outer + path[len(inner) :]
+    return "seed" if path == "seed" else join_path("spec", path)
+
+
+@dataclass(frozen=True)
+class _Resolved:
+    slot: str
+    kind: str
+    name: str
+    version: str
+    sha256: str
+    file: str
+    path: Path
+
+
+def _resolve(scenario: Scenario, library: Path) -> list[_Resolved]:
+    """Every asset reference of the scenario resolved in `library` (labels → exact versions),
+    or 422 naming each that does not resolve."""
+    from ..kernel.testbed.assets import AssetError, AssetLibrary, manifest_references
+
+    references = manifest_references(scenario)
+    if not references:
+        return []
+    if not library.is_dir():
+        raise ServiceError(
+            f"the run service's asset library {library} is not a folder",
+            code="library_unavailable",
+        )
+    assets = AssetLibrary(library)
+    found: list[_Resolved] = []
+    issues = []
+    for slot, ref, kind in references:
+        try:
+            asset = assets.resolve(ref, kind, slot)
+        except AssetError as exc:
+            issues.append(_issue(join_path("spec", slot), exc.message, "an asset in the library"))
+            continue
+        try:
+            file = asset.path.relative_to(library).as_posix()
+        except ValueError:
+            file = asset.path.as_posix()
+        found.append(
+            _Resolved(slot, kind, asset.name, asset.version, asset.sha256, file, asset.path)
+        )
+    if issues:
+        raise Unprocessable(
+            f"the manifest does not resolve: {issues[0]['path']}: {issues[0]['message']}",
+            code="manifest_unresolved",
+            issues=issues,
+        )
+    return found
+
+
+def _pin(engine: Engine, resolved: Sequence[_Resolved], tenant: str) -> dict[str, str]:
+    """Record every resolved asset version the ledger has not seen (with its header's status),
+    in a transaction of its own, so that a refused regression run leaves them there to be
+    reviewed. A version seen before with other content is refused (422). Returns slot →
+    sha256 as pinned."""
+    if not resolved:
+        return {}
+    ids = {r.slot: _asset_id(tenant, r.kind, r.name) for r in resolved}
+    with reading(engine) as conn:
+        held = _pinned(conn, list(ids.values()))
+    unseen = [r for r in resolved if (ids[r.slot], r.version) not in held]
+
+    def write(conn: Connection) -> None:
+        now = utc_now()
+        for r in unseen:
+            try:
+                asset = _asset_file(r.path, r.name, r.version)
+                done = _import_asset(conn, asset, tenant, SERVICE_REVIEWER, now)
+            except AssetVersionChanged as exc:
+                raise _changed(r, exc.message) from None
+            held[(ids[r.slot], r.version)] = done.sha256
+
+    if unseen:
+        _write(engine, write)
+    for r in resolved:
+        pinned = held[(ids[r.slot], r.version)]
+        if pinned != r.sha256:
+            raise _changed(
+                r,
+                f"asset_version_changed: {r.name}@{r.version} is pinned in the ledger with "
+                f"sha256 {pinned}, but {r.file} in the library now has sha256 {r.sha256}: its "
+                "content changed without a new version",
+            )
+    return {r.slot: r.sha256 for r in resolved}
+
+
+def _changed(r: _Resolved, message: str) -> Unprocessable:
+    return Unprocessable(
+        message,
+        code="asset_version_changed",
+        issues=[_issue(join_path("spec", r.slot), message, "a new version for new content")],
+    )
+
+
+def start_run(
+    engine: Engine,
+    *,
+    tenant: str,
+    principal: str | None,
+    scenario_id: str,
+    version: str,
+    mode: str,
+    seed: int | None,
+    budget: Mapping[str, Any] | None,
+    purpose: str,
+    library: Path,
+    idempotency: IdempotencyKey | None = None,
+    capacity: Capacity | None = None,
+) -> tuple[str, str]:
+    """Queue a run of `scenario_id@version`: its manifest frozen now (every asset reference
+    resolved in `library` and pinned), the run `pending` with the request and who made it.
+    Returns (run_id, manifest_id). 404 for an unknown scenario or version; 422 for a request
+    the version cannot run with, an asset reference that does not resolve or changed under its
+    version, and — purpose regression — a scenario version or resolved asset version that is
+    not online (each named). With `capacity`, 429 when `principal`'s runs pending or running
+    reach its quota and 503 when the queue's reach its limit, counted in the transaction that
+    queues the run (requests sent together never overshoot them)."""
+    issues = []
+    if mode not in t.RUN_MODES:
+        issues.append(_issue("mode", f"unknown mode {mode!r}", _one_of(t.RUN_MODES)))
+    if purpose not in t.PURPOSES:
+        issues.append(_issue("purpose", f"unknown purpose {purpose!r}", _one_of(t.PURPOSES)))
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+        issues.append(_issue("seed", f"{seed!r} is not a seed", "an integer ≥ 0"))
+    if budget is not None and not isinstance(budget, Mapping):
+        issues.append(_issue("budget", "not a mapping", "maxTurns, maxToolCalls, wallClock"))
+    if issues:
+        raise Unprocessable(f"{issues[0]['path']}: {issues[0]['message']}", issues=issues)
+    _prepare(engine)
+    with reading(engine) as conn:
+        spec, spec_sha = _version_spec(conn, scenario_id, version, tenant)
+    doc = run_document(spec, seed=seed, budget=budget, mode=mode)
+    scenario = _validated(doc, _request_path)
+    if purpose == "regression" and scenario.identity is None:
+        raise Unprocessable(
+            "a regression run needs a scenario with an identity (id and version)",
+            code="version_not_online",
+            issues=[_issue("spec.identity", "missing", "an identity; or purpose exploration")],
+        )
+    resolved = _resolve(scenario, Path(library))
+    pinned = _pin(engine, resolved, tenant)
+    frozen = {
+        "scenario": {
+            "scenarioId": scenario_id,
+            "id": scenario.identity.id if scenario.identity is not None else None,
+            "version": version,
+            "specSha256": spec_sha,
+        },
+        "resolved": {
+            r.slot: {
+                "kind": r.kind,
+                "name": r.name,
+                "version": r.version,
+                "sha256": pinned[r.slot],
+                "file": r.file,
+            }
+            for r in resolved
+        },
+        "world": scenario.world,
+        "seed": scenario.seed,
+        "mode": mode,
+        "budget": scenario.execution.budget.to_doc() if scenario.execution is not None else None,
+        "purpose": purpose,
+    }
+    manifest_sha = content_hash(frozen)
+    manifest_id = "manifest-" + manifest_sha[:24]
+    request = {
+        "scenario_id": scenario_id,
+        "version": version,
+        "mode": mode,
+        "seed": seed,
+        "budget": dict(budget) if budget is not None else None,
+        "purpose": purpose,
+    }
+
+    def write(conn: Connection) -> tuple[str, str]:
+        stored = _keyed(conn, idempotency, tenant)
+        if stored is not None:
+            return str(_replayed(stored, "run_id")), str(_replayed(stored, "manifest_id"))
+        if capacity is not None:
+            _check_capacity(conn, capacity, principal)
+        if purpose == "regression":
+            _all_online(conn, scenario_id, version, resolved, tenant)
+        now = utc_now()
+        _insert_new(
+            conn,
+            t.manifest,
+            {
+                "manifest_id": manifest_id,
+                "tenant_id": tenant,
+                "scenario_id": scenario_id,
+                "scenario_version": version,
+                "resolved": frozen["resolved"],
+                "manifest_sha256": manifest_sha,
+                "seed": scenario.seed,
+                "created_at": now,
+                "document": frozen,
+            },
+        )
+        for r in resolved:
+            _insert_new(
+                conn,
+                t.manifest_asset,
+                {
+                    "manifest_id": manifest_id,
+                    "slot": r.slot,
+                    "asset_id": _asset_id(tenant, r.kind, r.name),
+                    "version": r.version,
+                    "content_sha256": pinned[r.slot],
+                },
+            )
+        run_id = "run-" + uuid.uuid4().hex[:24]
+        conn.execute(
+            t.run.insert().values(
+                run_id=run_id,
+                tenant_id=tenant,
+                manifest_id=manifest_id,
+                mode=mode,
+                execution_status="pending",
+                validity_status="unchecked",
+                evidence_status="unchecked",
+                quality_ref=None,
+                trace_id=uuid.uuid4().hex,
+                created_at=now,
+                condition_id=CONDITION,
+                replication=0,
+                seed_path=[scenario.seed],
+                engine=scenario.world or "external",
+                result={},
+                content_sha256="",
+                purpose=purpose,
+                request=request,
+                principal=principal,
+                attempts=0,
+            )
+        )
+        _store(conn, idempotency, 202, {"run_id": run_id, "manifest_id": manifest_id})
+        return run_id, manifest_id
+
+    return _write(engine, write)
+
+
+def _asset_id(tenant: str, kind: str, name: str) -> str:
+    return f"{tenant}:{kind}:{name}"  # as ingest and review name asset rows
+
+
+def _version_spec(
+    conn: Connection, scenario_id: str, version: str, tenant: str
+) -> tuple[dict[str, Any], str]:
+    _scenario_row(conn, scenario_id, tenant)
+    sv = t.scenario_version.c
+    row = conn.execute(
+        sa.select(sv.spec, sv.spec_sha256).where(
+            sv.scenario_id == scenario_id, sv.version == version
+        )
+    ).first()
+    if row is None:
+        raise NotFound(f"scenario {scenario_id} has no version {version}", code="unknown_version")
+    return dict(row.spec), str(row.spec_sha256)
+
+
+def _all_online(
+    conn: Connection, scenario_id: str, version: str, resolved: Sequence[_Resolved], tenant: str
+) -> None:
+    """422 naming every version a regression run would record that is not online."""
+    sv, av = t.scenario_version.c, t.asset_version.c
+    status = conn.execute(
+        sa.select(sv.status).where(sv.scenario_id == scenario_id, sv.version == version)
+    ).scalar_one()
+    refused = []
+    if status != "online":
+        refused.append(("version", f"{scenario_id}@{version}", status))
+    for r in resolved:
+        held = conn.execute(
+            sa.select(av.status).where(
+                av.asset_id == _asset_id(tenant, r.kind, r.name), av.version == r.version
+            )
+        ).scalar_one()
+        if held != "online":
+            refused.append((join_path("spec", r.slot), f"{r.name}@{r.version}", held))
+    if refused:
+        listed = ", ".join(f"{name} ({held})" for _, name, held in refused)
+        raise Unprocessable(
+            f"a regression run needs every version it records online: {listed}; review and "
+            "publish them, or run as exploration",
+            code="version_not_online",
+            issues=[_issue(path, f"{name} is {held}", "online") for path, name, held in refused],
+        )
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """How many runs may be pending or running: per principal (None: no limit) and in all."""
+
+    quota: int | None
+    max_queue: int
+    retry_after: float
+
+
+QUEUE_LOCK: Final = 0x51_4D_52_51  # any constant: the one advisory lock queueing takes
+
+
+def _check_capacity(conn: Connection, capacity: Capacity, principal: str | None) -> None:
+    """429 or 503 (see start_run), inside the write transaction. On PostgreSQL queueing takes
+    one transaction-scoped advisory lock first, so two transactions never count the same
+    state; SQLite lets one writer in at a time already."""
+    if conn.dialect.name == "postgresql":
+        conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({QUEUE_LOCK})")
+    active = (
+        sa.select(sa.func.count()).select_from(t.run).where(t.run.c.execution_status.in_(ACTIVE))
+    )
+    if capacity.quota is not None and principal is not None:
+        mine = int(conn.execute(active.where(t.run.c.principal == principal)).scalar_one())
+        if mine >= capacity.quota:
+            raise ServiceError(
+                f"the token {principal!r} has {capacity.quota} run(s) pending or running, its "
+                "quota",
+                status=429,
+                code="quota_exceeded",
+                retry_after=capacity.retry_after,
+            )
+    if int(conn.execute(active).scalar_one()) >= capacity.max_queue:
+        raise ServiceError(
+            f"the queue holds {capacity.max_queue} runs, its limit",
+            status=503,
+            code="queue_full",
+            retry_after=capacity.retry_after,
+        )
+
+
+def count_active(engine: Engine, *, principal: str | None = None) -> int:
+    """Runs pending or running (of `principal` only, when given): for quotas and a full queue."""
+    _prepare(engine)
+    query = (
+        sa.select(sa.func.count()).select_from(t.run).where(t.run.c.execution_status.in_(ACTIVE))
+    )
+    if principal is not None:
+        query = query.where(t.run.c.principal == principal)
+    with reading(engine) as conn:
+        return int(conn.execute(query).scalar_one())
+
+
+# --------------------------------------------------------------------------- workers
+
+
+def claim(engine: Engine, worker_id: str, *, lease_seconds: float) -> Claim | None:
+    """The oldest pending run, now `running` under a lease of `worker_id` for `lease_seconds`
+    (None when nothing is pending). Two workers never claim the same run."""
+    _prepare(engine)
+    with reading(engine) as conn:
+        # Idle workers poll: on SQLite, looking costs no write lock.
+        waiting = conn.execute(
+            sa.select(t.run.c.run_id).where(t.run.c.execution_status == "pending").limit(1)
+        ).first()
+    if waiting is None:
+        return None
+
+    def write(conn: Connection) -> Claim | None:
+        r = t.run.c
+        query = (
+            sa.select(r.run_id)
+            .where(r.execution_status == "pending")
+            .order_by(r.created_at, r.run_id)
+            .limit(1)
+        )
+        if conn.dialect.name == "postgresql":
+            query = query.with_for_update(skip_locked=True)
+        run_id = conn.execute(query).scalar()
+        if run_id is None:
+            return None
+        now = utc_now()
+        conn.execute(
+            t.run.update()
+            .where(r.run_id == run_id, r.execution_status == "pending")
+            .values(
+                execution_status="running",
+                lease_owner=worker_id,
+                lease_expires_at=now + timedelta(seconds=lease_seconds),
+                heartbeat_at=now,
+                started_at=now,
+                attempts=r.attempts + 1,
+            )
+        )
+        try:
+            return _claim_of(conn, str(run_id), engine)
+        except (ServiceError, LookupError, TypeError, ValueError, sa.exc.NoResultFound) as exc:
+            # A run that cannot even be described to a worker must not be claimed forever.
+            conn.execute(
+                t.run.update()
+                .where(r.run_id == run_id)
+                .values(
+                    execution_status="crashed",
+                    ended_at=now,
+                    terminal_reason=f"unclaimable: {type(exc).__name__}: {exc}",
+                    lease_expires_at=None,
+                )
+            )
+            return None
+
+    return _write(engine, write)
+
+
+def _claim_of(conn: Connection, run_id: str, engine: Engine) -> Claim:
+    run = conn.execute(sa.select(t.run).where(t.run.c.run_id == run_id)).one()
+    manifest = conn.execute(
+        sa.select(t.manifest).where(t.manifest.c.manifest_id == run.manifest_id)
+    ).one()
+    sv = t.scenario_version.c
+    version = conn.execute(
+        sa.select(sv.spec, sv.spec_sha256, sv.status).where(
+            sv.scenario_id == manifest.scenario_id, sv.version == manifest.scenario_version
+        )
+    ).one()
+    ma, av = t.manifest_asset.c, t.asset_version.c
+    statuses = {
+        slot: status
+        for slot, status in conn.execute(
+            sa.select(ma.slot, av.status)
+            .join(t.asset_version, (av.asset_id == ma.asset_id) & (av.version == ma.version))
+            .where(ma.manifest_id == manifest.manifest_id)
+        )
+    }
+    request = dict(run.request or {})
+    document = dict(manifest.document)
+    scenario = run_document(
+        version.spec,
+        seed=request.get("seed"),
+        budget=request.get("budget"),
+        mode=str(request.get("mode") or run.mode),
+    )
+    resolved = document.get("resolved") or {}
+    identity_id = (document.get("scenario") or {}).get("id")
+    scenarios = {}
+    if identity_id:
+        scenarios[version_key(identity_id, manifest.scenario_version)] = VersionState(
+            sha256=version.spec_sha256, status=version.status
+        )
+    checks = RunChecks(
+        purpose=run.purpose,
+        spec_sha256=version.spec_sha256 if identity_id else None,
+        version=manifest.scenario_version if identity_id else None,
+        scenarios=scenarios,
+        assets={
+            version_key(entry["name"], entry["version"]): VersionState(
+                sha256=entry["sha256"], status=statuses.get(slot, "draft")
+            )
+            for slot, entry in resolved.items()
+        },
+        ledger=describe(engine.url.render_as_string(hide_password=False)),
+        pins={entry["name"]: entry["version"] for entry in resolved.values()},
+    )
+    provenance = scenario.get("provenance")
+    library_dir = "assets"
+    if isinstance(provenance, Mapping) and isinstance(provenance.get("assetLibrary"), str):
+        library_dir = provenance["assetLibrary"]
+    return Claim(
+        run_id=run_id,
+        tenant=run.tenant_id,
+        manifest_id=manifest.manifest_id,
+        manifest=document,
+        request=request,
+        scenario=scenario,
+        checks=checks,
+        attempts=int(run.attempts),
+        trace_id=run.trace_id,
+        library_dir=library_dir,
+    )
+
+
+def heartbeat(engine: Engine, run_id: str, worker_id: str, *, lease_seconds: float) -> Heartbeat:
+    """Renew the worker's lease on the run for `lease_seconds` from now; says whether the lease
+    is lost (another ended the run) and whether a cancellation was requested."""
+
+    def write(conn: Connection) -> Heartbeat:
+        r = t.run.c
+        now = utc_now()
+        row = conn.execute(
+            t.run.update()
+            .where(r.run_id == run_id, r.lease_owner == worker_id, r.execution_status == "running")
+            .values(lease_expires_at=now + timedelta(seconds=lease_seconds), heartbeat_at=now)
+            .returning(r.cancel_requested_at, r.cancel_reason)
+        ).first()
+        if row is None:
+            return Heartbeat(lease_lost=True, cancel=False)
+        return Heartbeat(False, row.cancel_requested_at is not None, row.cancel_reason)
+
+    return _write(engine, write)
+
+
+def append_events(
+    engine: Engine,
+    run_id: str,
+    events: Sequence[Mapping[str, Any]],
+    *,
+    worker_id: str | None = None,
+) -> None:
+    """Record events of a running run as the kernel emitted them ({seq, type, actor, t, wall,
+    payload}), in seq order. Events recorded already are skipped, so sending a batch again
+    changes nothing; a batch that would leave a gap is refused (409). With `worker_id`, only
+    while that worker holds the run's lease (LeaseLost otherwise)."""
+    if not events:
+        return
+    ordered = sorted(events, key=lambda e: int(e["seq"]))
+
+    def write(conn: Connection) -> None:
+        row = _locked_run(conn, run_id)
+        if row is None:
+            raise NotFound(f"there is no run {run_id}", code="unknown_run")
+        if worker_id is not None:
+            _holds_lease(row, worker_id)
+        _append(conn, run_id, ordered)
+
+    _write(engine, write)
+
+
+def _append(
+    conn: Connection,
+    run_id: str,
+    events: Sequence[Mapping[str, Any]],
+    payloads: Sequence[str | None] = (),
+) -> int:
+    """Insert the events after the last one recorded; the first must follow it."""
+    present = conn.execute(
+        sa.select(sa.func.max(t.event.c.seq)).where(t.event.c.run_id == run_id)
+    ).scalar()
+    last = int(present or 0)
+    fresh = [i for i, e in enumerate(events) if int(e["seq"]) > last]
+    if not fresh:
+        return 0
+    for offset, index in enumerate(fresh):
+        if int(events[index]["seq"]) != last + 1 + offset:
+            raise Conflict(
+                f"events of run {run_id} would leave a gap: seq {events[index]['seq']} after "
+                f"{last + offset}",
+                code="event_gap",
+            )
+    return insert_events(
+        conn,
+        run_id,
+        [events[i] for i in fresh],
+        [payloads[i] for i in fresh] if payloads else (),
+    )
+
+
+def _holds_lease(row: Any, worker_id: str) -> None:
+    if row.execution_status != "running" or row.lease_owner != worker_id:
+        raise LeaseLost(
+            f"worker {worker_id} no longer holds run {row.run_id} (it is "
+            f"{row.execution_status}, lease of {row.lease_owner})"
+        )
+
+
+@dataclass(frozen=True)
+class _ServiceRun(RunDirectory):
+    """A run directory recorded under the service's run id, not the one its files make."""
+
+    service_run_id: str = field(default="")
+
+    @property
+    def run_id(self) -> str:
+        return self.service_run_id
+
+
+def finish(
+    engine: Engine,
+    run_id: str,
+    worker_id: str,
+    run_dir: Path,
+    *,
+    reason: str | None = None,
+) -> None:
+    """Record the finished run in `run_dir` under `run_id`, in one transaction and only while
+    `worker_id` holds its lease (LeaseLost otherwise): its statuses, end, terminal reason,
+    result and content hash on the run row, the events not streamed yet, and its records,
+    fault plans and steps, observations, evidence and completeness. `reason` replaces the
+    terminal reason the files give. Raises InputError for a run directory that breaks its
+    contract (then nothing is written)."""
+    read = read_run_dir(run_dir)
+    run = _ServiceRun(
+        **{f.name: getattr(read, f.name) for f in fields(RunDirectory)}, service_run_id=run_id
+    )
+    finished = [e for e in run.events if e["type"] == "run_finished"]
+
+    def write(conn: Connection) -> None:
+        row = _locked_run(conn, run_id)
+        if row is None:
+            raise NotFound(f"there is no run {run_id}", code="unknown_run")
+        _holds_lease(row, worker_id)
+        now = utc_now()
+        _append(conn, run_id, run.events, run.event_payloads)
+        if run.records is not None:
+            insert_records(conn, run_id, run.records, now, run.record_lines)
+            plans, steps = _faults(run_id, run.records, now)
+            _insert(conn, t.fault_plan, plans)
+            _insert(conn, t.fault_record, steps)
+        _task_and_session(conn, run)
+        _layers(conn, run, now)
+        status = run.result.status
+        terminal = reason
+        cancelled = row.cancel_requested_at is not None and status.execution == "cancelled"
+        if terminal is None and cancelled:
+            terminal = f"cancelled: {row.cancel_reason or 'requested'}"
+        r = t.run.c
+        conn.execute(
+            t.run.update()
+            .where(r.run_id == run_id, r.lease_owner == worker_id, r.execution_status == "running")
+            .values(
+                execution_status=status.execution,
+                validity_status=status.validity,
+                evidence_status=status.evidence,
+                ended_at=wall_time(float(finished[-1]["wall"])) if finished else now,
+                terminal_reason=terminal or _terminal_reason(run),
+                result=run.result_doc,
+                content_sha256=run.content_sha256,
+                lease_expires_at=None,
+            )
+        )
+
+    _write(engine, write)
+
+
+def fail(
+    engine: Engine,
+    run_id: str,
+    worker_id: str,
+    reason: str,
+    *,
+    execution: str = "crashed",
+) -> None:
+    """End a run the worker holds without a result: `crashed` (or `cancelled`) with `reason`,
+    its evidence partial (what was streamed stays). LeaseLost when the worker no longer holds
+    it."""
+
+    def write(conn: Connection) -> None:
+        row = _locked_run(conn, run_id)
+        if row is None:
+            raise NotFound(f"there is no run {run_id}", code="unknown_run")
+        _holds_lease(row, worker_id)
+        r = t.run.c
+        conn.execute(
+            t.run.update()
+            .where(r.run_id == run_id, r.lease_owner == worker_id, r.execution_status == "running")
+            .values(
+                execution_status=execution,
+                evidence_status="partial",
+                ended_at=utc_now(),
+                terminal_reason=reason,
+                lease_expires_at=None,
+            )
+        )
+
+    _write(engine, write)
+
+
+def reclaim_expired(engine: Engine, *, now: datetime | None = None) -> list[str]:
+    """End every running run whose lease expired before `now`: `crashed`, terminal reason
+    "worker_lost", evidence partial. Returns their ids."""
+    moment = now if now is not None else utc_now()
+    r = t.run.c
+    expired = (r.execution_status == "running") & (r.lease_expires_at < moment)
+    _prepare(engine)
+    with reading(engine) as conn:
+        if conn.execute(sa.select(r.run_id).where(expired).limit(1)).first() is None:
+            return []
+
+    def write(conn: Connection) -> list[str]:
+        rows = conn.execute(
+            t.run.update()
+            .where(expired)
+            .values(
+                execution_status="crashed",
+                evidence_status="partial",
+                ended_at=moment,
+                terminal_reason=WORKER_LOST,
+                lease_expires_at=None,
+            )
+            .returning(r.run_id)
+        )
+        return sorted(str(run_id) for (run_id,) in rows)
+
+    return _write(engine, write)
+
+
+# --------------------------------------------------------------------------- cancelling
+
+
+def request_cancel(
+    engine: Engine,
+    run_id: str,
+    reason: str,
+    *,
+    tenant: str,
+    idempotency: IdempotencyKey | None = None,
+) -> str:
+    """Cancel a run: a pending one ends `cancelled` at once; for a running one the request is
+    recorded and its worker stops it at the run's next step (it ends cancelled, its evidence
+    partial). 404 for a run `tenant` does not hold, 409 when it has ended. Returns
+    "cancelled"."""
+
+    def write(conn: Connection) -> str:
+        stored = _keyed(conn, idempotency, tenant)
+        if stored is not None:
+            return str(_replayed(stored, "execution_status"))
+        row = _locked_run(conn, run_id, tenant)
+        if row is None:
+            raise NotFound(f"there is no run {run_id}", code="unknown_run")
+        if row.execution_status in TERMINAL:
+            raise Conflict(
+                f"run {run_id} has ended already ({row.execution_status})", code="terminal"
+            )
+        now = utc_now()
+        r = t.run.c
+        if row.execution_status == "pending":
+            conn.execute(
+                t.run.update()
+                .where(r.run_id == run_id, r.execution_status == "pending")
+                .values(
+                    execution_status="cancelled",
+                    ended_at=now,
+                    terminal_reason=f"cancelled: {reason}",
+                    cancel_requested_at=now,
+                    cancel_reason=reason,
+                )
+            )
+        elif row.cancel_requested_at is None:
+            conn.execute(
+                t.run.update()
+                .where(r.run_id == run_id)
+                .values(cancel_requested_at=now, cancel_reason=reason)
+            )
+        _store(conn, idempotency, 202, {"execution_status": "cancelled"})
+        return "cancelled"
+
+    return _write(engine, write)
+
+
+REVIEW_ACTIONS: Final = ("submit", "approve", "publish", "retire")
+
+
+def review_version(
+    engine: Engine,
+    *,
+    tenant: str,
+    scenario_id: str,
+    version: str,
+    action: str,
+    reviewer: str,
+    note: str | None = None,
+    risk_signoff: str | None = None,
+    idempotency: IdempotencyKey | None = None,
+) -> str:
+    """One review action on a scenario version, as `simreport review` takes it (the same
+    transitions, kept with who took them). 404 for a version `tenant` does not hold, 409 when
+    the version is not in the status the action starts from, 422 for a high-risk scenario
+    published without a risk sign-off. Returns the version's new status."""
+    from ..ledger.errors import ReviewRefused, UnknownVersion, WrongStatus
+    from ..ledger.review import transition_in
+
+    def write(conn: Connection) -> str:
+        stored = _keyed(conn, idempotency, tenant)
+        if stored is not None:
+            return str(_replayed(stored, "status"))
+        _scenario_row(conn, scenario_id, tenant)  # 404 for another tenant's
+        try:
+            done = transition_in(
+                conn,
+                "scenario",
+                scenario_id,
+                version,
+                action,
+                reviewer=reviewer,
+                note=note,
+                risk_signoff=risk_signoff,
+                tenant=tenant,
+            )
+        except UnknownVersion as exc:
+            raise NotFound(exc.message, code="unknown_version") from None
+        except WrongStatus as exc:
+            raise Conflict(exc.message, code="review_status") from None
+        except ReviewRefused as exc:
+            raise Unprocessable(exc.message, code="review_refused") from None
+        _store(conn, idempotency, 200, {"status": done.to_status})
+        return done.to_status
+
+    return _write(engine, write)
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def _run_row(conn: Connection, run_id: str, tenant: str) -> Any:
+    row = conn.execute(
+        sa.select(t.run).where(t.run.c.run_id == run_id, t.run.c.tenant_id == tenant)
+    ).first()
+    if row is None:
+        raise NotFound(f"there is no run {run_id}", code="unknown_run")
+    return row
+
+
+def get_run(engine: Engine, run_id: str, *, tenant: str) -> dict[str, Any]:
+    """The run's four statuses."""
+    _prepare(engine)
+    with reading(engine) as conn:
+        row = _run_row(conn, run_id, tenant)
+    return {
+        "execution_status": row.execution_status,
+        "validity_status": row.validity_status,
+        "evidence_status": row.evidence_status,
+        "quality_ref": row.quality_ref,
+    }
+
+
+def run_detail(engine: Engine, run_id: str, *, tenant: str) -> dict[str, Any]:
+    """The run's statuses with its times, terminal reason, lease, attempts and request."""
+    _prepare(engine)
+    with reading(engine) as conn:
+        row = _run_row(conn, run_id, tenant)
+    return {
+        "run_id": row.run_id,
+        "manifest_id": row.manifest_id,
+        "execution_status": row.execution_status,
+        "validity_status": row.validity_status,
+        "evidence_status": row.evidence_status,
+        "quality_ref": row.quality_ref,
+        "purpose": row.purpose,
+        "created_at": _iso(row.created_at),
+        "started_at": _iso(row.started_at),
+        "ended_at": _iso(row.ended_at),
+        "terminal_reason": row.terminal_reason,
+        "lease_owner": row.lease_owner,
+        "attempts": row.attempts,
+        "cancel_reason": row.cancel_reason,
+        "request": row.request,
+        "principal": row.principal,
+    }
+
+
+def _iso(value: datetime | None) -> str | None:
+    moment = as_utc(value)
+    return None if moment is None else moment.isoformat().replace("+00:00", "Z")
+
+
+def events_after(
+    engine: Engine,
+    run_id: str,
+    after_seq: int,
+    *,
+    tenant: str,
+    limit: int = 500,
+    retention_seconds: float | None,
+) -> dict[str, Any]:
+    """Up to `limit` events of the run after seq `after_seq`, oldest first, and `next_seq`, the
+    cursor to ask with next (the last seq returned, or `after_seq` when none is new). Events
+    older than `retention_seconds` are no longer served: a cursor before the newest of them is
+    gone (410)."""
+    _prepare(engine)
+    e = t.event.c
+    with reading(engine) as conn:
+        _run_row(conn, run_id, tenant)
+        if retention_seconds is not None:
+            cutoff = utc_now() - timedelta(seconds=retention_seconds)
+            expired = conn.execute(
+                sa.select(sa.func.max(e.seq)).where(e.run_id == run_id, e.wall_time < cutoff)
+            ).scalar()
+            if expired is not None and after_seq < int(expired):
+                raise Gone(
+                    f"events of run {run_id} up to seq {expired} are past the retention window "
+                    f"({retention_seconds:g} s): ask again with after_seq={expired} or later",
+                    code="cursor_expired",
+                    fields={"next_seq": int(expired)},
+                )
+        rows = conn.execute(
+            sa.select(t.event)
+            .where(e.run_id == run_id, e.seq > after_seq)
+            .order_by(e.seq)
+            .limit(max(1, min(limit, 5000)))
+        ).all()
+    events = [
+        {
+            "seq": row.seq,
+            "type": row.event_type,
+            "actor": row.actor,
+            "actor_ref": row.actor_ref,
+            "step": row.step,
+            "logical_time": row.logical_time,
+            "wall_time": _iso(row.wall_time),
+            "trace_id": row.trace_id,
+            "span_id": row.span_id,
+            "payload": row.payload,
+        }
+        for row in rows
+    ]
+    return {"events": events, "next_seq": events[-1]["seq"] if events else after_seq}
+
+
+def evidence(
+    engine: Engine, run_id: str, *, tenant: str, criterion: str | None = None
+) -> dict[str, Any]:
+    """The run's evidence package: its records, observations (and the facts that could not be
+    observed, `missing`), evidence per criterion and completeness checks. With `criterion`,
+    that criterion's evidence with only the observations and records it cites (404 for a
+    criterion the run has no evidence for). 409 while the run has not ended."""
+    _prepare(engine)
+    with reading(engine) as conn:
+        row = _run_row(conn, run_id, tenant)
+        if row.execution_status not in TERMINAL:
+            raise Conflict(
+                f"run {run_id} is {row.execution_status}: its evidence has not converged; "
+                "ask again once it has ended",
+                code="not_converged",
+            )
+        query = sa.select(t.evidence).where(t.evidence.c.run_id == run_id)
+        if criterion is not None:
+            query = query.where(t.evidence.c.criterion_key == criterion)
+        found = conn.execute(query.order_by(t.evidence.c.criterion_key)).all()
+        if criterion is not None and not found:
+            raise NotFound(
+                f"run {run_id} has no evidence for criterion {criterion!r}",
+                code="unknown_criterion",
+            )
+        observations = conn.execute(
+            sa.select(t.observation)
+            .where(t.observation.c.run_id == run_id)
+            .order_by(t.observation.c.observation_id)
+        ).all()
+        missing = conn.execute(
+            sa.select(t.observation_missing)
+            .where(t.observation_missing.c.run_id == run_id)
+            .order_by(t.observation_missing.c.fact_key)
+        ).all()
+        records = conn.execute(
+            sa.select(t.record.c.record_id, t.record.c.body)
+            .where(t.record.c.run_id == run_id)
+            .order_by(t.record.c.seq)
+        ).all()
+        completeness = conn.execute(
+            sa.select(t.completeness)
+            .where(t.completeness.c.run_id == run_id)
+            .order_by(t.completeness.c.check_key)
+        ).all()
+    prefix = run_id + "/"
+
+    def local(text: str) -> str:
+        return text[len(prefix) :] if text.startswith(prefix) else text
+
+    package_observations = [
+        {
+            "observation_id": local(o.observation_id),
+            "fact_key": o.fact_key,
+            "value": o.fact_value,
+            "derived_from": o.derived_from,
+            "extractor": o.extractor,
+        }
+        for o in observations
+    ]
+    package_records = [{"record_id": local(r.record_id), **dict(r.body)} for r in records]
+    if criterion is not None:
+        cited = {str(i) for e in found for i in (e.observation_ids or [])}
+        package_observations = [o for o in package_observations if o["observation_id"] in cited]
+        refs = {str(i) for e in found for i in (e.evidence_refs or [])}
+        refs |= {str(i) for o in package_observations for i in (o["derived_from"] or [])}
+        package_records = [r for r in package_records if r["record_id"] in refs]
+        missing = []
+    return {
+        "records": package_records,
+        "observations": package_observations
+        + [
+            {"fact_key": m.fact_key, "missing": True, "reason": m.reason, "extractor": m.extractor}
+            for m in missing
+        ],
+        "evidence": [
+            {
+                "criterion": e.criterion_key,
+                "sufficient": e.sufficient,
+                "observation_ids": e.observation_ids,
+                "evidence_refs": e.evidence_refs,
+                "detail": e.detail,
+            }
+            for e in found
+        ],
+        "completeness": [
+            {"check": c.check_key, "status": c.status, "detail": c.detail} for c in completeness
+        ],
+    }
+
+
+def get_manifest(engine: Engine, manifest_id: str, *, tenant: str) -> dict[str, Any]:
+    """The frozen manifest: every asset version it resolved (slot → kind, name, version,
+    sha256, file) and its sha256."""
+    _prepare(engine)
+    m = t.manifest.c
+    with reading(engine) as conn:
+        row = conn.execute(
+            sa.select(m.resolved, m.manifest_sha256).where(
+                m.manifest_id == manifest_id, m.tenant_id == tenant
+            )
+        ).first()
+    if row is None:
+        raise NotFound(f"there is no manifest {manifest_id}", code="unknown_manifest")
+    return {"resolved": row.resolved, "manifest_sha256": row.manifest_sha256}
+
+
+# --------------------------------------------------------------------------- idempotency
+
+
+def idempotent(
+    engine: Engine, *, principal: str, tenant: str, key: str, request_sha256: str
+) -> Stored | None:
+    """The answer stored for `principal`'s `key`, or None when the key is new. 409 when the
+    key was used with another request (its sha256 differs)."""
+    _prepare(engine)
+    with reading(engine) as conn:
+        stored = _stored(conn, principal, key, tenant, request_sha256)
+    # A key whose request is still being written is not visible (its transaction has not
+    # committed), so a stored answer is always a final one.
+    return stored
+
+
+def remember(
+    engine: Engine,
+    *,
+    principal: str,
+    tenant: str,
+    key: str,
+    request_sha256: str,
+    status_code: int,
+    response: dict[str, Any],
+) -> Stored:
+    """Store the answer to `principal`'s `key`, unless one is stored already: then that one is
+    returned (a concurrent duplicate gets the first answer). 409 when the key was used with
+    another request."""
+
+    def write(conn: Connection) -> Stored:
+        row = {
+            "principal": principal,
+            "key": key,
+            "tenant_id": tenant,
+            "request_sha256": request_sha256,
+            "status_code": status_code,
+            "response": response,
+            "created_at": utc_now(),
+        }
+        _insert_new(conn, t.idempotency_key, row)
+        stored = _stored(conn, principal, key, tenant, request_sha256)
+        assert stored is not None
+        return stored
+
+    return _write(engine, write)
+
+
+__all__ = [
+    "REVIEW_ACTIONS",
+    "Capacity",
+    "Claim",
+    "Conflict",
+    "Gone",
+    "Heartbeat",
+    "IdempotencyKey",
+    "LeaseLost",
+    "NotFound",
+    "ServiceError",
+    "Stored",
+    "StoredAnswer",
+    "Unprocessable",
+    "append_events",
+    "claim",
+    "count_active",
+    "create_scenario",
+    "events_after",
+    "evidence",
+    "fail",
+    "finish",
+    "get_manifest",
+    "get_run",
+    "heartbeat",
+    "idempotent",
+    "reclaim_expired",
+    "remember",
+    "request_cancel",
+    "review_version",
+    "run_detail",
+    "run_document",
+    "start_run",
+    "submit_version",
+]

@@ -1,0 +1,322 @@
+"""Workers of the run service: each claimed run executes in a fresh process, streams its events
+while it runs, and ends in a terminal status however it goes — completed, cancelled while
+running, killed with its worker (reclaimed, `worker_lost`), crashed in its own process, or
+stopped with its worker. On SQLite and PostgreSQL; every wait is bounded."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from service_helpers import add_agent, write_agents
+from sqlalchemy.engine import Engine
+
+from simreport.core.files import load_document
+from simreport.ledger import tables as t
+from simreport.service import queue as q
+from simreport.service.worker import run_worker
+
+pytestmark = pytest.mark.slow
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "refund_desk"
+SIMREPORT = Path(sys.executable).parent / "simreport"
+TENANT = "local"
+VERSION = "1.3.0"
+WAIT = 60.0
+"""The longest any test waits for one thing to happen."""
+
+
+@pytest.fixture
+def library(tmp_path: Path) -> Path:
+    """The refund desk's asset library, with two more agents: a slow one and one whose
+    process dies (the run's asset root, the library's parent, is where they are imported
+    from)."""
+    root = tmp_path / "refund_desk"
+    shutil.copytree(EXAMPLE, root)
+    write_agents(root, "service_agents", delay=0.4)
+    add_agent(root / "assets", "slow-agent", "service_agents:respond")
+    add_agent(root / "assets", "dying-agent", "service_agents:die")
+    return root / "assets"
+
+
+def queued(engine: Engine, library: Path, agent: str | None = None) -> str:
+    """A run of the refund desk (with `agent` as the agent under test) queued; its id."""
+    data = load_document(EXAMPLE / "scenario.yaml").data
+    assert isinstance(data, dict)
+    name = agent or "reference"
+    if agent is not None:
+        data["sut"]["agent"] = agent
+    scenario_id = q.create_scenario(
+        engine, tenant=TENANT, namespace="support", name=name, owner="qa", risk_level="low"
+    )
+    q.submit_version(
+        engine,
+        tenant=TENANT,
+        scenario_id=scenario_id,
+        version=VERSION,
+        spec=data,
+        source=None,
+        created_by="ana",
+    )
+    run_id, _ = q.start_run(
+        engine,
+        tenant=TENANT,
+        principal="ci",
+        scenario_id=scenario_id,
+        version=VERSION,
+        mode="surrogate",
+        seed=None,
+        budget=None,
+        purpose="exploration",
+        library=library,
+    )
+    return run_id
+
+
+def wait_until(what: str, check: Callable[[], bool], timeout: float = WAIT) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {timeout:g} s for {what}")
+        time.sleep(0.05)
+
+
+def row(engine: Engine, run_id: str) -> Any:
+    with engine.connect() as conn:
+        return conn.execute(sa.select(t.run).where(t.run.c.run_id == run_id)).one()
+
+
+def seqs(engine: Engine, run_id: str) -> list[int]:
+    page = q.events_after(engine, run_id, 0, tenant=TENANT, limit=5000, retention_seconds=None)
+    return [e["seq"] for e in page["events"]]
+
+
+def gapless(engine: Engine, run_id: str) -> list[int]:
+    found = seqs(engine, run_id)
+    assert found == list(range(1, len(found) + 1))
+    return found
+
+
+class Worker:
+    """`run_worker` in a thread of this test (its runs in child processes)."""
+
+    def __init__(self, url: str, library: Path, **options: Any) -> None:
+        self.stop = threading.Event()
+        self.outcomes: list[tuple[str, str]] = []
+        self.errors: list[BaseException] = []
+        options = {"lease_seconds": 10.0, "heartbeat_seconds": 0.3, "poll_seconds": 0.05, **options}
+
+        def work() -> None:
+            try:
+                run_worker(
+                    url,
+                    worker_id="w-test",
+                    library=library,
+                    stop_event=self.stop,
+                    on_run=lambda run_id, outcome: self.outcomes.append((run_id, outcome)),
+                    **options,
+                )
+            except BaseException as exc:
+                self.errors.append(exc)
+
+        self.thread = threading.Thread(target=work, daemon=True)
+        self.thread.start()
+
+    def join(self) -> None:
+        self.thread.join(timeout=WAIT)
+        assert not self.thread.is_alive(), "the worker did not stop"
+        assert not self.errors, self.errors
+
+    def __enter__(self) -> Worker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.join()
+
+
+# --------------------------------------------------------------------------- runs
+
+
+def test_a_worker_executes_a_queued_run_to_completion(
+    engine: Engine, ledger_url: str, library: Path
+) -> None:
+    run_id = queued(engine, library)
+    worker = Worker(ledger_url, library, max_runs=1)
+    worker.join()
+    assert worker.outcomes == [(run_id, "completed")]
+    assert q.get_run(engine, run_id, tenant=TENANT) == {
+        "execution_status": "completed",
+        "validity_status": "valid",
+        "evidence_status": "complete",
+        "quality_ref": None,
+    }
+    found = gapless(engine, run_id)
+    assert len(found) > 50
+    package = q.evidence(engine, run_id, tenant=TENANT)
+    assert package["records"] and package["observations"] and package["evidence"]
+    assert all(c["status"] == "present" for c in package["completeness"])
+    done = row(engine, run_id)
+    assert done.terminal_reason == "resolved_by_user" and done.lease_owner == "w-test"
+    assert done.result["condition"] == "service" and done.content_sha256
+    with engine.connect() as conn:  # the user's task and the conversation, as ingest records them
+        task = conn.execute(sa.select(t.run_task).where(t.run_task.c.run_id == run_id)).one()
+        session = conn.execute(
+            sa.select(t.run_session).where(t.run_session.c.run_id == run_id)
+        ).one()
+    assert task.goal["goal"] and session.transport == "chat-completions"
+
+
+def test_a_library_under_another_name_is_found(
+    engine: Engine, ledger_url: str, library: Path, tmp_path: Path
+) -> None:
+    elsewhere = library.rename(tmp_path / "shared-library")  # the scenario expects `assets`
+    run_id = queued(engine, elsewhere)
+    worker = Worker(ledger_url, elsewhere, max_runs=1)
+    worker.join()
+    assert worker.outcomes == [(run_id, "completed")]
+
+
+def test_events_stream_while_the_run_is_in_progress(
+    engine: Engine, ledger_url: str, library: Path
+) -> None:
+    run_id = queued(engine, library, agent="slow-agent@1.0.0")
+    with Worker(ledger_url, library, max_runs=1) as worker:
+        wait_until("events of the running run", lambda: len(seqs(engine, run_id)) >= 5)
+        assert q.get_run(engine, run_id, tenant=TENANT)["execution_status"] == "running"
+        with pytest.raises(q.Conflict):  # evidence has not converged
+            q.evidence(engine, run_id, tenant=TENANT)
+        wait_until("the run's end", lambda: bool(worker.outcomes))
+    assert worker.outcomes == [(run_id, "completed")]
+    gapless(engine, run_id)
+
+
+def test_a_run_cancelled_while_running_ends_cancelled_with_partial_evidence(
+    engine: Engine, ledger_url: str, library: Path
+) -> None:
+    run_id = queued(engine, library, agent="slow-agent@1.0.0")
+    with Worker(ledger_url, library, max_runs=1) as worker:
+        wait_until("the run under way", lambda: len(seqs(engine, run_id)) >= 5)
+        assert q.request_cancel(engine, run_id, "wrong prompt", tenant=TENANT) == "cancelled"
+        wait_until("the cancelled run's end", lambda: bool(worker.outcomes))
+    assert worker.outcomes == [(run_id, "cancelled")]
+    ended = row(engine, run_id)
+    assert (ended.execution_status, ended.evidence_status) == ("cancelled", "partial")
+    assert ended.terminal_reason == "cancelled: wrong prompt"
+    assert ended.result["failure"]["type"] == "Interrupted"
+    found = gapless(engine, run_id)
+    last = q.events_after(engine, run_id, found[-2], tenant=TENANT, retention_seconds=None)
+    assert [e["type"] for e in last["events"]] == ["run_finished"]
+    package = q.evidence(engine, run_id, tenant=TENANT)  # the partial run's records are kept
+    assert package["records"]
+    with pytest.raises(q.Conflict):
+        q.request_cancel(engine, run_id, "again", tenant=TENANT)
+
+
+def test_a_run_cancelled_while_pending_is_never_executed(
+    engine: Engine, ledger_url: str, library: Path
+) -> None:
+    cancelled = queued(engine, library)
+    q.request_cancel(engine, cancelled, "changed my mind", tenant=TENANT)
+    with Worker(ledger_url, library) as worker:
+        time.sleep(0.5)
+    assert worker.outcomes == []
+    assert row(engine, cancelled).execution_status == "cancelled"
+    assert seqs(engine, cancelled) == []
+
+
+def test_a_run_whose_process_dies_ends_crashed_with_why(
+    engine: Engine, ledger_url: str, library: Path
+) -> None:
+    run_id = queued(engine, library, agent="dying-agent@1.0.0")
+    worker = Worker(ledger_url, library, max_runs=1)
+    worker.join()
+    assert worker.outcomes == [(run_id, "crashed")]
+    ended = row(engine, run_id)
+    assert ended.terminal_reason == "crashed: the run process was killed by SIGKILL"
+    assert ended.evidence_status == "partial" and ended.ended_at is not None
+    assert len(gapless(engine, run_id)) >= 1  # what it emitted before it died
+
+
+# --------------------------------------------------------------------------- worker processes
+
+
+def worker_process(ledger_url: str, library: Path, *more: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [
+            str(SIMREPORT),
+            "worker",
+            "--ledger",
+            ledger_url,
+            "--library",
+            str(library),
+            "--lease-seconds",
+            "2",
+            "--heartbeat-seconds",
+            "0.4",
+            "--poll-seconds",
+            "0.05",
+            *more,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+
+
+def test_a_worker_killed_mid_run_loses_the_run_which_ends_crashed(
+    engine: Engine, ledger_url: str, library: Path
+) -> None:
+    run_id = queued(engine, library, agent="slow-agent@1.0.0")
+    proc = worker_process(ledger_url, library)
+    try:
+        wait_until("the run under way", lambda: len(seqs(engine, run_id)) >= 3)
+        assert row(engine, run_id).execution_status == "running"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=WAIT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=WAIT)
+    streamed = len(seqs(engine, run_id))
+    assert q.reclaim_expired(engine) == []  # the lease has not run out yet
+    wait_until("the lease to run out", lambda: q.reclaim_expired(engine) == [run_id], timeout=10)
+    ended = row(engine, run_id)
+    assert (ended.execution_status, ended.terminal_reason) == ("crashed", "worker_lost")
+    assert ended.evidence_status == "partial"
+    time.sleep(0.5)  # the orphaned run process has exited: nothing more arrives
+    assert len(gapless(engine, run_id)) == streamed
+
+
+def test_sigterm_stops_a_worker_after_recording_its_run(
+    engine: Engine, ledger_url: str, library: Path
+) -> None:
+    run_id = queued(engine, library, agent="slow-agent@1.0.0")
+    proc = worker_process(ledger_url, library, "--drain-seconds", "0")
+    try:
+        wait_until("the run under way", lambda: len(seqs(engine, run_id)) >= 3)
+        proc.send_signal(signal.SIGTERM)
+        output, _ = proc.communicate(timeout=WAIT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=WAIT)
+    assert proc.returncode == 0, output
+    assert f"{run_id} cancelled" in output and "stopped after 1 run(s)" in output
+    ended = row(engine, run_id)
+    assert (ended.execution_status, ended.terminal_reason) == (
+        "cancelled",
+        "cancelled: the worker stopped",
+    )
+    gapless(engine, run_id)
