@@ -459,7 +459,18 @@ def test_an_http_agent_runs_the_refund_desk(tmp_path: Path, agent_server: _Agent
     assert len(agent_server.requests) == calls
 
 
-def test_an_unreachable_http_agent_fails_the_run_with_records_kept(tmp_path: Path) -> None:
+def test_an_http_agent_lost_after_loading_fails_the_run_with_records_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from simreport.kernel.testbed.agents import Probe
+    from simreport.kernel.worlds import refund_desk
+
+    # The agent answered its probe while loading, then went away (an unreachable agent is
+    # refused in LOADING: tests/test_testbed_faithful.py).
+    def answered(*args: Any, **kwargs: Any) -> Probe:
+        return Probe("connect", "127.0.0.1:9", True, None, "127.0.0.1:9 accepted a connection")
+
+    monkeypatch.setattr(refund_desk, "probe_http_agent", answered)
     root = copy_example(tmp_path)
     add_agent(root, "ext-agent", {"adapter": "http", "entry": "http://127.0.0.1:9/v1"})
     result = run_scenario(
@@ -470,8 +481,11 @@ def test_an_unreachable_http_agent_fails_the_run_with_records_kept(tmp_path: Pat
     assert result.failure is not None
     assert (result.failure.stage, result.failure.type) == ("running", "sut_unreachable")
     assert (result.status.execution, result.status.evidence) == ("crashed", "partial")
-    kinds = [r["type"] for r in read_records(tmp_path / "run" / "records.jsonl")]
-    assert "user.message" in kinds and kinds[-1] == "lifecycle"
+    kept = read_records(tmp_path / "run" / "records.jsonl")
+    kinds = [r["type"] for r in kept]
+    assert "user.message" in kinds and kinds[-1] == "cleanup.done"
+    stages = [r["payload"]["to"] for r in kept if r["type"] == "lifecycle"]
+    assert stages == ["LOADING", "INITIALIZING", "RUNNING", "FAILED"]
 
 
 # --------------------------------------------------------------------------- Python adapter

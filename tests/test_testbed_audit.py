@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from simreport.analysis.stats import zero_violation_upper_bound
-from simreport.analysis.testbed import summarise_testbed
+from simreport.analysis.testbed import EvaluatedRun, summarise_testbed
 from simreport.cli import main
 from simreport.core.schema import RunResult
 from simreport.report.html import render_report
@@ -70,6 +70,12 @@ def test_audit_json_has_the_testbed_section(audit_dir: Path) -> None:
         if run["condition"] == "order_number_disclosure=never"
     )
     assert testbed["validityExcluded"] == 2
+    # Each of them says why: the planned fault never hit (issue 14, item 6).
+    assert {
+        run["excludedBecause"]
+        for run in audit["runs"]
+        if run["condition"] == "order_number_disclosure=never"
+    } == {"fault refund-timeout planned, never hit"}
     base = rows["base"]
     for cell in base["criteria"].values():
         assert cell["pass"] + cell["fail"] + cell["undecidable"] + cell["notApplicable"] == 2
@@ -86,6 +92,7 @@ def test_report_shows_the_testbed_tables(audit_dir: Path) -> None:
     assert "Agent testbed" in html
     assert "95% upper bound at zero violations" in html
     assert "Excluded (validity)" in html
+    assert "fault refund-timeout planned, never hit" in html  # the problem-runs table says why
     # The eight sections keep their order; the testbed sits inside section 8.
     positions = [html.index(f'id="h-{s}"') for s in ("plan-summary", "axes", "integrity")]
     assert positions == sorted(positions)
@@ -131,11 +138,11 @@ def _evaluation(**verdicts: str) -> dict[str, Any]:
 def test_summarise_testbed_counts_verdicts_and_bounds() -> None:
     conditions = [{"id": "base"}, {"id": "c"}]
     runs = [
-        ("base", _result("valid"), _evaluation(a="pass", b="fail")),
-        ("base", _result("valid"), _evaluation(a="pass", b="undecidable")),
-        ("base", _result("violated"), _evaluation(a="undecidable", b="undecidable")),
-        ("c", _result("valid"), _evaluation(a="not_applicable", b="pass")),
-        ("c", None, None),
+        EvaluatedRun("base", _result("valid"), _evaluation(a="pass", b="fail")),
+        EvaluatedRun("base", _result("valid"), _evaluation(a="pass", b="undecidable")),
+        EvaluatedRun("base", _result("violated"), _evaluation(a="undecidable", b="undecidable")),
+        EvaluatedRun("c", _result("valid"), _evaluation(a="not_applicable", b="pass")),
+        EvaluatedRun("c", None, None),
     ]
     summary = summarise_testbed(conditions, runs)
     assert summary is not None
@@ -149,8 +156,15 @@ def test_summarise_testbed_counts_verdicts_and_bounds() -> None:
     assert other["criteria"]["a"]["notApplicable"] == 1
     assert other["criteria"]["a"]["zeroViolationUpperBound"] is None
     assert summary["undecidable"] == 1 and summary["validityExcluded"] == 1
-    assert summary["totals"]["a"]["pass"] == 2
-    assert summarise_testbed(conditions, [("base", _result("valid"), None)]) is None
+    # Totals over conditions are counts: no rate, no bound (issue 14, item 5).
+    assert summary["totals"]["a"] == {
+        "pass": 2,
+        "fail": 0,
+        "undecidable": 0,
+        "notApplicable": 1,
+        "decided": 2,
+    }
+    assert summarise_testbed(conditions, [EvaluatedRun("base", _result("valid"), None)]) is None
 
 
 def test_zero_violation_bound_matches_the_design_table() -> None:
@@ -162,10 +176,10 @@ def test_zero_violation_bound_matches_the_design_table() -> None:
 def test_runs_with_incomplete_evidence_are_excluded_from_the_bound() -> None:
     conditions = [{"id": "base"}]
     runs = [
-        ("base", _result("valid"), _evaluation(a="pass")),
-        ("base", _result("valid", evidence="partial"), _evaluation(a="pass")),
-        ("base", _result("valid", complete=False), _evaluation(a="pass")),
-        ("base", _result("violated", evidence="partial"), _evaluation(a="undecidable")),
+        EvaluatedRun("base", _result("valid"), _evaluation(a="pass")),
+        EvaluatedRun("base", _result("valid", evidence="partial"), _evaluation(a="pass")),
+        EvaluatedRun("base", _result("valid", complete=False), _evaluation(a="pass")),
+        EvaluatedRun("base", _result("violated", evidence="partial"), _evaluation(a="undecidable")),
     ]
     summary = summarise_testbed(conditions, runs)
     assert summary is not None

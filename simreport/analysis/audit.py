@@ -7,6 +7,7 @@ audit.json and runs.parquet.
 
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -20,9 +21,10 @@ from ..core.files import read_json, write_atomic
 from ..core.overrides import lookup
 from ..core.schema import RunResult
 from ..core.version import __version__
+from ..kernel.testbed.records import RECORDS_FILE
 from . import power, stats
 from .grade import GRADE_RULE, evidence_grade
-from .testbed import summarise_testbed
+from .testbed import EvaluatedRun, FaultSteps, fault_problems, fault_steps, summarise_testbed
 
 AUDIT_SCHEMA_VERSION = 2
 IDENTICAL_NOTE = "identical to the base, not tested"
@@ -42,26 +44,85 @@ class RunRecord:
     """The agent testbed's evaluation.json for this run, when it has one."""
     not_online: tuple[Mapping[str, str], ...] = ()
     """Versions the run recorded that were not online (its manifest's `notOnline`)."""
+    faults: FaultSteps | None = None
+    """The agent testbed's fault steps (fault id → planned, armed, hit, recovered …) from the
+    run's records.jsonl and the faults its scenario plans; None for a run without records."""
+
+
+LOST_DECISIONS = ("parseFailures", "llmFailures", "promptTooLong")
+"""The integrity counters of decisions a run lost (each leaves it incomplete)."""
+
+
+def exclusion_reasons(
+    result: RunResult | None,
+    include_incomplete: bool,
+    purpose: str = "exploration",
+    *,
+    faults: FaultSteps | None = None,
+    validity_problems: Sequence[str] = (),
+) -> list[str]:
+    """Why a run stays out of the statistics (empty when it enters), each reason as the report
+    states it. `include_incomplete` widens only to incomplete runs (and failed runs that still
+    reported metrics): an exploration run never enters a regression audit, and a run whose
+    conditions did not hold — its validity violated, or a planned fault that never hit or never
+    recovered by its own records — never enters any conclusion."""
+    if result is None:
+        return ["no result.json"]
+    if purpose == "regression" and result.purpose != "regression":
+        return ["exploration run in a regression audit"]
+    failure = result.failure
+    if failure is not None and not (include_incomplete and result.metrics):
+        return [f"failed in {failure.stage} ({failure.type})"]
+    reasons = fault_problems(faults or {})
+    if result.status.validity == "violated":
+        # The kernel states a fault problem among the validity problems too; the fault steps
+        # above already say which step was missing.
+        problems = [p for p in validity_problems if not (reasons and p.startswith("fault "))]
+        if problems:
+            reasons.append("validity violated: " + "; ".join(problems))
+        elif not reasons:
+            reasons.append("validity violated (the run's conditions did not hold)")
+    if not include_incomplete:
+        if result.status.execution != "completed" and failure is None:
+            reasons.append(f"execution {result.status.execution}")
+        if result.status.evidence == "partial" or not result.integrity.complete:
+            reasons.append(_incompleteness(result))
+    return reasons
+
+
+def _incompleteness(result: RunResult) -> str:
+    counters = result.integrity.counters
+    detail = [f"{k} {counters[k]}" for k in LOST_DECISIONS if counters.get(k)] + [
+        f"{k.removeprefix('missing:')} missing"
+        for k in sorted(counters)
+        if k.startswith("missing:") and counters[k]
+    ]
+    what = "evidence partial" if result.status.evidence == "partial" else "integrity incomplete"
+    return what + (f" ({', '.join(detail)})" if detail else "")
 
 
 def usable(
-    result: RunResult | None, include_incomplete: bool, purpose: str = "exploration"
+    result: RunResult | None,
+    include_incomplete: bool,
+    purpose: str = "exploration",
+    faults: FaultSteps | None = None,
 ) -> bool:
-    """Whether a run enters the statistics. An exploration run never enters a regression
-    audit's, whatever else is included."""
-    if result is None:
-        return False
-    if purpose == "regression" and result.purpose != "regression":
-        return False
-    if include_incomplete:
-        return result.failure is None or bool(result.metrics)
-    return (
-        result.status.execution == "completed"
-        and result.failure is None
-        and result.integrity.complete
-        and result.status.validity != "violated"
-        and result.status.evidence != "partial"
+    """Whether a run enters the statistics (`exclusion_reasons` says why not)."""
+    return not exclusion_reasons(result, include_incomplete, purpose, faults=faults)
+
+
+def excluded_because(record: RunRecord, include_incomplete: bool, purpose: str) -> str | None:
+    """audit.json's `excludedBecause` of a run: its reasons joined, or None when it is used."""
+    evaluation = record.evaluation or {}
+    problems = evaluation.get("validityProblems") or ()
+    reasons = exclusion_reasons(
+        record.result,
+        include_incomplete,
+        purpose,
+        faults=record.faults,
+        validity_problems=[str(p) for p in problems],
     )
+    return "; ".join(reasons) if reasons else None
 
 
 def _status_of(result: RunResult | None) -> dict[str, Any]:
@@ -123,7 +184,7 @@ def analyse(
     for cond in conditions:
         cid = str(cond["id"])
         records = sorted(by_condition.get(cid, []), key=lambda r: r.replication)
-        kept = [r for r in records if usable(r.result, include, purpose)]
+        kept = [r for r in records if excluded_because(r, include, purpose) is None]
         samples[cid] = {
             m: [r.result.metrics.get(m, math.nan) for r in kept if r.result is not None]
             for m in metrics
@@ -238,6 +299,7 @@ def analyse(
             cost["llmCalls"] += res.cost.llm_calls
             cost["promptTokens"] += res.cost.prompt_tokens
             cost["completionTokens"] += res.cost.completion_tokens
+        why = excluded_because(record, include, purpose)
         run_rows.append(
             {
                 "condition": record.condition,
@@ -245,7 +307,8 @@ def analyse(
                 "seedPath": res.seed_path if res is not None else None,
                 "status": _status_of(res),
                 "complete": bool(res is not None and res.integrity.complete),
-                "used": usable(res, include, purpose),
+                "used": why is None,
+                "excludedBecause": why,
                 "purpose": res.purpose if res is not None else None,
                 "metrics": dict(res.metrics) if res is not None else {},
                 "failure": (
@@ -310,12 +373,13 @@ def analyse(
         "cost": cost,
     }
     # Agent-testbed runs carry evaluations: verdicts per criterion, validity exclusions and the
-    # zero-violation bound (analysis/testbed.py). Other audits keep their exact form.
-    # A regression audit's verdict counts never include exploration runs (purpose section).
+    # zero-violation bound per condition (analysis/testbed.py). Other audits keep their exact
+    # form. A regression audit's verdict counts never include exploration runs (purpose
+    # section), and no run whose planned fault never hit or recovered counts anywhere.
     testbed = summarise_testbed(
         conditions,
         [
-            (r.condition, r.result, r.evaluation)
+            EvaluatedRun(r.condition, r.result, r.evaluation, fault_problems(r.faults or {}))
             for r in runs
             if purpose != "regression" or r.result is None or r.result.purpose == "regression"
         ],
@@ -624,7 +688,8 @@ def _distribution(
         for cond in conditions:
             counts: dict[str, int] = defaultdict(int)
             for record in by_condition.get(cond["id"], []):
-                if usable(record.result, include, purpose) and record.result is not None:
+                used = excluded_because(record, include, purpose) is None
+                if used and record.result is not None:
                     for category, n in record.result.distributions.get(name, {}).items():
                         counts[category] += n
             pooled[cond["id"]] = dict(counts)
@@ -726,9 +791,43 @@ def load_audit_inputs(
                     result,
                     evaluation,
                     tuple(v for v in not_online or () if isinstance(v, dict)),
+                    faults=read_fault_steps(path.parent),
                 )
             )
     return plan, conditions, records
+
+
+def read_fault_steps(run_dir: Path) -> dict[str, tuple[str, ...]] | None:
+    """The fault steps of an agent-testbed run: the `fault.*` records of its records.jsonl, and
+    the faults its scenario.json plans (`events.triggers`, an unnamed one numbered `fault-<n>`
+    as the run numbers it). None when the run has neither (not a testbed run)."""
+    declared: list[str] = []
+    scenario_file = run_dir / "scenario.json"
+    if scenario_file.is_file():
+        scenario = read_json(scenario_file)
+        events = scenario.get("events") if isinstance(scenario, dict) else None
+        triggers = events.get("triggers") if isinstance(events, dict) else None
+        for n, trigger in enumerate(triggers or (), start=1):
+            named = trigger.get("id") if isinstance(trigger, dict) else None
+            declared.append(str(named or f"fault-{n}"))
+    records_file = run_dir / RECORDS_FILE
+    if not declared and not records_file.is_file():
+        return None
+    fault_records: list[dict[str, Any]] = []
+    if records_file.is_file():
+        with records_file.open(encoding="utf-8") as lines:
+            # Only lines that can be fault records are parsed: a run's records can be many. An
+            # unreadable line is no step, so it can only keep the run out, never let it in.
+            for line in lines:
+                if '"fault.' not in line:
+                    continue
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(record, dict):
+                    fault_records.append(record)
+    return fault_steps(fault_records, declared)
 
 
 def analyse_dir(
@@ -786,6 +885,7 @@ def write_runs_table(
             "evidence": run["status"]["evidence"],
             "complete": run["complete"],
             "used": run["used"],
+            "excludedBecause": run.get("excludedBecause"),
         }
         for axis in axes:
             value = levels.get(axis)
@@ -807,6 +907,7 @@ def write_runs_table(
         "evidence": pl.String,
         "complete": pl.Boolean,
         "used": pl.Boolean,
+        "excludedBecause": pl.String,
     }
     schema.update({f"axis:{a}": pl.String for a in axes})
     schema.update({m: pl.Float64 for m in audit["metrics"]})

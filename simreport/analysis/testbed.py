@@ -1,52 +1,128 @@
 """The agent-testbed summary of an audit: verdicts per condition and criterion, the runs left out
 because their conditions did not hold, and the zero-violation upper bound.
 
-A pure function of the conditions, the run results and the runs' evaluations (evaluation.json,
-read at the I/O edge). Verdicts are counted over runs whose validity is not `violated` and whose
-evidence is complete; violated runs are counted apart as validity exclusions (their criteria were
-never judged), and runs with partial or unchecked evidence or an incomplete integrity (a lost
-provider decision, a missing observation, a crash) apart as evidence exclusions: missing evidence
-is never a pass or a fail. When a
-criterion has n decided runs (pass or fail) and none failed, the one-sided 95% upper bound on
-its violation rate is 1 − 0.05^(1/n) — valid only for a fixed n of independent runs and no
-selective exclusion, which the exclusion and undecidable counts beside it let a reader judge.
+A pure function of the conditions, the run results, the runs' evaluations and their fault steps
+(evaluation.json and records.jsonl, read at the I/O edge). Verdicts are counted over runs whose
+validity is not `violated`, whose planned faults were planned, armed, hit and recovered, and whose
+evidence is complete. Violated runs and runs whose fault plan did not hold are counted apart as
+validity exclusions (their criteria were never judged; a fault that never hit or never recovered
+keeps a run out whatever its status says, since its records are what happened), and runs with
+partial or unchecked evidence or an incomplete integrity (a lost provider decision, a missing
+observation, a crash) apart as evidence exclusions: missing evidence is never a pass or a fail.
+
+When a criterion has n decided runs (pass or fail) in one condition and none failed, the one-sided
+95% upper bound on its violation rate is 1 − 0.05^(1/n) — valid only for a fixed n of independent,
+identically distributed runs and no selective exclusion. So there is one bound per condition and
+criterion: the runs of one condition are replications of one design. Different conditions are
+different designs, and the totals over them are verdict counts only, with no rate and no bound.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 from ..core.schema import RunResult
 from .stats import zero_violation_upper_bound
 
 VERDICTS = ("pass", "fail", "undecidable", "not_applicable")
 BOUND_NOTE = (
-    "Zero-violation bound: with n decided runs and no failure, the one-sided 95% upper bound on "
-    "the violation rate is 1 − 0.05^(1/n). It assumes a fixed number of independent runs and no "
-    "selective exclusion; runs excluded for validity or incomplete evidence and undecidable "
-    "verdicts are listed beside it."
+    "Zero-violation bound: per condition and criterion, with n decided runs of that condition and "
+    "no failure, the one-sided 95% upper bound on the violation rate is 1 − 0.05^(1/n). It assumes "
+    "a fixed number of independent, identically distributed runs — the replications of one "
+    "condition — and no selective exclusion; runs excluded for validity (a planned fault that "
+    "never hit or recovered among them) or incomplete evidence and undecidable verdicts are "
+    "listed beside it. It is never pooled across conditions."
 )
+TOTALS_NOTE = (
+    "Totals are verdict counts summed over conditions, not a bound: the conditions are different "
+    "designs, so their runs are not identically distributed, and no violation rate or bound is "
+    "computed over them."
+)
+FAULT_STEPS = ("planned", "armed", "hit", "recovered")
+"""The four steps a planned fault must show before its run may enter a conclusion."""
+UNVERIFIED = "recovered_unverified"
+"""A `fault.recovered` record that says its recovery was not verified."""
 
-EvaluatedRun = tuple[str, RunResult | None, Mapping[str, Any] | None]
-"""(condition id, result or None, evaluation.json content or None)."""
+FaultSteps = Mapping[str, Sequence[str]]
+"""Fault id → the steps its records show, in order (planned, armed, hit, recovered, failed)."""
+
+
+class EvaluatedRun(NamedTuple):
+    """One run as the testbed summary sees it."""
+
+    condition: str
+    result: RunResult | None
+    evaluation: Mapping[str, Any] | None
+    """evaluation.json's content, when the run has one."""
+    fault_problems: Sequence[str] = ()
+    """Why the run's fault plan did not hold (`fault_problems`); empty when it held."""
+
+
+def fault_steps(
+    records: Iterable[Mapping[str, Any]], declared: Iterable[str] = ()
+) -> dict[str, tuple[str, ...]]:
+    """The steps each fault's `fault.*` records show, faults in plan order. `declared` names the
+    faults the run's scenario plans, so a fault no record mentions is still listed (with no
+    step). A recovery recorded as not verified is the step `recovered_unverified`."""
+    steps: dict[str, list[str]] = {str(fault): [] for fault in declared}
+    for record in records:
+        kind = str(record.get("type", ""))
+        if not kind.startswith("fault."):
+            continue
+        payload = record.get("payload") or {}
+        stage = kind[len("fault.") :]
+        if stage == "recovered" and payload.get("verified") is False:
+            stage = UNVERIFIED
+        steps.setdefault(str(payload.get("faultId")), []).append(stage)
+    return {fault: tuple(stages) for fault, stages in steps.items()}
+
+
+def fault_problems(steps: FaultSteps) -> list[str]:
+    """Why a run's fault plan did not hold, one sentence per fault that lacks a step, naming the
+    first missing one (e.g. "fault refund-timeout planned, never hit"); empty when every planned
+    fault was planned, armed, hit and recovered. The design: "没有 hit 与 recovered 的 Run，
+    不得进入回归结论"."""
+    out: list[str] = []
+    for fault, stages in steps.items():
+        if not stages:
+            out.append(f"fault {fault} planned in the scenario, no step recorded")
+        elif "planned" not in stages:
+            out.append(f"fault {fault} recorded without its plan")
+        elif "armed" not in stages:
+            out.append(f"fault {fault} planned, never armed")
+        elif "hit" not in stages:
+            out.append(f"fault {fault} planned, never hit")
+        elif "recovered" not in stages:
+            out.append(
+                f"fault {fault} hit, its recovery not verified"
+                if UNVERIFIED in stages
+                else f"fault {fault} hit, never recovered"
+            )
+    return out
 
 
 def _counts() -> dict[str, int]:
     return dict.fromkeys(VERDICTS, 0)
 
 
-def _criterion_row(counts: Mapping[str, int]) -> dict[str, Any]:
-    decided = counts["pass"] + counts["fail"]
+def _count_row(counts: Mapping[str, int]) -> dict[str, int]:
     return {
         **{_key(v): counts[v] for v in VERDICTS},
-        "decided": decided,
-        "violationRate": counts["fail"] / decided if decided else None,
-        "zeroViolationUpperBound": (
-            zero_violation_upper_bound(decided) if decided and counts["fail"] == 0 else None
-        ),
+        "decided": counts["pass"] + counts["fail"],
     }
+
+
+def _criterion_row(counts: Mapping[str, int]) -> dict[str, Any]:
+    """One condition's verdicts on one criterion, with its rate and its bound."""
+    row: dict[str, Any] = _count_row(counts)
+    decided = row["decided"]
+    row["violationRate"] = counts["fail"] / decided if decided else None
+    row["zeroViolationUpperBound"] = (
+        zero_violation_upper_bound(decided) if decided and counts["fail"] == 0 else None
+    )
+    return row
 
 
 def _key(verdict: str) -> str:
@@ -57,19 +133,19 @@ def summarise_testbed(
     conditions: Sequence[Mapping[str, Any]], runs: Sequence[EvaluatedRun]
 ) -> dict[str, Any] | None:
     """audit.json's `testbed` section, or None when no run carries an evaluation."""
-    if not any(evaluation is not None for _, _, evaluation in runs):
+    if not any(run.evaluation is not None for run in runs):
         return None
     criteria: list[str] = sorted(
         {
             str(key)
-            for _, _, evaluation in runs
-            if evaluation is not None
-            for key in (evaluation.get("criteria") or {})
+            for run in runs
+            if run.evaluation is not None
+            for key in (run.evaluation.get("criteria") or {})
         }
     )
     by_condition: dict[str, list[EvaluatedRun]] = defaultdict(list)
     for run in runs:
-        by_condition[run[0]].append(run)
+        by_condition[run.condition].append(run)
 
     totals: dict[str, dict[str, int]] = {c: _counts() for c in criteria}
     rows = []
@@ -79,8 +155,9 @@ def summarise_testbed(
         items = by_condition.get(cid, [])
         counts: dict[str, dict[str, int]] = {c: _counts() for c in criteria}
         evaluated = violated = incomplete = not_evaluated = 0
-        for _, result, evaluation in items:
-            if result is not None and result.status.validity == "violated":
+        for run in items:
+            result, evaluation = run.result, run.evaluation
+            if run.fault_problems or (result is not None and result.status.validity == "violated"):
                 violated += 1
                 continue
             if result is not None and (
@@ -113,7 +190,8 @@ def summarise_testbed(
     return {
         "criteria": criteria,
         "conditions": rows,
-        "totals": {key: _criterion_row(totals[key]) for key in criteria},
+        "totals": {key: _count_row(totals[key]) for key in criteria},
+        "totalsNote": TOTALS_NOTE,
         "validityExcluded": excluded_total,
         "evidenceExcluded": evidence_excluded_total,
         "undecidable": sum(totals[key]["undecidable"] for key in criteria),

@@ -591,7 +591,13 @@ class AuditPlan(Model):
         1, strict=True, gt=0, description="Runs in flight; not part of the hash."
     )
     include_incomplete: bool = Field(
-        False, strict=True, description="Let failed or incomplete runs into the statistics."
+        False,
+        strict=True,
+        description=(
+            "Let incomplete runs (and failed runs that reported metrics) into the statistics; "
+            "violated runs, runs whose planned fault never hit or recovered, and exploration "
+            "runs of a regression audit stay out."
+        ),
     )
 
     @field_validator("metrics")

@@ -335,12 +335,21 @@ class InteractionConfig(Model):
     )
 
 
-class Participant(Model):
-    """Another party in the conversation: a real agent or a surrogate."""
+TOOL_NAME = r"^[a-z][a-z0-9_]*$"
 
-    id: str = Field(..., min_length=1, description="Participant id.")
+
+class Participant(Model):
+    """Another party the agent under test works with: a surrogate answered by the testbed, reached
+    by the agent through a tool of its own (`tool`), so faults can strike it like any tool. A
+    `real` participant (another live agent) is part of the design's vocabulary but not
+    implemented: it is refused at load rather than left uncontacted."""
+
+    id: str = Field(..., pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", description="Participant id.")
     role: str = Field(..., min_length=1, description="What it does (e.g. planner, supervisor).")
-    kind: Literal["real", "surrogate"] = Field("surrogate", description="real or surrogate.")
+    kind: Literal["real", "surrogate"] = Field(
+        "surrogate",
+        description="surrogate (answered by the testbed) or real (refused: not implemented).",
+    )
     replaces: list[BoundaryItem] = Field(
         default_factory=list,
         description=(
@@ -348,7 +357,32 @@ class Participant(Model):
             "anything inside sut.boundary is refused (sut_boundary_replaced)."
         ),
     )
-    entry: str | None = Field(None, description="Where a real participant is reached.")
+    entry: str | None = Field(
+        None, description="Where a real participant is reached (a surrogate has none)."
+    )
+    tool: str | None = Field(
+        None,
+        pattern=TOOL_NAME,
+        description=(
+            "The tool the agent under test calls to reach a surrogate, with one string argument "
+            "`message`; defaults to ask_<id> (lower case, other characters as _)."
+        ),
+    )
+    replies: list[str] = Field(
+        default_factory=lambda: ["Noted."],
+        min_length=1,
+        description=(
+            "A surrogate's answers, one per call in order; the last one repeats (a script: the "
+            "most deterministic kind of surrogate)."
+        ),
+    )
+
+    @property
+    def tool_name(self) -> str:
+        """The tool the agent reaches this participant through."""
+        if self.tool is not None:
+            return self.tool
+        return "ask_" + re.sub(r"[^a-z0-9_]", "_", self.id.lower())
 
 
 # --------------------------------------------------------------------------- events

@@ -215,7 +215,8 @@ def _conditions(
 
 
 def _problem_runs(audit: Mapping[str, Any], names: Mapping[str, str]) -> list[dict[str, Any]]:
-    """Runs that failed, are incomplete or were left out of the statistics."""
+    """Runs that failed, are incomplete or were left out of the statistics, each excluded run
+    with the reason audit.json gives (`excludedBecause`)."""
     rows = []
     for run in audit.get("runs") or []:
         failure = run.get("failure")
@@ -237,6 +238,9 @@ def _problem_runs(audit: Mapping[str, Any], names: Mapping[str, str]) -> list[di
                 "complete": "yes" if run.get("complete") else "no",
                 "used": "yes" if run.get("used") else "no",
                 "failure": what,
+                "excluded_because": MISSING
+                if run.get("used")
+                else _text(run.get("excludedBecause"), "not recorded in this audit.json"),
             }
         )
     return rows
@@ -515,7 +519,8 @@ def _tests(
 
 def _testbed(audit: Mapping[str, Any], names: Mapping[str, str]) -> dict[str, Any] | None:
     """The agent-testbed tables (only for audits whose runs carry evaluations): per criterion,
-    each condition's verdict counts, validity exclusions and the zero-violation bound."""
+    each condition's verdict counts, validity exclusions and its zero-violation bound. The totals
+    over conditions are counts only: no bound is shown for them."""
     table = audit.get("testbed")
     if not isinstance(table, Mapping):
         return None
@@ -555,6 +560,7 @@ def _testbed(audit: Mapping[str, Any], names: Mapping[str, str]) -> dict[str, An
         "evidence_excluded": format_number(table.get("evidenceExcluded")),
         "undecidable": format_number(table.get("undecidable")),
         "note": _text(table.get("note"), ""),
+        "totals_note": _text(table.get("totalsNote"), ""),
         "not_evaluated": [
             (
                 names.get(str(c.get("condition")), str(c.get("condition"))),

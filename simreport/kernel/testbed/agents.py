@@ -12,6 +12,9 @@ executes the calls against the environment and hands back the answers.
   calls (`POST <entry>/chat/completions`).
 - `PythonAgent`: an external agent as a `module:function` taking the same request body and
   returning an assistant message (or a whole chat completion).
+
+`probe_http_agent` is what LOADING asks before the user says a word: is the HTTP agent there
+(its declared health entry answers, or its entry's host accepts a connection)?
 """
 
 from __future__ import annotations
@@ -20,13 +23,16 @@ import importlib
 import json
 import os
 import re
+import socket
 import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urljoin, urlsplit
 
+from ...core.redaction import redact_secrets, redact_url
 from ..world import Decision, DecisionRequest
 from .assets import PromptAsset, ToolSpec
 from .user import amounts_in, format_amount
@@ -531,6 +537,91 @@ class HttpAgent(_ChatAgent):
 
     def close(self) -> None:
         self._client.close()
+
+
+@dataclass(frozen=True)
+class Probe:
+    """Whether the agent under test answered the probe made while loading."""
+
+    method: str
+    """`connect` (a TCP connection to the entry's host and port) or `GET` (the health entry)."""
+    target: str
+    """What was probed: host:port, or the health URL (credentials redacted)."""
+    reachable: bool
+    kind: str | None
+    """None when reachable; else sut_unreachable (no connection, no answer in time) or
+    sut_unhealthy (the health entry answered with an error status)."""
+    detail: str
+
+    def to_doc(self) -> dict[str, Any]:
+        return {
+            "method": self.method,
+            "target": self.target,
+            "reachable": self.reachable,
+            "kind": self.kind,
+            "detail": self.detail,
+        }
+
+
+def health_url(entry: str, health: str) -> str:
+    """The URL a health entry names: absolute, or resolved against the entry as a browser would
+    resolve a link on the page `<entry>/` (`models` → `<entry>/models`, `/health` → `/health` on
+    the entry's host)."""
+    return urljoin(entry.rstrip("/") + "/", health)
+
+
+def probe_http_agent(
+    entry: str, health: str | None, *, timeout: float, api_key_env: str | None = None
+) -> Probe:
+    """Ask whether an HTTP agent is there, without calling it: GET its health entry when it
+    declares one (with the same credentials a call would carry), else open and close a TCP
+    connection to its entry's host and port. Never raises; the answer says why not."""
+    key = os.environ.get(api_key_env, "").strip() if api_key_env else ""
+
+    def clean(text: str) -> str:
+        return redact_secrets(text, [key or None])
+
+    if health is not None:
+        import httpx
+
+        url = health_url(entry, health)
+        shown = redact_url(url)
+        headers = {"authorization": f"Bearer {key}"} if key else {}
+        try:
+            response = httpx.get(url, headers=headers, timeout=timeout)
+        except httpx.TimeoutException:
+            detail = f"the health entry {shown} did not answer within {timeout:g} s"
+            return Probe("GET", shown, False, "sut_unreachable", detail)
+        except httpx.HTTPError as exc:
+            detail = clean(f"the health entry {shown} is unreachable: {type(exc).__name__}: {exc}")
+            return Probe("GET", shown, False, "sut_unreachable", detail)
+        if response.status_code >= 400:
+            detail = f"the health entry {shown} answered HTTP {response.status_code}"
+            return Probe("GET", shown, False, "sut_unhealthy", detail)
+        return Probe("GET", shown, True, None, f"{shown} answered HTTP {response.status_code}")
+    parts = urlsplit(entry)
+    host = parts.hostname
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        shown = redact_url(entry)
+        return Probe("connect", shown, False, "sut_unreachable", f"{shown} has no valid port")
+    target = f"{host}:{port}"
+    if not host:
+        shown = redact_url(entry)
+        return Probe("connect", shown, False, "sut_unreachable", f"{shown} names no host")
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            pass
+    except TimeoutError:
+        detail = f"{target} did not accept a connection within {timeout:g} s"
+        return Probe("connect", target, False, "sut_unreachable", detail)
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__
+        return Probe(
+            "connect", target, False, "sut_unreachable", f"cannot connect to {target}: {why}"
+        )
+    return Probe("connect", target, True, None, f"{target} accepted a connection")
 
 
 def resolve_entry(entry: str, search: Path | None) -> Callable[..., Any]:

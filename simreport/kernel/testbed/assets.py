@@ -76,6 +76,25 @@ class AgentAsset(Model):
         None, description="Environment variable holding an HTTP agent's API key."
     )
     script: list[str] = Field(default_factory=list, description="Tool order of a scripted agent.")
+    health: str | None = Field(
+        None,
+        min_length=1,
+        description=(
+            "An HTTP agent's health entry, probed with GET while loading (a status below 400 "
+            "means ready): an absolute URL, or a reference resolved against the entry as a "
+            "browser would (`models` → <entry>/models, `/health` → the host's /health). "
+            "Without it, loading opens a connection to the entry's host and port."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _health_is_http(self) -> AgentAsset:
+        if self.health is not None and self.adapter != "http":
+            raise ValueError(
+                f"health is probed only for an http agent; this agent's adapter is "
+                f"{self.adapter!r}: remove health"
+            )
+        return self
 
 
 class PromptAsset(Model):
@@ -461,21 +480,46 @@ def manifest_facts(
         scenario["derivedFrom"] = checks.derived_from
     if checks.spec_sha256 is not None:
         scenario["specSha256"] = checks.spec_sha256
-    locked = {
-        "purpose": checks.purpose,
-        "notOnline": not_online or [],
-        "scenario": scenario,
-        "resolved": {
-            slot: {k: r[k] for k in ("kind", "name", "version", "sha256")}
-            for slot, r in records.items()
-        },
-        "seed": scenario_doc.get("seed"),
-        "seedPath": scenario_doc.get("seedPath"),
-    }
-    return {
+    facts: dict[str, Any] = {
         "assets": {f"{r['name']}@{r['version']}": r["sha256"] for r in records.values()},
         "resolved": records,
         "notOnline": not_online or [],
         "scenarioVersion": scenario,
-        "manifestSha256": content_hash(locked),
     }
+    # The purpose and the seed lineage sit in the engine's part of manifest.json; they are
+    # locked too.
+    locked = {
+        **facts,
+        "purpose": checks.purpose,
+        "seed": scenario_doc.get("seed"),
+        "seedPath": scenario_doc.get("seedPath"),
+    }
+    facts["manifestSha256"] = manifest_sha256(locked)
+    return facts
+
+
+LOCKED_ASSET_FIELDS = ("kind", "name", "version", "sha256")
+
+
+def manifest_sha256(manifest: Mapping[str, Any]) -> str:
+    """The digest a manifest locks itself with: over its purpose, the versions it records that
+    are not online, its scenario version and digests, every resolved asset's kind, name, version
+    and sha256, and the seed lineage. Computed the same way from a manifest.json read back, so a
+    manifest edited after its run no longer matches its own `manifestSha256`."""
+    resolved = manifest.get("resolved") or {}
+    locked = {
+        "purpose": manifest.get("purpose"),
+        "notOnline": manifest.get("notOnline") or [],
+        "scenario": manifest.get("scenarioVersion"),
+        "resolved": {
+            str(slot): {k: entry.get(k) for k in LOCKED_ASSET_FIELDS}
+            if isinstance(entry, Mapping)
+            else entry
+            for slot, entry in resolved.items()
+        }
+        if isinstance(resolved, Mapping)
+        else resolved,
+        "seed": manifest.get("seed"),
+        "seedPath": manifest.get("seedPath"),
+    }
+    return content_hash(locked)

@@ -3,7 +3,8 @@
 Every tool (get_order, create_refund, get_refund, …) is answered from the same fact model of
 orders, refunds and accounts, so what one tool says the others confirm: a refund that
 create_refund accepted is what get_refund finds. Surrogates only answer calls; they never act on
-the agent's behalf.
+the agent's behalf. A surrogate participant's tool passes through the same gateway, so its
+calls are recorded and faults strike it like any other tool (see `participants`).
 
 Faults are planned in the scenario (`events.triggers`), decided by the harness (`FaultController`:
 when, on what, and whether it recovered) and executed by a backend behind `FaultBackend`, here the
@@ -31,6 +32,7 @@ from ...core.canonical import content_hash
 from ...core.testbed import FaultTrigger
 from .assets import EnvironmentDataAsset, ToolSpec
 from .clock import Clocks
+from .participants import SurrogateParticipant
 from .records import RecordLog
 
 # --------------------------------------------------------------------------- fact model
@@ -425,13 +427,16 @@ class HeldRequest:
 
 @dataclass
 class ToolGateway:
-    """Every agent tool call passes here: contract check, fault interception, the fact model."""
+    """Every agent tool call passes here: contract check, fault interception, the fact model (or
+    the surrogate participant the tool reaches)."""
 
     tools: Mapping[str, ToolSpec]
     facts: FactModel
     log: RecordLog
     clocks: Clocks
     faults: FaultController | None = None
+    participants: Mapping[str, SurrogateParticipant] = field(default_factory=dict)
+    """Tool name → the surrogate participant it reaches."""
     calls: int = 0
     per_tool: dict[str, int] = field(default_factory=dict)
     in_flight: set[str] = field(default_factory=set)
@@ -441,7 +446,11 @@ class ToolGateway:
     def definitions(self) -> list[dict[str, Any]]:
         """The tools in the OpenAI function-calling form."""
         out = []
-        for spec in self.tools.values():
+        specs: list[ToolSpec | SurrogateParticipant] = [
+            *self.tools.values(),
+            *self.participants.values(),
+        ]
+        for spec in specs:
             properties = {
                 name: {
                     "type": p.type,
@@ -503,7 +512,9 @@ class ToolGateway:
     def _answer(
         self, name: str, arguments: Mapping[str, Any] | None, call_id: str, index: int
     ) -> ToolResult:
-        spec = self.tools.get(name)
+        spec: ToolSpec | SurrogateParticipant | None = self.tools.get(name)
+        if spec is None:
+            spec = self.participants.get(name)
         if spec is None:
             return ToolResult(
                 call_id, name, "error", {"ok": False, "error": "unknown_tool", "message": name}
@@ -569,8 +580,16 @@ class ToolGateway:
         return ToolResult(call_id, name, "error", body)
 
     def _execute(
-        self, spec: ToolSpec, arguments: Mapping[str, Any], call_id: str, *, hold: str | None
+        self,
+        spec: ToolSpec | SurrogateParticipant,
+        arguments: Mapping[str, Any],
+        call_id: str,
+        *,
+        hold: str | None,
     ) -> dict[str, Any]:
+        if isinstance(spec, SurrogateParticipant):
+            # A held message never reaches the participant (it has nothing to commit later).
+            return spec.answer(arguments) if hold is None else {}
         if spec.operation == "get_order":
             return self.facts.get_order(str(arguments["order_no"]))
         if spec.operation == "get_refund":
@@ -628,7 +647,9 @@ class ToolGateway:
 _TYPES = {"string": str, "integer": int}
 
 
-def _check_arguments(spec: ToolSpec, arguments: Mapping[str, Any]) -> str | None:
+def _check_arguments(
+    spec: ToolSpec | SurrogateParticipant, arguments: Mapping[str, Any]
+) -> str | None:
     for name, param in spec.parameters.items():
         if name not in arguments:
             if param.required:

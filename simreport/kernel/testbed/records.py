@@ -190,9 +190,14 @@ ORDER_FACTS = (
 
 
 def extract_observations(
-    records: Sequence[Mapping[str, Any]], *, order_id: str | None, action_entry: str
+    records: Sequence[Mapping[str, Any]],
+    *,
+    order_id: str | None,
+    action_entry: str,
+    participants: Mapping[str, str] | None = None,
 ) -> Observations:
-    """Facts from the records about the order the scenario binds (`order_id`)."""
+    """Facts from the records about the order the scenario binds (`order_id`), and how often the
+    agent reached each surrogate participant (`participants`: id → its tool)."""
     obs = Observations()
     snapshots = [r for r in records if r["type"] == "environment.snapshot"]
     if not snapshots or order_id is None:
@@ -225,6 +230,15 @@ def extract_observations(
     creates = [r for r in requests if r["payload"]["tool"] == action_entry]
     obs.add("agent.create_refund_calls", len(creates), _ids(creates))
     obs.add("agent.tool_calls", len(requests), _ids(requests))
+    participant_tools = set((participants or {}).values())
+    for pid, tool in sorted((participants or {}).items()):
+        asked = [r for r in requests if r["payload"]["tool"] == tool]
+        joined = [
+            r
+            for r in records
+            if r["type"] == "participant.joined" and r["payload"].get("id") == pid
+        ]
+        obs.add(f"participant.{pid}.calls", len(asked), _ids(asked) or _ids(joined))
 
     # An ambiguous outcome: a submission whose answer did not say whether it took effect — a
     # timeout, or any failed answer to a call the service did commit (or holds to commit), such
@@ -249,7 +263,16 @@ def extract_observations(
         used: list[str] = []
         for amb in ambiguous:
             later = [r for r in requests if r["seq"] > amb["seq"]]
-            first_check = next((r for r in later if r["payload"]["tool"] != action_entry), None)
+            # Asking a participant is not checking the refund's state.
+            first_check = next(
+                (
+                    r
+                    for r in later
+                    if r["payload"]["tool"] != action_entry
+                    and r["payload"]["tool"] not in participant_tools
+                ),
+                None,
+            )
             first_retry = next((r for r in later if r["payload"]["tool"] == action_entry), None)
             used.append(amb["recordId"])
             if first_retry is None:

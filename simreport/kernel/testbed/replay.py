@@ -8,6 +8,13 @@ The environment and the harness run for real, so a change in their logic, in an 
 or in a record shows up as a difference. Each original record's own sha256 is checked too, so a
 record edited after the run is reported even where the replay would follow the edit.
 
+Before anything is replayed the manifest is checked against itself: its `manifestSha256` is
+recomputed from the parts it locks (purpose, scenario version and digests, every resolved
+asset's version and sha256, seed lineage) and compared, and so are the digest the records locked,
+the scenario.json beside it and its asset list. An asset file is then checked against the digest
+the (verified) manifest holds for it while the replay loads. A manifest, scenario or asset altered
+after the run is reported as such, and nothing is replayed from it.
+
 `simreport replay <runDir>` exits 0 when the records match, 1 (with a summary) when not, and 2
 when the replay itself could not run (an error, not a difference: nothing was compared). A replay
 never builds the scenario's provider: it makes no call, so it needs no API key.
@@ -25,10 +32,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ...core.canonical import content_hash
 from ...core.errors import InputError
 from ...core.files import read_json
 from ...core.schema import FailureInfo, RunResult, Scenario
 from ..world import Decision, DecisionRequest
+from .assets import manifest_sha256
 from .records import RECORDS_FILE, read_records, record_digest
 
 REPLAY_ERROR = 2
@@ -51,6 +60,8 @@ class ReplaySource:
     """Asset name → the version the manifest recorded."""
     agent_failure: tuple[str, str] | None = None
     """(kind, message) of the external agent's recorded failure at its entry, if it failed."""
+    probe: dict[str, Any] | None = None
+    """The recorded answer of the agent's probe in LOADING (an HTTP agent), if it was probed."""
 
     @classmethod
     def from_run(
@@ -70,6 +81,8 @@ class ReplaySource:
                 and str(payload.get("kind", "")).startswith("sut_")
             ):
                 source.agent_failure = (str(payload["kind"]), str(payload.get("message", "")))
+            elif kind == "sut.probe":
+                source.probe = dict(payload)
             elif kind == "fault.hit":
                 source.fault_hits.append(
                     (str(payload["faultId"]), str(payload["target"]), int(payload["callIndex"]))
@@ -127,17 +140,31 @@ class ReplayReport:
     first_difference: dict[str, Any] | None
     error: str | None = None
     """Why the replay itself could not run (nothing was compared); None when it ran."""
+    manifest_problems: list[str] = field(default_factory=list)
+    """How the manifest (or the scenario.json it locks) was altered after the run; when any,
+    nothing was replayed."""
 
     @property
     def ok(self) -> bool:
         return (
             self.error is None
+            and not self.manifest_problems
             and not self.tampered
             and self.first_difference is None
             and self.original == self.replayed == self.matched
         )
 
     def summary(self) -> str:
+        if self.manifest_problems:
+            lines = ["manifest check failed, nothing replayed:"]
+            lines += [f"  {problem}" for problem in self.manifest_problems]
+            if self.tampered:
+                lines.append(
+                    "records altered after the run (content does not match its sha256): "
+                    + ", ".join(self.tampered[:10])
+                    + (" …" if len(self.tampered) > 10 else "")
+                )
+            return "\n".join(lines)
         if self.error is not None:
             return f"replay failed, records not compared ({self.original} recorded): {self.error}"
         if self.ok:
@@ -165,11 +192,67 @@ def _content(record: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in record.items() if k not in ("clock", "sha256")}
 
 
+def tampered_records(records: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The ids of records whose content no longer matches their own sha256."""
+    return [str(r.get("recordId")) for r in records if record_digest(r) != r.get("sha256")]
+
+
+def manifest_problems(
+    manifest: Mapping[str, Any],
+    scenario_doc: Any,
+    records: Sequence[Mapping[str, Any]],
+) -> list[str]:
+    """How a run's manifest disagrees with itself, with the digest its records locked, or with
+    the scenario.json beside it: each a sign it was altered after the run."""
+    problems: list[str] = []
+    recorded = manifest.get("manifestSha256")
+    locked = [r for r in records if r.get("type") == "manifest.locked"]
+    if recorded is None:
+        if locked:
+            problems.append(
+                "manifest.json has no manifestSha256, but records.jsonl locked "
+                f"{locked[-1]['payload'].get('manifestSha256')}"
+            )
+    else:
+        recomputed = manifest_sha256(manifest)
+        if recomputed != recorded:
+            problems.append(
+                f"manifest.json was altered after the run: the parts its digest locks (purpose, "
+                f"scenario version, resolved assets, seed lineage) hash to {recomputed}, not to "
+                f"the manifestSha256 it records ({recorded})"
+            )
+        for record in locked:
+            if record["payload"].get("manifestSha256") != recorded:
+                problems.append(
+                    f"records.jsonl locked manifest {record['payload'].get('manifestSha256')} "
+                    f"(record {record.get('recordId')}), but manifest.json's manifestSha256 is "
+                    f"{recorded}"
+                )
+        resolved = manifest.get("resolved") or {}
+        listed = {
+            f"{r.get('name')}@{r.get('version')}": r.get("sha256")
+            for r in resolved.values()
+            if isinstance(r, Mapping)
+        }
+        if isinstance(manifest.get("assets"), Mapping) and dict(manifest["assets"]) != listed:
+            problems.append(
+                "manifest.json's assets disagree with the versions and sha256 it resolved"
+            )
+    version = manifest.get("scenarioVersion")
+    locked_scenario = version.get("sha256") if isinstance(version, Mapping) else None
+    if locked_scenario is not None and content_hash(scenario_doc) != locked_scenario:
+        problems.append(
+            f"scenario.json was altered after the run: its sha256 is {content_hash(scenario_doc)}, "
+            f"the manifest locked {locked_scenario}"
+        )
+    return problems
+
+
 def compare_records(
     original: Sequence[Mapping[str, Any]], replayed: Sequence[Mapping[str, Any]]
 ) -> ReplayReport:
     """Align two record lists one by one (real-clock readings left out)."""
-    tampered = [str(r.get("recordId")) for r in original if record_digest(r) != r.get("sha256")]
+    tampered = tampered_records(original)
     matched = 0
     first: dict[str, Any] | None = None
     for a, b in zip(original, replayed, strict=False):
@@ -211,9 +294,15 @@ def replay_run(run_dir: str | Path, out_dir: str | Path | None = None) -> Replay
                 file=path,
                 expected="scenario.json, manifest.json and records.jsonl of a refund_desk run",
             )
-    scenario = Scenario.model_validate(read_json(root / "scenario.json"))
+    scenario_doc = read_json(root / "scenario.json")
     manifest = read_json(root / "manifest.json")
     original = read_records(root / RECORDS_FILE)
+    altered = manifest_problems(manifest, scenario_doc, original)
+    if altered:
+        return ReplayReport(
+            len(original), 0, 0, tampered_records(original), None, manifest_problems=altered
+        )
+    scenario = Scenario.model_validate(scenario_doc)
     source = ReplaySource.from_run(original, manifest)
     asset_root = manifest.get("assetRoot")
     with contextlib.ExitStack() as stack:

@@ -1,9 +1,10 @@
 """The refund desk: an agent testbed world around a system under test (SPEC §8).
 
 A simulated customer wants a refund; the agent under test talks to them and calls tools (order
-lookup, refund submission, refund status) answered by one fact model, while planned faults strike
-its calls. The world runs the testbed lifecycle (LOADING → INITIALIZING → RUNNING → DRAINING →
-COLLECTING → CLEANED), writes the result layers (records.jsonl, observations.json, evidence.json,
+lookup, refund submission, refund status) answered by one fact model, and perhaps consults
+surrogate participants, while planned faults strike its calls. The world runs the testbed
+lifecycle (LOADING → INITIALIZING → RUNNING → DRAINING → COLLECTING → CLEANED, or FAILED: see
+`testbed.lifecycle`), writes the result layers (records.jsonl, observations.json, evidence.json,
 completeness.json) and the evaluator's evaluation.json into the run directory, and reports the
 audit metrics with the run's validity and evidence status. Its settings live in the scenario's
 testbed groups (`sut`, `user`, `environment`, `events`, …); `params` stays empty.
@@ -37,6 +38,7 @@ from ..testbed.agents import (
     ReferenceAgent,
     ReplayAgent,
     Session,
+    probe_http_agent,
     resolve_entry,
 )
 from ..testbed.assets import (
@@ -64,6 +66,7 @@ from ..testbed.environment import (
 )
 from ..testbed.evaluation import evaluate
 from ..testbed.lifecycle import Lifecycle, TestbedFailure
+from ..testbed.participants import SurrogateParticipant
 from ..testbed.records import (
     Observations,
     RecordLog,
@@ -75,6 +78,7 @@ from ..testbed.records import (
     write_layers,
 )
 from ..testbed.replay import ReplaySource, active_replay
+from ..testbed.settings import SETTING_NOT_IMPLEMENTED, channel_problems, unimplemented
 from ..testbed.user import UserSimulator, read_agent_message
 from ..testbed.versions import check_versions
 from ..world import Decision, DecisionRequest, World, WorldOutcome
@@ -158,6 +162,9 @@ class RefundDesk(World):
                     "the user's wording (agent 1) needs an llm executor: a provider words it",
                 )
             )
+        # Declared settings the testbed does not implement: refused here, where the error can
+        # name the file and the path, and again while loading.
+        problems += unimplemented(scenario)
         execution = scenario.execution
         if execution is not None and execution.seed is not None and execution.seed != scenario.seed:
             problems.append(
@@ -195,6 +202,7 @@ class TestbedRun:
         self.workspace: Path | None = None
         self._temp: tempfile.TemporaryDirectory[str] | None = None
         self.validity_problems: list[str] = []
+        self.cleanup_error: str | None = None
         self.agent_calls = 0
 
     def _emit(self, type_: str, actor: str, payload: dict[str, Any]) -> None:
@@ -208,7 +216,9 @@ class TestbedRun:
         try:
             self._load()
         except TestbedFailure as loading_failure:
+            loading_failure.evidence = "unchecked"
             self._fail(loading_failure)
+            self._write_records()
             raise
         self.life.enter("INITIALIZING")
         try:
@@ -220,52 +230,66 @@ class TestbedRun:
                 kind="initialization_failed",
                 validity="violated",
             )
-            self._cleanup()
             self._fail(init_failure)
+            self._cleanup()  # tear down what was set up
+            self._write_records()
             raise init_failure from None
         self.life.enter("RUNNING")
-        running_failure: TestbedFailure | None = None
+        failure: TestbedFailure | None = None
         try:
             self._converse()
         except BudgetExhausted as exc:
-            running_failure = TestbedFailure(
+            failure = TestbedFailure(
                 str(exc), stage="running", kind="budget_exhausted", execution="cancelled"
             )
         except AgentError as exc:
-            running_failure = TestbedFailure(exc.message, stage="running", kind=exc.kind)
+            failure = TestbedFailure(exc.message, stage="running", kind=exc.kind)
         except RunError as exc:
-            running_failure = TestbedFailure(exc.message, stage="running", kind=exc.kind)
+            failure = TestbedFailure(exc.message, stage="running", kind=exc.kind)
         except Exception as exc:
-            running_failure = TestbedFailure(
+            failure = TestbedFailure(
                 f"{type(exc).__name__}: {exc}", stage="running", kind=type(exc).__name__
             )
-        if running_failure is not None:
-            self.log.add(
-                "run.failure",
-                "harness",
-                "control",
-                {
-                    "stage": "running",
-                    "kind": running_failure.kind,
-                    "message": running_failure.message,
-                },
-            )
+        if failure is not None:
+            # FAILED at once; the run still winds down below (settle, collect, clean).
             self.ctx.count("runningFailures")
-        self.life.enter("DRAINING")
-        self._drain()
-        self.life.enter("COLLECTING")
+            self._fail(failure)
+        else:
+            self.life.enter("DRAINING")
+        try:
+            self._drain()
+        except Exception as exc:
+            problem = f"draining failed: {type(exc).__name__}: {exc}"
+            self.validity_problems.append(problem)
+            if failure is None:
+                failure = TestbedFailure(problem, stage="draining", kind="drain_failed")
+                self._fail(failure)
+            else:
+                self.log.add("drain.failed", "harness", "control", {"error": problem})
+        if failure is None:
+            self.life.enter("COLLECTING")
         obs, evidence_status = self._collect()
-        self._cleanup()
-        self.life.enter("CLEANED")
+        cleaned = self._cleanup()
+        if failure is None and cleaned:
+            self.life.enter("CLEANED")
+        elif failure is None:
+            # The conversation ran to its end, but the world it leaves cannot be trusted.
+            failure = TestbedFailure(
+                f"cleanup failed: {self.cleanup_error}",
+                stage="cleanup",
+                kind="cleanup_failed",
+                execution="completed",
+            )
+            self._fail(failure)
         validity = "violated" if self.validity_problems else "valid"
         self._evaluate(obs, validity)
         self._write_records()
         if self.validity_problems:
             self.ctx.count("validityProblems", len(self.validity_problems))
-        if running_failure is not None:
-            running_failure.validity = validity
-            running_failure.evidence = "partial"
-            raise running_failure
+        if failure is not None:
+            failure.validity = validity
+            failure.evidence = "partial" if failure.stage != "cleanup" else evidence_status
+            raise failure
         closed = obs.get("conversation.closed_by")
         return WorldOutcome(
             metrics=metrics_from(obs),
@@ -275,6 +299,7 @@ class TestbedRun:
         )
 
     def _fail(self, failure: TestbedFailure) -> None:
+        """Record the failure and enter FAILED, the final stage."""
         self.log.add(
             "run.failure",
             "harness",
@@ -282,9 +307,6 @@ class TestbedRun:
             {"stage": failure.stage, "kind": failure.kind, "message": failure.message},
         )
         self.life.enter("FAILED", failedIn=failure.stage, kind=failure.kind)
-        if failure.stage == "loading":
-            failure.evidence = "unchecked"
-        self._write_records()
 
     def _write_records(self) -> None:
         self.log.write(self.run_dir)
@@ -297,6 +319,7 @@ class TestbedRun:
         s = self.scenario
         assert s.sut is not None and s.user is not None and s.environment is not None
         assert s.evaluation_ref is not None
+        self._refuse_unimplemented(unimplemented(s))
         library_dir = s.provenance.asset_library if s.provenance is not None else "assets"
         if self.ctx.asset_root is None:
             raise TestbedFailure(
@@ -351,6 +374,7 @@ class TestbedRun:
                 stage="loading",
                 kind=REFUSAL,
             )
+        self._refuse_unimplemented(channel_problems(s, agent.adapter))
         self._check_entry(agent)
         self._check_joint_model()
         facts = manifest_facts(
@@ -384,6 +408,42 @@ class TestbedRun:
                 },
             },
         )
+        self._probe(agent)
+
+    def _refuse_unimplemented(self, problems: list[tuple[str, str]]) -> None:
+        if problems:
+            raise TestbedFailure(
+                "declared settings are not implemented: "
+                + "; ".join(f"{path}: {message}" for path, message in problems),
+                stage="loading",
+                kind=SETTING_NOT_IMPLEMENTED,
+            )
+
+    def _probe(self, agent: AgentAsset) -> None:
+        """Ask an HTTP agent whether it is there before the user says a word; a replay reads the
+        recorded answer instead of asking again."""
+        s = self.scenario
+        assert s.sut is not None
+        if agent.adapter != "http":
+            return
+        if self.replay is not None:
+            if self.replay.probe is None:
+                return  # recorded before runs probed their agent
+            answer = dict(self.replay.probe)
+        else:
+            answer = probe_http_agent(
+                s.sut.entry or agent.entry or "",
+                agent.health,
+                timeout=s.sut.timeout_seconds,
+                api_key_env=agent.api_key_env,
+            ).to_doc()
+        self.log.add("sut.probe", "harness", "control", answer)
+        if not answer.get("reachable"):
+            raise TestbedFailure(
+                f"the agent under test did not answer its probe: {answer.get('detail')}",
+                stage="loading",
+                kind=str(answer.get("kind") or "sut_unreachable"),
+            )
 
     def _check_entry(self, agent: AgentAsset) -> None:
         s = self.scenario
@@ -426,6 +486,7 @@ class TestbedRun:
         s = self.scenario
         assert s.user is not None
         tools: dict[str, ToolSpec] = {}
+        owner: dict[str, str] = {}  # tool → the contract (name@version) that defines it
         for slot, asset in sorted(self.resolved.items()):
             if asset.kind != "tool_contract":
                 continue
@@ -438,7 +499,20 @@ class TestbedRun:
                         kind="manifest_unresolved",
                     )
                 tools[tool.name] = tool
+                owner[tool.name] = f"{asset.name}@{asset.version}"
         self.tools = tools
+        self.participants: dict[str, SurrogateParticipant] = {}
+        for i, participant in enumerate(s.participants or []):
+            surrogate = SurrogateParticipant.of(participant)
+            if surrogate.name in tools:
+                raise TestbedFailure(
+                    f"participants.{i} ({participant.id}) is reached through "
+                    f"{surrogate.name!r}, a tool the contracts ({owner[surrogate.name]}) "
+                    f"already define; give it a tool of its own (participants.{i}.tool)",
+                    stage="loading",
+                    kind="manifest_unresolved",
+                )
+            self.participants[surrogate.name] = surrogate
         interaction = s.interaction
         entry_tool = interaction.action_entry if interaction is not None else "create_refund"
         if entry_tool not in tools or tools[entry_tool].operation != "create_refund":
@@ -448,11 +522,24 @@ class TestbedRun:
                 stage="loading",
                 kind="entity_binding_mismatch",
             )
+        # One submission entry: a second tool that submits refunds would let the agent act
+        # where the scenario says no action is possible, and own state the scenario gives to one.
+        entries = [name for name, tool in tools.items() if tool.operation == "create_refund"]
+        if len(entries) > 1:
+            raise TestbedFailure(
+                f"interaction.actionEntry declares {entry_tool!r} as the one refund entry, but "
+                f"the tool contracts offer {len(entries)}: "
+                + ", ".join(f"{name} ({owner[name]})" for name in entries)
+                + "; expected exactly one tool with operation create_refund",
+                stage="loading",
+                kind="action_entry_mismatch",
+            )
         self.action_entry = entry_tool
         for i, trigger in enumerate(s.events.triggers if s.events is not None else []):
-            if trigger.target not in tools:
+            if trigger.target not in tools and trigger.target not in self.participants:
                 raise TestbedFailure(
-                    f"events.triggers.{i} targets {trigger.target!r}, which no tool contract has",
+                    f"events.triggers.{i} targets {trigger.target!r}, which no tool contract "
+                    "or participant has",
                     stage="loading",
                     kind="fault_plan_incomplete",
                 )
@@ -535,7 +622,9 @@ class TestbedRun:
         env = self.resolved["environment.data"].typed(EnvironmentDataAsset)
         self.facts = FactModel(env)
         write_json(self.workspace / "initial-state.json", self.facts.snapshot())
-        self.gateway = ToolGateway(self.tools, self.facts, self.log, self.clocks)
+        self.gateway = ToolGateway(
+            self.tools, self.facts, self.log, self.clocks, participants=self.participants
+        )
         triggers = list(s.events.triggers) if s.events is not None else []
         backend = (
             RecordedFaultBackend(self.replay.fault_hits)
@@ -556,6 +645,8 @@ class TestbedRun:
                 "identity": s.sut.identity,
             },
         )
+        for participant in self.participants.values():
+            self.log.add("participant.joined", "environment", "control", participant.joined())
         # Personas: the agent's from its prompt asset, the user's from the scenario.
         prompt = self.resolved.get("sut.prompt")
         if prompt is not None:
@@ -779,7 +870,10 @@ class TestbedRun:
         faults_planned = bool(self.scenario.events and self.scenario.events.triggers)
         try:
             obs = extract_observations(
-                self.log.records, order_id=self.bound_order, action_entry=self.action_entry
+                self.log.records,
+                order_id=self.bound_order,
+                action_entry=self.action_entry,
+                participants={p.id: p.name for p in self.participants.values()},
             )
         except Exception as exc:  # extraction must not block the run; everything is missing
             obs = Observations()
@@ -797,9 +891,9 @@ class TestbedRun:
         # (a lost decision is a missing check, so it leaves the evidence partial too).
         return obs, "partial" if missing or obs.missing else "complete"
 
-    def _cleanup(self) -> None:
-        """Close the agent's adapter, destroy the run's workspace and credentials; a failure to
-        remove them makes the run violated."""
+    def _cleanup(self) -> bool:
+        """Close the agent's adapter, destroy the run's workspace and credentials. Whether that
+        succeeded; a failure is recorded as an alert and makes the run violated."""
         agent: AgentAdapter | None = getattr(self, "agent", None)
         if agent is not None:
             try:
@@ -818,17 +912,24 @@ class TestbedRun:
                 remove_workspace(self.workspace)
             except OSError as exc:
                 ok, detail = False, {"error": f"{type(exc).__name__}: {exc}"}
-            if self.workspace.exists():
-                ok = False
+            if ok and self.workspace.exists():
+                ok, detail = False, {"error": f"{self.workspace.name} still exists"}
         if self._temp is not None:
             with suppress(OSError):
                 self._temp.cleanup()
         if ok:
             self.log.add("cleanup.done", "harness", "control", {"workspace": "removed"})
         else:
+            self.cleanup_error = "the workspace could not be removed: " + str(detail["error"])
             self.ctx.count("cleanupFailures")
-            self.validity_problems.append("cleanup failed: the workspace could not be removed")
-            self.log.add("cleanup.failed", "harness", "control", {"alert": True, **detail})
+            self.validity_problems.append("cleanup failed: " + self.cleanup_error)
+            self.log.add(
+                "cleanup.failed",
+                "harness",
+                "control",
+                {"alert": True, "workspace": "left in place", **detail},
+            )
+        return ok
 
     def _evaluate(self, obs: Observations, validity: str) -> None:
         asset = self.resolved["evaluationRef.assertions"]
