@@ -55,6 +55,7 @@ def world(
         backend or InProcessFaultBackend(),
         log,
         gateway.release_held,
+        verify=gateway.check_recovery,
     )
     gateway.faults = faults
     faults.plan()
@@ -128,9 +129,9 @@ def test_the_three_timeout_positions(
     answer = create(gateway)
     assert answer.outcome == outcome
     assert [r["state"] for r in gateway.facts.snapshot()["refunds"]] == refunds_after_call
-    assert stages(log) == ["fault.planned", "fault.armed", "fault.hit", "fault.recovered"]
-    # Recovered: the next call is normal, and a held request is processed at the next turn.
+    # A held request is processed at the next turn; only then is the recovery verified.
     gateway.process_backlog()
+    assert stages(log) == ["fault.planned", "fault.armed", "fault.hit", "fault.recovered"]
     states = [r["state"] for r in gateway.facts.snapshot()["refunds"]]
     assert states == ([] if position == "not_sent" else ["accepted"])
     assert create(gateway, 2).outcome == "ok"

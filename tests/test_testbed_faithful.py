@@ -16,13 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_testbed_world import lifecycle, records, run, scenario_doc, types
 
 from simreport.core.errors import SchemaError
 from simreport.core.overrides import set_path
 from simreport.core.schema import RunResult, Scenario
 from simreport.kernel import load_scenario, run_scenario, validate_scenario
 from simreport.kernel.testbed.lifecycle import Lifecycle, LifecycleError
-from simreport.kernel.testbed.records import RecordLog, read_records
+from simreport.kernel.testbed.records import RecordLog
 from simreport.kernel.testbed.replay import register_cli, replay_run
 from simreport.kernel.worlds import refund_desk
 
@@ -31,13 +32,6 @@ ORDER = "B2026-0901-7734"
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def scenario_doc(**overrides: Any) -> dict[str, Any]:
-    doc = load_scenario(EXAMPLE / "scenario.yaml").scenario.to_doc()
-    for path, value in overrides.items():
-        doc = set_path(doc, path.replace("__", "."), value)
-    return doc
 
 
 def copy_example(tmp_path: Path) -> Path:
@@ -60,26 +54,6 @@ def run_unchecked(
     API may): what the world's load-time checks would refuse must still fail in LOADING."""
     out = tmp / name
     return run_scenario(Scenario.model_validate(doc), out, asset_root=root), out
-
-
-def run(
-    tmp: Path, doc: dict[str, Any] | None = None, *, root: Path = EXAMPLE, name: str = "run"
-) -> tuple[RunResult, Path]:
-    out = tmp / name
-    result = run_scenario(validate_scenario(doc or scenario_doc()), out, asset_root=root)
-    return result, out
-
-
-def records(out: Path) -> list[dict[str, Any]]:
-    return read_records(out / "records.jsonl")
-
-
-def types(out: Path) -> list[str]:
-    return [r["type"] for r in records(out)]
-
-
-def lifecycle(out: Path) -> list[str]:
-    return [r["payload"]["to"] for r in records(out) if r["type"] == "lifecycle"]
 
 
 def conversation_started(out: Path) -> bool:

@@ -23,6 +23,7 @@ from ..core.schema import RunResult
 from ..core.version import __version__
 from ..kernel.testbed.records import RECORDS_FILE
 from . import power, stats
+from .cost import cost_section
 from .grade import GRADE_RULE, evidence_grade
 from .testbed import EvaluatedRun, FaultSteps, fault_problems, fault_steps, summarise_testbed
 
@@ -279,7 +280,7 @@ def analyse(
     cross_model = _cross_model(condition_rows, samples, metrics)
 
     integrity: dict[str, int] = defaultdict(int)
-    cost = {"llmCalls": 0, "promptTokens": 0, "completionTokens": 0}
+    spent: list[tuple[str, RunResult]] = []
     run_rows = []
     # Finished and complete, yet out of the statistics: the run broke its own rules (validity
     # violated) or its evidence is partial (the agent testbed sets both).
@@ -296,9 +297,7 @@ def analyse(
         if res is not None:
             for k, v in res.integrity.counters.items():
                 integrity[k] += v
-            cost["llmCalls"] += res.cost.llm_calls
-            cost["promptTokens"] += res.cost.prompt_tokens
-            cost["completionTokens"] += res.cost.completion_tokens
+            spent.append((record.condition, res))
         why = excluded_because(record, include, purpose)
         run_rows.append(
             {
@@ -370,7 +369,7 @@ def analyse(
         },
         "crossModel": cross_model,
         "integrity": dict(sorted(integrity.items())),
-        "cost": cost,
+        "cost": cost_section([str(row["id"]) for row in condition_rows], spent),
     }
     # Agent-testbed runs carry evaluations: verdicts per criterion, validity exclusions and the
     # zero-violation bound per condition (analysis/testbed.py). Other audits keep their exact

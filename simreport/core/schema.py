@@ -653,12 +653,73 @@ class Integrity(Model):
     counters: dict[str, int] = Field(default_factory=dict, description="Counted facts.")
 
 
-class Cost(Model):
-    """What the run spent on language models."""
+SEGMENT_SIDES: dict[str, Literal["sut", "simulation"]] = {
+    "sut": "sut",
+    "userWording": "simulation",
+    "environment": "simulation",
+    "evaluation": "simulation",
+    "agents": "simulation",
+}
+"""The cost segments a run may report, and whose cost each is: the system under test's or the
+simulation's (design "成本按段归因"). In worlds without a system under test (the prisoner's
+dilemma, the echo chamber) the agents are the simulation: all their cost is `agents`."""
 
-    llm_calls: int = Field(0, ge=0, description="Provider calls made (cache hits excluded).")
-    prompt_tokens: int = Field(0, ge=0, description="Prompt tokens.")
-    completion_tokens: int = Field(0, ge=0, description="Completion tokens.")
+
+class SegmentCost(Model):
+    """What one segment of a run spent. Every number is deterministic: the same run spends the
+    same again. Real durations differ from run to run; they are kept with the other real-clock
+    readings, in events.jsonl (the `run_finished` event's `wallClockMs`)."""
+
+    side: Literal["sut", "simulation"] = Field(
+        description="Whose cost: the system under test's, or the simulation platform's."
+    )
+    llm_calls: int = Field(0, ge=0, description="Model calls made (cache hits, replays excluded).")
+    prompt_tokens: int = Field(0, ge=0, description="Prompt tokens of those calls.")
+    completion_tokens: int = Field(0, ge=0, description="Completion tokens of those calls.")
+    operations: int = Field(
+        0,
+        ge=0,
+        description=(
+            "What the segment did, counted: steps of the SUT, worded user messages, tool calls "
+            "the environment served, criteria evaluated, decisions of simulated agents."
+        ),
+    )
+    logical_ms: int = Field(
+        0, ge=0, description="Logical milliseconds of the testbed's clock spent in the segment."
+    )
+
+
+class Cost(Model):
+    """What the run spent: model calls and tokens (totals, and split by segment between the
+    system under test and the simulation), logical time, and the bytes of its records."""
+
+    llm_calls: int = Field(
+        0,
+        ge=0,
+        description=(
+            "Model calls made, all segments (cache hits and replays excluded; an HTTP or Python "
+            "SUT's chat requests count as its calls)."
+        ),
+    )
+    prompt_tokens: int = Field(0, ge=0, description="Prompt tokens, all segments.")
+    completion_tokens: int = Field(0, ge=0, description="Completion tokens, all segments.")
+    segments: dict[str, SegmentCost] = Field(
+        default_factory=dict,
+        description=(
+            "Segment (sut, userWording, environment, evaluation, agents) → its cost; the "
+            "segments' calls and tokens add up to the totals. Empty in results written before "
+            "the split existed, and in external simulators' results that leave it out."
+        ),
+    )
+    record_bytes: int | None = Field(
+        None,
+        ge=0,
+        description=(
+            "UTF-8 bytes of the records the run stored (events, and a testbed's records), "
+            "counted over their content without real-clock readings, so a rerun counts the "
+            "same. Null when not counted."
+        ),
+    )
 
 
 class FailureInfo(Model):
@@ -686,7 +747,9 @@ class RunResult(Model):
         default_factory=dict, description="Distribution → category → count."
     )
     integrity: Integrity = Field(description="Completeness and counters.")
-    cost: Cost = Field(default_factory=Cost, description="LLM calls and tokens.")
+    cost: Cost = Field(
+        default_factory=Cost, description="Model calls, tokens and records, by segment."
+    )
     failure: FailureInfo | None = Field(None, description="Set when the run failed.")
     purpose: Literal["regression", "exploration"] = Field(
         "exploration",

@@ -13,7 +13,14 @@ import re
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import (
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationInfo,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from .schema import Model
 
@@ -29,6 +36,12 @@ FAULT_POSITIONS: tuple[FaultPosition, ...] = (
     "sent_not_committed",
     "committed_response_lost",
 )
+FaultEffect = Literal["timeout", "error", "delay", "abort"]
+FAULT_EFFECTS: tuple[FaultEffect, ...] = ("timeout", "error", "delay", "abort")
+UNPOSITIONED_EFFECTS: tuple[FaultEffect, ...] = ("delay", "abort")
+"""Effects that strike no point of a request's life: a delay commits and answers late, an abort
+cuts the call before anything happens."""
+DEFAULT_DELAY_MS = 5_000
 
 ASSET_REF = re.compile(
     r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._/-]*)@(?P<selector>[A-Za-z0-9][A-Za-z0-9._+-]*)$"
@@ -388,8 +401,17 @@ class Participant(Model):
 # --------------------------------------------------------------------------- events
 
 
+def _without_unset(doc: Any, *keys: str) -> Any:
+    """A fault document without the later-added keys it leaves unset, so a plan that does not use
+    them keeps the document, and so the design digest, it had before they existed."""
+    if isinstance(doc, dict):
+        return {k: v for k, v in doc.items() if not (k in keys and v is None)}
+    return doc
+
+
 class FaultAt(Model):
-    """When a fault's window opens: at the n-th call to its target, or at a user turn."""
+    """When a fault's window opens: at the n-th call to its target, at a user turn, or once the
+    run's logical clock reaches a millisecond."""
 
     call: int | None = Field(
         None,
@@ -400,12 +422,29 @@ class FaultAt(Model):
         ),
     )
     turn: int | None = Field(None, ge=1, description="The user turn at which the window opens.")
+    logical_ms: int | None = Field(
+        None,
+        ge=0,
+        description=(
+            "The run's logical millisecond from which the window is open (the harness checks it "
+            "at every tool call and turn boundary). Not with `turn`: one window has one opening."
+        ),
+    )
 
     @model_validator(mode="after")
     def _default(self) -> FaultAt:
+        if self.turn is not None and self.logical_ms is not None:
+            raise ValueError(
+                f"the window opens either at turn {self.turn} or at logicalMs {self.logical_ms}, "
+                "not both; give one of turn and logicalMs"
+            )
         if self.call is None and self.turn is None:
             self.call = 1
         return self
+
+    @model_serializer(mode="wrap")
+    def _doc(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return _without_unset(handler(self), "logicalMs", "logical_ms")
 
 
 class FaultRecover(Model):
@@ -414,15 +453,38 @@ class FaultRecover(Model):
     after_hits: int | None = Field(
         None,
         ge=1,
-        description="Recover after this many hits (defaults to 1 when `turn` is not given).",
+        description=(
+            "Recover after this many hits (defaults to 1 when neither `turn` nor `afterMs` is "
+            "given)."
+        ),
     )
     turn: int | None = Field(None, ge=1, description="Recover at the start of this user turn.")
+    after_ms: int | None = Field(
+        None,
+        ge=1,
+        description=(
+            "Recover this many logical milliseconds after the window opened (checked at every "
+            "tool call and turn boundary). Not with `afterHits` or `turn`: one window has one "
+            "closing."
+        ),
+    )
 
     @model_validator(mode="after")
     def _default(self) -> FaultRecover:
-        if self.after_hits is None and self.turn is None:
+        if self.after_ms is not None:
+            other = "afterHits" if self.after_hits is not None else "turn" if self.turn else None
+            if other is not None:
+                raise ValueError(
+                    f"the window closes either by {other} or after afterMs {self.after_ms}, "
+                    f"not both; give one of {other} and afterMs"
+                )
+        elif self.after_hits is None and self.turn is None:
             self.after_hits = 1
         return self
+
+    @model_serializer(mode="wrap")
+    def _doc(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return _without_unset(handler(self), "afterMs", "after_ms")
 
 
 POSITION_ALIASES = {
@@ -458,15 +520,21 @@ class FaultTrigger(Model):
         description="Fault id; defaults to fault-<n> (its position in the list, from 1).",
     )
     target: str = Field(..., min_length=1, description="Tool name the fault lands on.")
-    effect: Literal["timeout", "error"] = Field(
-        "timeout", description="What the agent sees: a timeout, or an immediate error."
-    )
-    position: FaultPosition = Field(
-        "committed_response_lost",
+    effect: FaultEffect = Field(
+        "timeout",
         description=(
-            "Where in the request's life it strikes: not_sent (nothing reached the service), "
-            "sent_not_committed (received, held until recovery) or committed_response_lost "
-            "(the business action took effect, the answer was lost)."
+            "What the agent sees: timeout (no answer within `timeoutMs`), error (an immediate "
+            "service error), delay (the right answer, `delayMs` late) or abort (the call is cut "
+            "off at once, with no answer and no effect)."
+        ),
+    )
+    position: FaultPosition | None = Field(
+        None,
+        description=(
+            "Where in the request's life a timeout or error strikes: not_sent (nothing reached "
+            "the service), sent_not_committed (received, held until recovery) or "
+            "committed_response_lost (the business action took effect, the answer was lost; the "
+            "default). A delay (it commits and answers) and an abort (nothing happens) have none."
         ),
     )
     at: FaultAt = Field(default_factory=FaultAt, description="When the window opens.")
@@ -474,6 +542,14 @@ class FaultTrigger(Model):
         default_factory=FaultRecover, description="When the window closes."
     )
     timeout_ms: int = Field(30_000, ge=0, description="Logical milliseconds a timeout costs.")
+    delay_ms: int | None = Field(
+        None,
+        ge=0,
+        description=(
+            f"Logical milliseconds a delay adds to the tool's latency (delay only; defaults to "
+            f"{DEFAULT_DELAY_MS})."
+        ),
+    )
 
     @field_validator("position", mode="before")
     @classmethod
@@ -482,6 +558,38 @@ class FaultTrigger(Model):
             key = value.strip().lower().replace("-", "_").replace(" ", "_")
             return POSITION_ALIASES.get(key, key)
         return value
+
+    @field_validator("position")
+    @classmethod
+    def _positioned(cls, value: FaultPosition | None, info: ValidationInfo) -> Any:
+        effect = info.data.get("effect")
+        if value is not None and effect in UNPOSITIONED_EFFECTS:
+            raise ValueError(
+                f"a {effect} fault has no position ({value} given): a delay commits and answers "
+                "late, an abort has no effect; position applies to timeout and error faults"
+            )
+        return value
+
+    @field_validator("delay_ms")
+    @classmethod
+    def _delayed(cls, value: int | None, info: ValidationInfo) -> int | None:
+        effect = info.data.get("effect")
+        if value is not None and effect is not None and effect != "delay":
+            raise ValueError(f"delayMs applies to delay faults only, not to a {effect} fault")
+        return value
+
+    @model_validator(mode="after")
+    def _defaults(self) -> FaultTrigger:
+        if self.effect in UNPOSITIONED_EFFECTS:
+            if self.effect == "delay" and self.delay_ms is None:
+                self.delay_ms = DEFAULT_DELAY_MS
+        elif self.position is None:
+            self.position = "committed_response_lost"
+        return self
+
+    @model_serializer(mode="wrap")
+    def _doc(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return _without_unset(handler(self), "delayMs", "delay_ms")
 
     @field_validator("at", mode="before")
     @classmethod

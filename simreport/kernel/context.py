@@ -3,6 +3,7 @@ decisions, events, counters). Every decision goes through here, so counting is n
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -14,6 +15,7 @@ from ..core.errors import RunError
 from ..core.schema import Scenario
 from ..core.versions import RunChecks
 from . import prompts
+from .cost import AGENTS, CostMeter
 from .events import EventLog
 from .interrupt import check as check_interrupt
 from .personas import sample_personas
@@ -96,6 +98,8 @@ class RunContext:
         self.counters: Counter[str] = Counter()
         self.prompt_tokens = 0
         self.completion_tokens = 0
+        self.cost = CostMeter()
+        """Cost by segment; provider decisions are charged here, the world charges the rest."""
         self.step = 0
         personas = sample_personas(scenario.population, self.seeds.generator(STREAM_PERSONAS))
         self.executor_of = assign_executors(scenario)
@@ -138,6 +142,10 @@ class RunContext:
             agent = self.agents[agent_index]
             executor = self.scenario.executors[agent.executor]
             self.counters["decisions"] += 1
+            if self.cost.segment_of(agent_index) == AGENTS:
+                # Simulated agents' decisions are the segment's operations; a world that assigns
+                # its agents elsewhere counts those segments' operations itself.
+                self.cost.charge(AGENTS, operations=1)
             seed = _mix64(self._decision_base ^ self._decision_index)
             self._decision_index += 1
             if executor.kind == "rule":
@@ -168,7 +176,12 @@ class RunContext:
         if llm_requests:
             if self.provider is None:
                 raise RunError("an LLM executor needs a provider", kind="NoProvider")
+            started = time.monotonic_ns()
             responses = self.provider.complete_many(llm_requests)
+            if not self.cost.timing:  # a world measuring a segment's time already covers this
+                share = (time.monotonic_ns() - started) // len(llm_slots)
+                for slot in llm_slots:
+                    self.cost.charge(self.cost.segment_of(items[slot][0]), wall_ns=share)
             for slot, request_, response in zip(llm_slots, llm_requests, responses, strict=True):
                 results[slot] = self._read_response(items[slot], request_, response)
             fatal = [r for r in responses if isinstance(r, ProviderError) and r.kind in FATAL_KINDS]
@@ -201,6 +214,12 @@ class RunContext:
             self.counters["llmCalls"] += 1
             self.prompt_tokens += response.prompt_tokens
             self.completion_tokens += response.completion_tokens
+            self.cost.charge(
+                self.cost.segment_of(item[0]),
+                llm_calls=1,
+                prompt_tokens=response.prompt_tokens,
+                completion_tokens=response.completion_tokens,
+            )
         option = prompts.parse_answer(response.text, request.options)
         if option is None:
             self.counters["parseFailures"] += 1

@@ -326,7 +326,12 @@ def run_scenario(
         "run_finished",
         None,
         ctx.step if ctx is not None else 0,
-        {"execution": result.status.execution, "failure": result.failure is not None},
+        {
+            "execution": result.status.execution,
+            "failure": result.failure is not None,
+            # Real time per cost segment: not deterministic, so here, not in result.json.
+            **({"wallClockMs": ctx.cost.wall_clock_ms()} if ctx is not None else {}),
+        },
     )
     events.write(out / "events.jsonl")
     write_json(out / "result.json", result.to_doc())
@@ -342,13 +347,12 @@ def _counters(ctx: RunContext | None) -> dict[str, int]:
 
 
 def _cost(ctx: RunContext | None) -> Cost:
+    """The run's cost by segment (kernel/cost.py), with the bytes of its events so far."""
     if ctx is None:
         return Cost()
-    return Cost(
-        llm_calls=ctx.counters["llmCalls"],
-        prompt_tokens=ctx.prompt_tokens,
-        completion_tokens=ctx.completion_tokens,
-    )
+    if ctx.events.keep:
+        ctx.cost.record_bytes["events"] = ctx.events.content_bytes
+    return ctx.cost.cost()
 
 
 def _completed(

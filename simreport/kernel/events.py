@@ -26,6 +26,9 @@ class EventLog:
         not raise, and it never changes what is written."""
         self._lines: list[str] = []
         self._seq = 0
+        self.content_bytes = 0
+        """UTF-8 bytes of the lines kept, without their real-clock readings (`wall`, a payload's
+        `durationNs`): the same on every rerun of the same run (cost's `recordBytes`)."""
         self.keep = keep
         self.listener = listener
 
@@ -41,7 +44,13 @@ class EventLog:
             "wall": round(time.time(), 6),
             "payload": to_plain(payload),
         }
-        self._lines.append(json.dumps(record, separators=(",", ":"), ensure_ascii=False))
+        line = json.dumps(record, separators=(",", ":"), ensure_ascii=False)
+        self._lines.append(line)
+        clock = len(f'"wall":{json.dumps(record["wall"])},')
+        duration = record["payload"].get("durationNs")
+        if duration is not None:
+            clock += len(f',"durationNs":{json.dumps(duration)}')
+        self.content_bytes += len(line.encode()) + 1 - clock  # + 1: the newline written
         if self.listener is not None:
             self.listener(record)
 

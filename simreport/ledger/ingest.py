@@ -913,6 +913,14 @@ def insert_events(
 _EVENT_BOUND = frozenset({"payload", "wall_time"})
 
 
+def _first_int(*values: Any) -> Any:
+    """The first of `values` that is an integer (the last one when none is)."""
+    for value in values:
+        if _is_int(value):
+            return value
+    return values[-1]
+
+
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -1009,10 +1017,11 @@ def _faults(
                     "params": {
                         k: v for k, v in payload.items() if k not in ("faultId", "target", "effect")
                     },
-                    # From when the plan is in force; the call or turn that opens its window
-                    # is in params.at.
-                    "at_logical_ms": logical if _is_int(logical) else 0,
-                    "recover_after_ms": None,
+                    # When the window opens in logical milliseconds, if the plan says so, else
+                    # from when the plan is in force (the call or turn that opens it is in
+                    # params.at); how long after it opened it closes, if timed.
+                    "at_logical_ms": _first_int(payload.get("atLogicalMs"), logical, 0),
+                    "recover_after_ms": _first_int(payload.get("recoverAfterMs"), None),
                 }
             )
     steps = []

@@ -662,7 +662,89 @@ def context(
             ("LLM calls", format_number(cost.get("llmCalls", 0))),
             ("Prompt tokens", format_number(cost.get("promptTokens", 0))),
             ("Completion tokens", format_number(cost.get("completionTokens", 0))),
+            *(
+                [("Bytes of records stored", format_number(cost["recordBytes"]))]
+                if "recordBytes" in cost
+                else []
+            ),
         ],
+        "cost_split": _cost_split(cost, names),
+    }
+
+
+SEGMENT_LABELS = {
+    "sut": "System under test (the agent)",
+    "userWording": "User simulator: wording",
+    "environment": "Environment steps (tools, faults)",
+    "evaluation": "Observations and evaluation",
+    "agents": "Simulated agents",
+    "unattributed": "Not attributed (results written before the split)",
+}
+SIDE_LABELS = {"sut": "SUT", "simulation": "simulation", "unattributed": "not attributed"}
+COST_NOTE = (
+    "In worlds without a system under test (the prisoner's dilemma, the echo chamber) the agents "
+    "are the simulation: all their model calls are simulation cost. Time is the testbed's logical "
+    "time, the same on every rerun; the real durations each run measured are in its events.jsonl "
+    "(the run_finished event's wallClockMs) and left out here, since they differ between reruns."
+)
+
+
+def _segment_rank(name: Any) -> tuple[int, str]:
+    """The SUT first, then the simulation's segments in the order of SEGMENT_LABELS."""
+    order = list(SEGMENT_LABELS)
+    text = str(name)
+    return (order.index(text) if text in order else len(order), text)
+
+
+def _cost_split(cost: Mapping[str, Any], names: Mapping[str, str]) -> dict[str, Any] | None:
+    """audit.json `cost` split by segment and per condition; None for audits written before."""
+    segments = cost.get("segments")
+    if not isinstance(segments, Mapping):
+        return None
+
+    def number(sides: Mapping[str, Any], which: str, *keys: str) -> str:
+        part = sides.get(which) or {}
+        return format_number(sum(int(part.get(key) or 0) for key in keys))
+
+    rows = [
+        {
+            "segment": SEGMENT_LABELS.get(str(name), str(name)),
+            "side": SIDE_LABELS.get(str(seg.get("side")), _text(seg.get("side"))),
+            "calls": format_number(seg.get("llmCalls")),
+            "prompt": format_number(seg.get("promptTokens")),
+            "completion": format_number(seg.get("completionTokens")),
+            "operations": format_number(seg.get("operations")),
+            "logical": format_number(seg.get("logicalMs")),
+        }
+        for name, seg in sorted(segments.items(), key=lambda item: _segment_rank(item[0]))
+        if isinstance(seg, Mapping)
+    ]
+    conditions = []
+    for row in cost.get("conditions") or []:
+        if not isinstance(row, Mapping):
+            continue
+        sides = row.get("sides") or {}
+        conditions.append(
+            {
+                "condition": _name(names, row.get("condition")),
+                "runs": format_number(row.get("runs")),
+                "bytes": format_number(row.get("recordBytes")),
+                **{
+                    f"{key}_{field}": number(sides, which, *quantities)
+                    for key, which in (("sut", "sut"), ("sim", "simulation"))
+                    for field, quantities in (
+                        ("calls", ("llmCalls",)),
+                        ("tokens", ("promptTokens", "completionTokens")),
+                        ("logical", ("logicalMs",)),
+                    )
+                },
+            }
+        )
+    return {
+        "segments": rows,
+        "conditions": conditions,
+        "unattributed": format_number(cost.get("unattributedRuns") or 0),
+        "note": COST_NOTE,
     }
 
 

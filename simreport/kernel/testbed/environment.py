@@ -8,14 +8,20 @@ calls are recorded and faults strike it like any other tool (see `participants`)
 
 Faults are planned in the scenario (`events.triggers`), decided by the harness (`FaultController`:
 when, on what, and whether it recovered) and executed by a backend behind `FaultBackend`, here the
-in-process one. Each fault is recorded planned → armed → hit → recovered, or failed with why; a
-planned fault that never hits makes the run `violated`. A timeout strikes at one of three points
-of a request's life:
+in-process one. A window opens at a call, a turn or a logical millisecond (`at`) and closes after
+some hits, at a turn or some logical milliseconds later (`recover`), all on the run's logical
+clock. Each fault is recorded planned → armed → hit → recovered, or failed with why; a planned
+fault that never hits makes the run `violated`. `recovered` is verified, never assumed: once the
+experiment is destroyed and the requests it held are processed, the fact model must be consistent
+again (every read agrees with what is stored, no half-applied write), else the fault `failed` with
+the inconsistencies named. A timeout (or an error) strikes at one of three points of a request's
+life:
 - not_sent: the call never reached the service (nothing changed; retrying is safe);
 - sent_not_committed: the service received it but holds it; it takes effect when the fault
   recovers (the agent should wait and query);
 - committed_response_lost: the business action took effect but the answer was lost (the agent
   should verify the state before submitting again).
+A `delay` answers correctly, late; an `abort` cuts the call at once, with no answer and no effect.
 """
 
 from __future__ import annotations
@@ -56,6 +62,10 @@ class Refund:
     state: str  # processing | accepted | rejected
 
 
+REFUND_STATES = ("processing", "accepted", "rejected")
+REFUNDED_STATES = ("refunded", "partially_refunded")
+
+
 @dataclass
 class Change:
     """One state change of an entity, recorded as a state_change record."""
@@ -83,6 +93,9 @@ class FactModel:
         }
         self.accounts = {a.id: a.name for a in source.accounts}
         self._next_refund = len(self.refunds) + 1
+        self._initial_problems: frozenset[str] = frozenset()
+        # A recovery answers for what the fault left, not for what the data held from the start.
+        self._initial_problems = frozenset(self.inconsistencies())
 
     # -- queries
 
@@ -177,6 +190,76 @@ class FactModel:
             order.state = new_state
         return changes
 
+    # -- consistency (what a recovery is verified against)
+
+    def inconsistencies(self, pending: Iterable[str] = ()) -> list[str]:
+        """What does not hold together in the model, beyond what already did not at the start:
+        a refund of no order, a refund `processing` with no request pending (`pending`: the ids
+        of refunds held in the service's backlog) — a half-applied write — or an order whose
+        state does not follow its accepted refunds."""
+        waiting = set(pending)
+        problems: list[str] = []
+        for refund in self.refunds.values():
+            if refund.order_id not in self.orders:
+                problems.append(f"refund {refund.id} names order {refund.order_id}, which is gone")
+            if refund.state not in REFUND_STATES:
+                problems.append(f"refund {refund.id} is in no known state ({refund.state})")
+            if refund.state == "processing" and refund.id not in waiting:
+                problems.append(
+                    f"refund {refund.id} of order {refund.order_id} is processing with no "
+                    "request pending: a half-applied write"
+                )
+        for order in self.orders.values():
+            accepted = sum(
+                r.amount_minor
+                for r in self.refunds.values()
+                if r.order_id == order.id and r.state == "accepted"
+            )
+            if accepted >= order.paid_amount_minor:
+                expected: str | None = "refunded"
+            elif accepted > 0:
+                expected = "partially_refunded"
+            else:
+                expected = None
+            follows = order.state == expected if expected else order.state not in REFUNDED_STATES
+            if not follows:
+                problems.append(
+                    f"order {order.id} is {order.state}, but its accepted refunds total "
+                    f"{accepted} of {order.paid_amount_minor} paid"
+                    + (f": expected {expected}" if expected else "")
+                )
+        return [p for p in problems if p not in self._initial_problems]
+
+    def read_back(self, order_no: str) -> tuple[list[str], list[str]]:
+        """Read an order and its refunds through the tools' answers and compare them with what
+        is stored: (disagreements, the refund ids read)."""
+        stored = {r.id: r for r in self.refunds.values() if r.order_id == order_no}
+        problems: list[str] = []
+        order = self.orders.get(order_no)
+        answer = self.get_order(order_no)
+        if order is None or not answer.get("ok"):
+            return [f"get_order({order_no}) finds no order"], sorted(stored)
+        if answer["order"]["state"] != order.state:
+            problems.append(
+                f"get_order({order_no}) says {answer['order']['state']}, the store {order.state}"
+            )
+        listed = {str(x["refundId"]): x for x in self.get_refund(order_no).get("refunds", [])}
+        for rid in sorted(set(stored) | set(listed)):
+            if rid not in listed:
+                problems.append(f"refund {rid} is stored but get_refund({order_no}) misses it")
+            elif rid not in stored:
+                problems.append(f"get_refund({order_no}) lists {rid}, which is not stored")
+            elif (listed[rid]["state"], listed[rid]["amountMinor"]) != (
+                stored[rid].state,
+                stored[rid].amount_minor,
+            ):
+                problems.append(
+                    f"get_refund({order_no}) says {rid} is {listed[rid]['state']} for "
+                    f"{listed[rid]['amountMinor']}, the store {stored[rid].state} for "
+                    f"{stored[rid].amount_minor}"
+                )
+        return problems, sorted(stored)
+
     def snapshot(self) -> dict[str, Any]:
         return {
             "orders": [self.order_view(o) | {"id": o.id} for o in self.orders.values()],
@@ -270,16 +353,35 @@ class RecordedFaultBackend(InProcessFaultBackend):
 # --------------------------------------------------------------------------- fault controller
 
 
+@dataclass(frozen=True)
+class RecoveryCheck:
+    """What verifying a recovery found: the objects read back and what disagreed. `pending`
+    when requests the fault held are still in the backlog (verified once they are processed)."""
+
+    checked: Mapping[str, list[str]]
+    problems: list[str]
+    pending: bool = False
+
+
 @dataclass
 class FaultState:
     trigger: FaultTrigger
     experiment: str | None = None
+    armed_at_ms: int = 0
     hits: int = 0
+    verifying: bool = False
+    """The experiment is destroyed; the recovery waits for its verification."""
     settled: str | None = None  # "recovered" | "failed"
+
+    @property
+    def open(self) -> bool:
+        return self.experiment is not None and self.settled is None and not self.verifying
 
 
 class FaultController:
-    """The harness side of fault injection: plans, arms, matches, recovers, records each step."""
+    """The harness side of fault injection: plans, arms, matches, recovers, verifies the recovery
+    (`verify`: the fault id → what the fact model shows) and records each step. Windows move on
+    the run's logical clock, read from the record log's clocks."""
 
     def __init__(
         self,
@@ -287,6 +389,8 @@ class FaultController:
         backend: FaultBackend,
         log: RecordLog,
         on_recover: Callable[[str], None],
+        *,
+        verify: Callable[[str], RecoveryCheck],
     ) -> None:
         self.backend = backend
         self.log = log
@@ -297,6 +401,11 @@ class FaultController:
         ]
         self.states = {str(t.id): FaultState(t) for t in named}
         self._on_recover = on_recover
+        self._verify = verify
+
+    @property
+    def now_ms(self) -> int:
+        return self.log.clocks.logical_ms
 
     def _record(self, stage: str, state: FaultState, **detail: Any) -> None:
         t = state.trigger
@@ -311,6 +420,7 @@ class FaultController:
     def plan(self) -> None:
         for state in self.states.values():
             t = state.trigger
+            delay = {"delayMs": t.delay_ms} if t.effect == "delay" else {}
             self._record(
                 "planned",
                 state,
@@ -319,22 +429,41 @@ class FaultController:
                 at=t.at.to_doc(),
                 recover=t.recover.to_doc(),
                 timeoutMs=t.timeout_ms,
+                atLogicalMs=t.at.logical_ms,
+                recoverAfterMs=t.recover.after_ms,
+                **delay,
             )
 
     def _arm(self, state: FaultState) -> None:
         state.experiment = self.backend.arm(state.trigger)
+        state.armed_at_ms = self.now_ms
         self._record("armed", state, experiment=state.experiment)
 
     def arm_initial(self) -> None:
-        """Faults whose window opens with the run (no `at.turn`)."""
+        """Faults whose window opens with the run (no `at.turn`, no later `at.logicalMs`)."""
         for state in self.states.values():
-            if state.trigger.at.turn is None:
+            at = state.trigger.at
+            if at.turn is None and (at.logical_ms is None or at.logical_ms <= self.now_ms):
+                self._arm(state)
+
+    def tick(self) -> None:
+        """At a scheduling point (a tool call, a turn boundary): close the windows whose logical
+        time is up, then open those whose logical time has come."""
+        for state in self.states.values():
+            after = state.trigger.recover.after_ms
+            if state.open and after is not None and self.now_ms >= state.armed_at_ms + after:
+                self.close(state)
+        for state in self.states.values():
+            opens = state.trigger.at.logical_ms
+            due = opens is not None and self.now_ms >= opens
+            if due and state.experiment is None and state.settled is None:
                 self._arm(state)
 
     def on_turn(self, turn: int) -> None:
         """At the start of user turn `turn`: recover faults due, then arm faults due."""
+        self.tick()
         for state in self.states.values():
-            if state.settled is None and state.experiment and state.trigger.recover.turn == turn:
+            if state.open and state.trigger.recover.turn == turn:
                 self.close(state)
         for state in self.states.values():
             if state.experiment is None and state.settled is None and state.trigger.at.turn == turn:
@@ -347,33 +476,64 @@ class FaultController:
             return None
         state = next(s for s in self.states.values() if s.experiment == experiment)
         state.hits += 1
+        t = state.trigger
         self._record(
             "hit",
             state,
             experiment=experiment,
             callId=call_id,
             callIndex=call_index,
-            position=state.trigger.position,
+            effect=t.effect,
+            position=t.position,
+            **({"delayMs": t.delay_ms} if t.effect == "delay" else {}),
         )
-        return state.trigger
+        return t
 
     def after_call(self, fault: FaultTrigger) -> None:
         state = self.states[str(fault.id)]
         limit = fault.recover.after_hits
-        if state.settled is None and limit is not None and state.hits >= limit:
+        if state.open and limit is not None and state.hits >= limit:
             self.recover(state)
 
     def recover(self, state: FaultState) -> None:
+        """Destroy the experiment, release what it held, then verify the recovery."""
         assert state.experiment is not None
         ok = self.backend.disarm(state.experiment)
-        verified = ok and state.experiment not in self.backend.active()
-        if verified:
-            self._on_recover(str(state.trigger.id))
-            state.settled = "recovered"
-            self._record("recovered", state, experiment=state.experiment, verified=True)
-        else:
+        if not ok or state.experiment in self.backend.active():
             state.settled = "failed"
             self._record("failed", state, experiment=state.experiment, reason="not_recovered")
+            return
+        self._on_recover(str(state.trigger.id))
+        state.verifying = True
+        self._check(state)
+
+    def _check(self, state: FaultState) -> None:
+        check = self._verify(str(state.trigger.id))
+        if check.pending:
+            return
+        state.verifying = False
+        checked = {key: list(ids) for key, ids in check.checked.items()}
+        if check.problems:
+            state.settled = "failed"
+            self._record(
+                "failed",
+                state,
+                experiment=state.experiment,
+                reason="inconsistent",
+                problems=list(check.problems),
+                checked=checked,
+            )
+        else:
+            state.settled = "recovered"
+            self._record(
+                "recovered", state, experiment=state.experiment, verified=True, checked=checked
+            )
+
+    def settle(self) -> None:
+        """Verify the recoveries that waited for the service's backlog."""
+        for state in self.states.values():
+            if state.verifying:
+                self._check(state)
 
     def close(self, state: FaultState) -> None:
         """End a fault's window: recovered if it hit, failed (never hit) if not."""
@@ -388,7 +548,7 @@ class FaultController:
     def drain(self) -> None:
         """Stop injecting: settle every fault that is still open."""
         for state in self.states.values():
-            if state.settled is not None:
+            if state.settled is not None or state.verifying:
                 continue
             if state.experiment is None:
                 state.settled = "failed"
@@ -414,7 +574,7 @@ class ToolResult:
 
     call_id: str
     tool: str
-    outcome: str  # ok | error | timeout | connection_failed
+    outcome: str  # ok | error | timeout | connection_failed | aborted
     body: dict[str, Any]
 
 
@@ -442,6 +602,8 @@ class ToolGateway:
     in_flight: set[str] = field(default_factory=set)
     held: list[HeldRequest] = field(default_factory=list)
     released: set[str] = field(default_factory=set)
+    touched: dict[str, set[str]] = field(default_factory=dict)
+    """Fault id → the orders named by the calls it hit (read back to verify its recovery)."""
 
     def definitions(self) -> list[dict[str, Any]]:
         """The tools in the OpenAI function-calling form."""
@@ -477,6 +639,8 @@ class ToolGateway:
         return out
 
     def call(self, name: str, arguments: Mapping[str, Any] | None, call_id: str) -> ToolResult:
+        if self.faults is not None:
+            self.faults.tick()  # a window on the logical clock may open or close here
         self.calls += 1
         index = self.per_tool.get(name, 0) + 1
         self.per_tool[name] = index
@@ -540,7 +704,21 @@ class ToolGateway:
             self.clocks.advance(spec.latency_ms)
             body = self._execute(spec, arguments, call_id, hold=None)
             return ToolResult(call_id, name, "ok" if body.get("ok") else "error", body)
-        # A fault landed on this call: what the service did depends on where it struck.
+        assert self.faults is not None
+        if isinstance(arguments.get("order_no"), str):
+            self.touched.setdefault(str(fault.id), set()).add(str(arguments["order_no"]))
+        if fault.effect == "delay":
+            # The service works as usual; its answer comes late.
+            self.clocks.advance(spec.latency_ms + (fault.delay_ms or 0))
+            body = self._execute(spec, arguments, call_id, hold=None)
+            self.faults.after_call(fault)
+            return ToolResult(call_id, name, "ok" if body.get("ok") else "error", body)
+        if fault.effect == "abort":
+            # Cut at once: nothing reached the service, no answer came, no time was waited out.
+            self.faults.after_call(fault)
+            body = {"ok": False, "error": "aborted", "message": "the call was cut off unanswered"}
+            return ToolResult(call_id, name, "aborted", body)
+        # A timeout or an error: what the service did depends on where it struck.
         if fault.position == "not_sent":
             pass
         elif fault.position == "sent_not_committed":
@@ -554,7 +732,6 @@ class ToolGateway:
                 {"callId": call_id, "tool": name, "faultId": fault.id, "body": actual},
                 span_key=f"call:{call_id}",
             )
-        assert self.faults is not None
         self.faults.after_call(fault)
         if fault.effect == "timeout":
             self.clocks.advance(fault.timeout_ms)
@@ -642,6 +819,24 @@ class ToolGateway:
             else:
                 keep.append(item)
         self.held = keep
+        if self.faults is not None:
+            self.faults.settle()
+
+    def check_recovery(self, fault_id: str) -> RecoveryCheck:
+        """Is the fact model consistent again after `fault_id`? Pending while requests it held
+        wait in the backlog; then every order its hits named is read back through the tools'
+        answers and compared with the store, and the whole model is checked for half-applied
+        writes and orders that do not follow their refunds."""
+        if any(item.fault_id == fault_id for item in self.held):
+            return RecoveryCheck({}, [], pending=True)
+        problems = self.facts.inconsistencies(item.refund_id for item in self.held)
+        orders = sorted(self.touched.get(fault_id, set()))
+        refunds: list[str] = []
+        for order_no in orders:
+            found, read = self.facts.read_back(order_no)
+            problems += [p for p in found if p not in problems]
+            refunds += read
+        return RecoveryCheck({"orders": orders, "refunds": refunds}, problems)
 
 
 _TYPES = {"string": str, "integer": int}

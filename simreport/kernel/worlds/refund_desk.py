@@ -29,6 +29,7 @@ from ...core.redaction import redact_document
 from ...core.schema import Scenario, WorldParams
 from .. import prompts
 from ..context import assign_executors
+from ..cost import ENVIRONMENT, EVALUATION, SUT, USER_WORDING
 from ..testbed.agents import (
     AgentAdapter,
     AgentError,
@@ -71,6 +72,7 @@ from ..testbed.records import (
     Observations,
     RecordLog,
     build_evidence,
+    canonical_records,
     completeness,
     completeness_missing,
     extract_observations,
@@ -204,6 +206,9 @@ class TestbedRun:
         self.validity_problems: list[str] = []
         self.cleanup_error: str | None = None
         self.agent_calls = 0
+        # Cost by segment: the agent's provider decisions are the SUT's, the user's wording the
+        # simulation's (kernel/cost.py).
+        ctx.cost.assign({AGENT: SUT, USER: USER_WORDING})
 
     def _emit(self, type_: str, actor: str, payload: dict[str, Any]) -> None:
         self.ctx.emit(type_, actor, **payload)
@@ -257,7 +262,8 @@ class TestbedRun:
         else:
             self.life.enter("DRAINING")
         try:
-            self._drain()
+            with self.ctx.cost.timed(ENVIRONMENT):
+                self._drain()
         except Exception as exc:
             problem = f"draining failed: {type(exc).__name__}: {exc}"
             self.validity_problems.append(problem)
@@ -268,7 +274,8 @@ class TestbedRun:
                 self.log.add("drain.failed", "harness", "control", {"error": problem})
         if failure is None:
             self.life.enter("COLLECTING")
-        obs, evidence_status = self._collect()
+        with self.ctx.cost.timed(EVALUATION):
+            obs, evidence_status = self._collect()
         cleaned = self._cleanup()
         if failure is None and cleaned:
             self.life.enter("CLEANED")
@@ -282,7 +289,8 @@ class TestbedRun:
             )
             self._fail(failure)
         validity = "violated" if self.validity_problems else "valid"
-        self._evaluate(obs, validity)
+        with self.ctx.cost.timed(EVALUATION):
+            self._evaluate(obs, validity)
         self._write_records()
         if self.validity_problems:
             self.ctx.count("validityProblems", len(self.validity_problems))
@@ -310,6 +318,9 @@ class TestbedRun:
 
     def _write_records(self) -> None:
         self.log.write(self.run_dir)
+        # Logical time no segment claimed passed in the environment (tool latencies, timeouts).
+        self.ctx.cost.settle_logical(self.clocks.logical_ms, ENVIRONMENT)
+        self.ctx.cost.record_bytes["records"] = record_content_bytes(self.log.records)
 
     # ----------------------------------------------------------------- LOADING
 
@@ -631,7 +642,13 @@ class TestbedRun:
             if self.replay is not None
             else InProcessFaultBackend()
         )
-        self.faults = FaultController(triggers, backend, self.log, self.gateway.release_held)
+        self.faults = FaultController(
+            triggers,
+            backend,
+            self.log,
+            self.gateway.release_held,
+            verify=self.gateway.check_recovery,
+        )
         self.gateway.faults = self.faults
         self.faults.plan()
         self.faults.arm_initial()
@@ -750,7 +767,8 @@ class TestbedRun:
         turn = 1
         self.ctx.begin_step(turn)
         self.faults.on_turn(turn)
-        message = self.user.opening()
+        with self.ctx.cost.timed(USER_WORDING, operations=1):
+            message = self.user.opening()
         closed_by, goal = "user_silent", False
         if message.text is not None:
             self.session.user(message.text)
@@ -765,9 +783,10 @@ class TestbedRun:
                     for call in step.tool_calls:
                         if self.gateway.calls >= max_calls:
                             raise BudgetExhausted(f"more than {max_calls} tool calls")
-                        result = self.gateway.call(
-                            call.name, call.arguments, f"call-{self.gateway.calls + 1:04d}"
-                        )
+                        with self.ctx.cost.timed(ENVIRONMENT, operations=1):
+                            result = self.gateway.call(
+                                call.name, call.arguments, f"call-{self.gateway.calls + 1:04d}"
+                            )
                         self.ctx.count("toolCalls")
                         self.session.tool(call.id, result.body)
                     continue
@@ -804,11 +823,14 @@ class TestbedRun:
             if turn >= max_turns:
                 raise BudgetExhausted(f"{max_turns} user turns without closing")
             self.clocks.advance(turn_ms)
+            self.ctx.cost.charge(USER_WORDING, logical_ms=turn_ms)  # the user's time to answer
             turn += 1
             self.ctx.begin_step(turn)
             self.faults.on_turn(turn)
-            self.gateway.process_backlog()
-            message = self.user.reply(texts)
+            with self.ctx.cost.timed(ENVIRONMENT):
+                self.gateway.process_backlog()
+            with self.ctx.cost.timed(USER_WORDING, operations=1):
+                message = self.user.reply(texts)
             if message.text is not None:
                 self.session.user(message.text)
         if message.text is None:
@@ -828,13 +850,22 @@ class TestbedRun:
         self.agent_calls += 1
         self.ctx.count("agentCalls")
         started = Clocks.monotonic_ns()
-        step = self.agent.step(self.session)
+        with self.ctx.cost.timed(SUT, operations=1):
+            step = self.agent.step(self.session)
         for key, name in (
             ("prompt_tokens", "agentPromptTokens"),
             ("completion_tokens", "agentCompletionTokens"),
         ):
             if key in step.usage:
                 self.ctx.count(name, step.usage[key])
+        if self.agent_asset.adapter in ("http", "python") and self.replay is None:
+            # The SUT's own model call, as its endpoint reports it (a replay calls nothing).
+            self.ctx.cost.charge(
+                SUT,
+                llm_calls=1,
+                prompt_tokens=step.usage.get("prompt_tokens", 0),
+                completion_tokens=step.usage.get("completion_tokens", 0),
+            )
         self.log.add(
             "agent.step",
             "agent",
@@ -943,6 +974,7 @@ class TestbedRun:
             validity,
         )
         doc["validityProblems"] = list(self.validity_problems)
+        self.ctx.cost.charge(EVALUATION, operations=len(spec.criteria))
         if self.run_dir is not None:
             write_json(self.run_dir / EVALUATION_FILE, doc)
 
@@ -955,6 +987,11 @@ def _binding_fact(key: str) -> str | None:
             key = key[len(prefix) :]
             break
     return key if key and "." not in key else None
+
+
+def record_content_bytes(records: list[dict[str, Any]]) -> int:
+    """UTF-8 bytes of records.jsonl without the real-clock readings (the same on every rerun)."""
+    return sum(len(line.encode()) + 1 for line in canonical_records(records))
 
 
 def remove_workspace(path: Path) -> None:
