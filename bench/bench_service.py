@@ -10,8 +10,8 @@ Measured side by side in one run of this script, on one machine:
   a fresh PostgreSQL database on the server SIMREPORT_TEST_POSTGRES_URL names, when set). The
   same N runs are started with `POST /v1/sim/runs` as fast as they are accepted; the clock runs
   from the first POST until the ledger holds no run pending or running. Each run is claimed,
-  executed in a fresh process, its events streamed and everything recorded in the ledger.
-  Two workers have executed a run each before the clock starts.
+  executed in its worker's run process, its events streamed and everything recorded in the
+  ledger. Two workers have executed a run each before the clock starts.
 
 Prints both throughputs and their ratio (goal ≥ 0.8), and the p50 and p99 latency of
 `GET /v1/sim/runs/{id}` and of `GET /v1/sim/runs/{id}/events?after_seq=0` measured under that
@@ -219,6 +219,20 @@ class Service:
         ended = self.outcomes(run_ids)
         assert set(ended.values()) == {"completed"}, ended
 
+    def warm(self, workers: int) -> None:
+        """Runs until `workers` workers have executed one each (a few at a time)."""
+        warmed: set[str] = set()
+        for _ in range(10):
+            run_ids = [self.start(0) for _ in range(workers)]
+            self.wait(run_ids)
+            r = t.run.c
+            with self.engine.connect() as conn:
+                owners = conn.execute(sa.select(r.lease_owner).where(r.run_id.in_(run_ids)))
+                warmed.update(owner for (owner,) in owners)
+            if len(warmed) >= workers:
+                return
+        raise SystemExit(f"only {len(warmed)} of {workers} workers executed a run")
+
     def close(self) -> None:
         self.client.close()
         self.engine.dispose()
@@ -304,7 +318,7 @@ def main() -> None:
         with ledger(work) as url, api(url, root / "assets", work) as base:
             service = Service(base, url)
             try:
-                service.wait([service.start(0), service.start(0)])  # both workers warm
+                service.warm(workers=2)
                 local, remote = [], []
                 pollers = Pollers(base, args.pollers, args.poll_interval)
                 for k in range(args.repeat):

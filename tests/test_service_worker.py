@@ -1,7 +1,9 @@
-"""Workers of the run service: each claimed run executes in a fresh process, streams its events
-while it runs, and ends in a terminal status however it goes — completed, cancelled while
-running, killed with its worker (reclaimed, `worker_lost`), crashed in its own process, or
-stopped with its worker. On SQLite and PostgreSQL; every wait is bounded."""
+"""Workers of the run service: claimed runs execute one after another in a run process of the
+worker's, each with its agents imported afresh; a run streams its events while it runs and ends
+in a terminal status however it goes — completed, cancelled while running (and only it),
+killed with its worker (reclaimed, `worker_lost`), crashed in its own process (the next run
+gets a fresh one), or stopped with its worker. On SQLite and PostgreSQL; every wait is
+bounded."""
 
 from __future__ import annotations
 
@@ -49,11 +51,14 @@ def library(tmp_path: Path) -> Path:
     return root / "assets"
 
 
-def queued(engine: Engine, library: Path, agent: str | None = None) -> str:
-    """A run of the refund desk (with `agent` as the agent under test) queued; its id."""
+def queued(
+    engine: Engine, library: Path, agent: str | None = None, *, name: str | None = None
+) -> str:
+    """A run of the refund desk (with `agent` as the agent under test) queued, as a scenario
+    named `name` (default: the agent's); its id."""
     data = load_document(EXAMPLE / "scenario.yaml").data
     assert isinstance(data, dict)
-    name = agent or "reference"
+    name = name or agent or "reference"
     if agent is not None:
         data["sut"]["agent"] = agent
     scenario_id = q.create_scenario(
@@ -246,6 +251,58 @@ def test_a_run_whose_process_dies_ends_crashed_with_why(
     assert ended.terminal_reason == "crashed: the run process was killed by SIGKILL"
     assert ended.evidence_status == "partial" and ended.ended_at is not None
     assert len(gapless(engine, run_id)) >= 1  # what it emitted before it died
+
+
+COUNTING_AGENT = """
+import os
+from quick_agents import respond
+
+with open({log!r}, "a", encoding="utf-8") as log:
+    log.write(f"{{os.getpid()}}\\n")
+"""
+"""The careful agent, noting the process that imports it in a file."""
+
+
+def test_runs_share_a_run_process_and_import_their_agents_afresh(
+    engine: Engine, ledger_url: str, library: Path, tmp_path: Path
+) -> None:
+    imports = tmp_path / "imports.log"
+    write_agents(library.parent, "quick_agents", delay=0)
+    (library.parent / "counting_agents.py").write_text(
+        COUNTING_AGENT.format(log=str(imports)), encoding="utf-8"
+    )
+    add_agent(library, "counting-agent", "counting_agents:respond")
+    runs = [queued(engine, library, "counting-agent@1.0.0", name=f"counting-{i}") for i in (1, 2)]
+    worker = Worker(ledger_url, library, max_runs=2)
+    worker.join()
+    assert worker.outcomes == [(run_id, "completed") for run_id in runs]
+    first, second = imports.read_text(encoding="utf-8").split()
+    assert first == second  # one run process, which imported the agent for each run
+
+
+def test_a_cancellation_stops_only_the_run_it_was_meant_for(
+    engine: Engine, ledger_url: str, library: Path
+) -> None:
+    slow = queued(engine, library, agent="slow-agent@1.0.0")
+    after = queued(engine, library)
+    with Worker(ledger_url, library, max_runs=2) as worker:
+        wait_until("the slow run under way", lambda: len(seqs(engine, slow)) >= 5)
+        q.request_cancel(engine, slow, "enough", tenant=TENANT)
+        wait_until("both runs' end", lambda: len(worker.outcomes) == 2)
+    assert worker.outcomes == [(slow, "cancelled"), (after, "completed")]
+    assert row(engine, after).terminal_reason == "resolved_by_user"
+    gapless(engine, after)
+
+
+def test_the_run_after_a_crashed_one_gets_a_fresh_run_process(
+    engine: Engine, ledger_url: str, library: Path
+) -> None:
+    dying = queued(engine, library, agent="dying-agent@1.0.0")
+    after = queued(engine, library)
+    worker = Worker(ledger_url, library, max_runs=2)
+    worker.join()
+    assert worker.outcomes == [(dying, "crashed"), (after, "completed")]
+    gapless(engine, after)
 
 
 # --------------------------------------------------------------------------- worker processes

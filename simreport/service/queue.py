@@ -1075,13 +1075,13 @@ def finish(
     run_dir: Path,
     *,
     reason: str | None = None,
-) -> None:
+) -> str:
     """Record the finished run in `run_dir` under `run_id`, in one transaction and only while
     `worker_id` holds its lease (LeaseLost otherwise): its statuses, end, terminal reason,
     result and content hash on the run row, the events not streamed yet, and its records,
     fault plans and steps, observations, evidence and completeness. `reason` replaces the
-    terminal reason the files give. Raises InputError for a run directory that breaks its
-    contract (then nothing is written)."""
+    terminal reason the files give. Returns the execution status recorded. Raises InputError
+    for a run directory that breaks its contract (then nothing is written)."""
     read = read_run_dir(run_dir)
     run = _ServiceRun(
         **{f.name: getattr(read, f.name) for f in fields(RunDirectory)}, service_run_id=run_id
@@ -1124,6 +1124,7 @@ def finish(
         )
 
     _write(engine, write)
+    return run.result.status.execution
 
 
 def fail(

@@ -1,17 +1,25 @@
-"""Workers of the run service: claim queued runs from the ledger and execute each in a fresh
-process.
+"""Workers of the run service: claim queued runs from the ledger and execute them, one after
+another, in a run process of their own.
 
 `run_worker` loops: end the runs whose workers vanished (`reclaim_expired`), claim the oldest
-pending run, execute it, record it. The run executes in a child process that has run nothing
-before (forked from a fork server that imported the kernel once, or spawned), which hands every
-event to this process as it is emitted; this process streams them into the ledger in small
-batches and renews the lease every `heartbeat_seconds`. A cancellation seen at a heartbeat
-reaches the child as SIGINT, which its run takes as a stop request: it ends `cancelled` at its
-next step, with what it recorded so far. A lost lease kills the child and drops the run
-(another has ended it). A child that dies without a result (killed, or an error outside the
-run) ends the run `crashed` with why. A worker killed outright loses its lease: the child
-notices it is orphaned and exits, and the next worker's `reclaim_expired` ends the run
-`crashed` ("worker_lost").
+pending run, execute it, record it. Runs execute in a run process the worker keeps from one run
+to the next (forked from a fork server that imported the kernel once, or spawned), sent each
+claimed run over a pipe. It starts each run with no stop request pending and without the agent
+modules an earlier run imported from its asset root, writes the run directory in memory where
+it can (scratch: the ledger keeps the run), and hands this process the run's events in batches
+as they are emitted; this process streams them into the ledger and renews the lease every
+`heartbeat_seconds`. As soon as a run has ended in the run process, the worker claims the next
+run and sends it there, then records the ended run (`finish`, one transaction with its events
+not streamed yet) while the next one executes: a second lease is held only while that
+recording lasts.
+
+A cancellation seen at a heartbeat reaches the run process as SIGINT, which its run takes as a
+stop request: it ends `cancelled` at its next step, with what it recorded so far. A lost lease
+kills the run process and drops the run (another has ended it). A run process that dies without
+a result (killed, or an error outside the run) ends its run `crashed` with why. Either way the
+next run gets a fresh run process. A worker killed outright loses its lease: its run process
+notices it is orphaned and exits, and the next worker's `reclaim_expired` ends the run `crashed`
+("worker_lost").
 
 `simreport worker --ledger URL --library DIR` runs one worker until SIGINT or SIGTERM, which let
 the current run finish (for up to --drain-seconds, then cancel it) and record it before exiting.
@@ -22,12 +30,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import queue
 import shutil
 import signal
 import socket
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -35,19 +43,29 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
     from multiprocessing.context import ForkServerContext, SpawnContext
-    from multiprocessing.process import BaseProcess
 
     from sqlalchemy.engine import Engine
 
     from .queue import Claim
 
-BATCH_EVENTS: Final = 64
-"""Events streamed in one transaction at most."""
-FLUSH_SECONDS: Final = 0.2
-"""The longest an event waits in this process before it is streamed."""
-JOIN_SECONDS: Final = 10.0
-"""How long a child that has sent its last event may take to exit before it is killed."""
+SEND_SECONDS: Final = 0.2
+"""The longest an event waits in the run process before it is handed to the worker, which
+streams what it is handed at once (a run that ends sooner has its events recorded with it)."""
+BATCH_EVENTS: Final = 500
+"""Events handed over, and streamed in one transaction, at most."""
+WAIT_SECONDS: Final = 0.05
+"""How often a worker executing a run looks at its stop event."""
+RUNS_PER_PROCESS: Final = 200
+"""Runs one run process executes at most before a fresh one takes over, so that what agents'
+code leaves behind in its process does not pile up."""
+EXIT_SECONDS: Final = 5.0
+"""How long an idle run process asked to exit may take before it is killed."""
+FIRST_POLL_SECONDS: Final = 0.01
+"""How soon a worker that found nothing to claim looks again; each further look waits twice
+as long, up to its poll interval (runs started one after another are claimed at once, while an
+idle worker looks seldom)."""
 ERROR_BACKOFF_SECONDS: Final = 1.0
 """How long a worker waits after the ledger failed to answer."""
 
@@ -70,7 +88,7 @@ def run_worker(
     worker_id: str,
     lease_seconds: float = 30.0,
     heartbeat_seconds: float = 5.0,
-    poll_seconds: float = 0.2,
+    poll_seconds: float = 0.05,
     library: str | Path,
     stop_event: StopEvent,
     max_runs: int | None = None,
@@ -86,64 +104,72 @@ def run_worker(
 
     from ..ledger.db import connect
     from ..ledger.migrate import prepare_for_writing
-    from .queue import claim, reclaim_expired
 
     if not 0 < heartbeat_seconds < lease_seconds:
         raise ValueError("heartbeat_seconds must be positive and shorter than lease_seconds")
     engine = connect(url)
+    worker = _Worker(
+        engine,
+        worker_id=worker_id,
+        library=Path(library),
+        lease_seconds=lease_seconds,
+        heartbeat_seconds=heartbeat_seconds,
+        stop_event=stop_event,
+        drain_seconds=drain_seconds,
+    )
     try:
         prepare_for_writing(engine)
-        done = 0
-        next_reclaim = 0.0
-        while not stop_event.is_set() and (max_runs is None or done < max_runs):
+        worker.start_process()  # ready before the first run is claimed
+        done = idle = 0
+        running: _Execution | None = None
+        while True:
+            if running is None:
+                if stop_event.is_set() or (max_runs is not None and done >= max_runs):
+                    return done
+                running = worker.next_run()
+                if running is None:
+                    wait = min(poll_seconds, FIRST_POLL_SECONDS * 2**idle)
+                    stop_event.wait(ERROR_BACKOFF_SECONDS if worker.ledger_away else wait)
+                    idle = min(idle + 1, 30)
+                    continue
+                idle = 0
+            upcoming = None
             try:
-                if time.monotonic() >= next_reclaim:
-                    reclaim_expired(engine)
-                    next_reclaim = time.monotonic() + heartbeat_seconds
-                claimed = claim(engine, worker_id, lease_seconds=lease_seconds)
-            except sa.exc.OperationalError as exc:
-                # The database is away for a moment (restarting, failing over): wait for it.
-                _say(f"the ledger did not answer: {type(exc).__name__}: {exc.orig}")
-                stop_event.wait(ERROR_BACKOFF_SECONDS)
-                continue
-            if claimed is None:
-                stop_event.wait(poll_seconds)
-                continue
-            execution = _Execution(
-                engine,
-                claimed,
-                worker_id=worker_id,
-                library=Path(library),
-                lease_seconds=lease_seconds,
-                heartbeat_seconds=heartbeat_seconds,
-                stop_event=stop_event,
-                drain_seconds=drain_seconds,
-            )
-            try:
-                outcome = execution.run()
+                outcome = "lease_lost"
+                if running.follow():
+                    if not running.handed_back:
+                        worker.discard_process()  # it died: the next run gets a fresh one
+                    elif not stop_event.is_set() and (max_runs is None or done + 1 < max_runs):
+                        # The run process is free: the next run executes while this one is
+                        # recorded.
+                        upcoming = worker.next_run_or_none()
+                    outcome = running.record()
             except sa.exc.DBAPIError as exc:
                 # Not recorded: its lease runs out and it ends `worker_lost`, as if this worker
                 # had died, while the worker goes on with the next run.
-                _say(f"{claimed.run_id} not recorded: {type(exc).__name__}: {exc.orig}")
+                _say(f"{running.claim.run_id} not recorded: {type(exc).__name__}: {exc.orig}")
                 outcome = "unrecorded"
+                if not running.handed_back:
+                    worker.discard_process()
+            running.discard()
             done += 1
             if on_run is not None:
-                on_run(claimed.run_id, outcome)
-        return done
+                on_run(running.claim.run_id, outcome)
+            running = upcoming
     finally:
+        worker.close()
         engine.dispose()
 
 
-# --------------------------------------------------------------------------- one run
+# --------------------------------------------------------------------------- the worker
 
 
-class _Execution:
-    """One claimed run: its child process, the events it streams, its lease."""
+class _Worker:
+    """What a worker keeps from one run to the next: its ledger, its run process."""
 
     def __init__(
         self,
         engine: Engine,
-        claimed: Claim,
         *,
         worker_id: str,
         library: Path,
@@ -153,121 +179,237 @@ class _Execution:
         drain_seconds: float,
     ) -> None:
         self.engine = engine
-        self.claim = claimed
         self.worker_id = worker_id
         self.library = library
         self.lease_seconds = lease_seconds
         self.heartbeat_seconds = heartbeat_seconds
         self.stop_event = stop_event
         self.drain_seconds = drain_seconds
+        self.process: _RunProcess | None = None
+        self.next_reclaim = 0.0
+        self.ledger_away = False
+        """Whether the ledger failed to answer the last claim."""
+        self.executions: set[_Execution] = set()
+        """The runs claimed and not yet recorded."""
+
+    def next_run(self) -> _Execution | None:
+        """The oldest pending run claimed and sent to the run process (None when nothing is
+        pending, or the ledger did not answer)."""
+        import sqlalchemy as sa
+
+        from .queue import claim, reclaim_expired
+
+        try:
+            if time.monotonic() >= self.next_reclaim:
+                reclaim_expired(self.engine)
+                self.next_reclaim = time.monotonic() + self.heartbeat_seconds
+            claimed = claim(self.engine, self.worker_id, lease_seconds=self.lease_seconds)
+        except sa.exc.OperationalError as exc:
+            # The database is away for a moment (restarting, failing over): wait for it.
+            _say(f"the ledger did not answer: {type(exc).__name__}: {exc.orig}")
+            self.ledger_away = True
+            return None
+        self.ledger_away = False
+        if claimed is None:
+            return None
+        if self.process is not None and self.process.runs >= RUNS_PER_PROCESS:
+            self.process.close()
+            self.process = None
+        for attempt in (1, 2):
+            process = self.start_process()
+            execution = _Execution(self, claimed, process)
+            self.executions.add(execution)
+            try:
+                execution.start()
+                return execution
+            except OSError:  # the idle run process died: a fresh one executes the run
+                execution.discard()
+                self.discard_process()
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    def next_run_or_none(self) -> _Execution | None:
+        """`next_run`, None when the ledger refused the claim (the loop claims again)."""
+        import sqlalchemy as sa
+
+        try:
+            return self.next_run()
+        except sa.exc.DBAPIError as exc:
+            _say(f"no run claimed: {type(exc).__name__}: {exc.orig}")
+            return None
+
+    def start_process(self) -> _RunProcess:
+        """The run process, started afresh when there is none alive."""
+        if self.process is None or not self.process.alive():
+            self.discard_process()
+            self.process = _RunProcess(f"simreport-run-{self.worker_id}")
+        return self.process
+
+    def discard_process(self) -> None:
+        """Kill the run process (a fresh one executes the next run)."""
+        if self.process is not None:
+            self.process.kill()
+            self.process = None
+
+    def close(self) -> None:
+        """Stop the run process. Runs still claimed (left by an error) are dropped, to be
+        reclaimed when their leases run out."""
+        for execution in list(self.executions):
+            execution.discard()
+            self.discard_process()
+        if self.process is not None:
+            self.process.close()
+            self.process = None
+
+
+class _RunProcess:
+    """A run process and the pipe to it: it executes the runs it is sent, one after another."""
+
+    def __init__(self, name: str) -> None:
+        context = _fresh_processes()
+        self.conn, theirs = context.Pipe()
+        self.process = context.Process(target=_run_process, args=(theirs,), name=name, daemon=True)
+        self.runs = 0
+        """Runs sent to it."""
+        try:
+            self.process.start()
+        finally:
+            theirs.close()  # so that the pipe ends when the run process does
+
+    def alive(self) -> bool:
+        return self.process.is_alive()
+
+    def request_stop(self) -> None:
+        if self.process.pid is not None and self.process.is_alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.process.pid, signal.SIGINT)
+
+    def kill(self) -> None:
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join()
+        self.conn.close()
+
+    def close(self) -> None:
+        """Ask the idle run process to exit; kill it if it does not."""
+        with contextlib.suppress(OSError):
+            self.conn.send(None)
+        self.process.join(EXIT_SECONDS)
+        self.kill()
+
+
+# --------------------------------------------------------------------------- one run
+
+
+class _Execution:
+    """One claimed run: its events, its lease, its run directory."""
+
+    def __init__(self, worker: _Worker, claimed: Claim, process: _RunProcess) -> None:
+        self.worker = worker
+        self.engine = worker.engine
+        self.claim = claimed
+        self.worker_id = worker.worker_id
+        self.process = process
+        self.work = Path(tempfile.mkdtemp(prefix="simreport-run-", dir=_scratch()))
+        self.run_dir = self.work / "run"
         self.pending: list[dict[str, Any]] = []
+        self.started = False
+        """Whether the run process has started this run (a stop request now is this run's)."""
+        self.handed_back = False
+        """Whether the run process ended this run and waits for the next."""
+        self.lease_held = True
         self.interrupted: str | None = None
-        """Why the child was sent SIGINT: a cancellation ("cancel") or this worker stopping."""
+        """Why the run was asked to stop: a cancellation ("cancel") or this worker stopping."""
         self.cancel_reason: str | None = None
         self.error: str | None = None
-        """What the child reported when it failed outside the run."""
+        """What the run process reported when it failed outside the run."""
 
-    def run(self) -> str:
-        work = Path(tempfile.mkdtemp(prefix="simreport-run-"))
-        context = _fresh_processes()
-        events: Any = context.Queue()
-        run_dir = work / "run"
-        child = context.Process(
-            target=_child,
-            args=(
-                self.claim.scenario,
-                str(run_dir),
-                str(self._asset_root(work)),
-                self.claim.checks.to_doc(),
-                events,
-            ),
-            name=f"simreport-{self.claim.run_id}",
-            daemon=True,
+    def start(self) -> None:
+        job = (
+            self.claim.scenario,
+            str(self.run_dir),
+            str(self._asset_root()),
+            self.claim.checks.to_doc(),
         )
-        try:
-            child.start()
-            if not self._follow(child, events):
-                return "lease_lost"
-            child.join(JOIN_SECONDS)
-            if child.is_alive():
-                child.kill()
-                child.join()
-            return self._record(child, run_dir)
-        finally:
-            if child.is_alive():
-                child.kill()
-                child.join()
-            events.close()
-            events.cancel_join_thread()
-            shutil.rmtree(work, ignore_errors=True)
+        self.process.conn.send(job)
+        self.process.runs += 1
 
-    def _asset_root(self, work: Path) -> Path:
+    def discard(self) -> None:
+        self.worker.executions.discard(self)
+        shutil.rmtree(self.work, ignore_errors=True)
+
+    def _asset_root(self) -> Path:
         """The folder the run looks for its library in: the library's parent when the library
         has the name the scenario expects, else a folder holding a link of that name to it."""
-        library = self.library.resolve()
+        library = self.worker.library.resolve()
         if library.name == self.claim.library_dir:
             return library.parent
-        root = work / "root"
+        root = self.work / "root"
         link = root / self.claim.library_dir
         link.parent.mkdir(parents=True, exist_ok=True)
         link.symlink_to(library, target_is_directory=True)
         return root
 
-    def _follow(self, child: BaseProcess, events: Any) -> bool:
-        """Stream the child's events until it has sent its last one or died; heartbeat,
-        cancel and drain on the way. False when the lease was lost (the child is killed)."""
+    def follow(self) -> bool:
+        """Stream the run's events until the run process hands the run back or dies;
+        heartbeat, cancel and drain on the way. False when the lease was lost (the run process
+        is killed)."""
+        from multiprocessing.connection import wait
+
         from .queue import LeaseLost
 
-        next_beat = time.monotonic() + self.heartbeat_seconds
-        last_flush = time.monotonic()
+        worker, process = self.worker, self.process.process
+        next_beat = time.monotonic() + worker.heartbeat_seconds
         stop_seen: float | None = None
         while True:
-            try:
-                kind, item = events.get(timeout=0.05)
-            except queue.Empty:
-                kind, item = "idle", None
-            if kind == "event":
-                self.pending.append(item)
-            elif kind == "error":
-                self.error = str(item)
-            now = time.monotonic()
-            ended = kind == "done" or (kind == "idle" and not child.is_alive())
-            if ended and kind == "idle":
-                self._drain(events)  # a dead child may have left events behind
-            if self.pending and (
-                ended or len(self.pending) >= BATCH_EVENTS or now - last_flush >= FLUSH_SECONDS
-            ):
+            wait([self.process.conn, process.sentinel], WAIT_SECONDS)
+            gone = self._receive()
+            ended = self.handed_back or gone or not process.is_alive()
+            if ended and not self.handed_back:
+                self._receive()  # what a dead run process left in the pipe
+            if self.pending and not self.handed_back:
+                # A run handed back has its events recorded with it, in one transaction.
                 try:
                     self._flush()
                 except LeaseLost:
-                    child.kill()
+                    self._lose_lease()
                     return False
                 except Exception as exc:  # kept, and sent again with the next batch
                     _say(f"events of {self.claim.run_id} not streamed yet: {exc}")
                     if ended:
                         raise
-                last_flush = now
             if ended:
                 return True
+            now = time.monotonic()
             if now >= next_beat:
-                if not self._beat(child):
+                if not self._beat():
                     return False
-                next_beat = now + self.heartbeat_seconds
-            if self.stop_event.is_set() and self.interrupted is None:
+                next_beat = now + worker.heartbeat_seconds
+            if worker.stop_event.is_set() and self.interrupted is None:
                 stop_seen = now if stop_seen is None else stop_seen
-                if now - stop_seen >= self.drain_seconds:
-                    self._interrupt(child, "stop")
+                if now - stop_seen >= worker.drain_seconds:
+                    self._interrupt("stop")
 
-    def _drain(self, events: Any) -> None:
-        while True:
-            try:
-                kind, item = events.get(timeout=0.05)
-            except queue.Empty:
-                return
-            if kind == "event":
-                self.pending.append(item)
-            elif kind == "error":
-                self.error = str(item)
+    def _receive(self) -> bool:
+        """Take what the run process has sent; True when the pipe has ended (it died)."""
+        conn = self.process.conn
+        try:
+            while not self.handed_back and conn.poll():
+                kind, item = conn.recv()
+                if kind == "events":
+                    self.pending.extend(item)
+                elif kind == "started":
+                    self.started = True
+                    if self.interrupted is not None:
+                        self.process.request_stop()
+                elif kind == "done":
+                    self.handed_back = True
+                elif kind == "error":
+                    self.error = str(item)
+        except (EOFError, OSError):
+            return True
+        return False
 
     def _flush(self) -> None:
         from .queue import append_events
@@ -278,67 +420,85 @@ class _Execution:
             append_events(self.engine, self.claim.run_id, batch, worker_id=self.worker_id)
             del self.pending[: len(batch)]
 
-    def _beat(self, child: BaseProcess) -> bool:
+    def _beat(self) -> bool:
         from .queue import heartbeat, reclaim_expired
 
         try:
             beat = heartbeat(
-                self.engine, self.claim.run_id, self.worker_id, lease_seconds=self.lease_seconds
+                self.engine,
+                self.claim.run_id,
+                self.worker_id,
+                lease_seconds=self.worker.lease_seconds,
             )
             reclaim_expired(self.engine)  # on the other workers' behalf
         except Exception as exc:  # the ledger may be back at the next beat, before the lease ends
             _say(f"heartbeat of {self.claim.run_id} failed: {type(exc).__name__}: {exc}")
             return True
         if beat.lease_lost:
-            child.kill()
+            self._lose_lease()
             return False
         if beat.cancel and self.interrupted is None:
             self.cancel_reason = beat.cancel_reason
-            self._interrupt(child, "cancel")
+            self._interrupt("cancel")
         return True
 
-    def _interrupt(self, child: BaseProcess, why: str) -> None:
-        self.interrupted = why
-        if child.pid is not None and child.is_alive():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(child.pid, signal.SIGINT)
+    def _lose_lease(self) -> None:
+        self.lease_held = False
+        self.process.kill()
 
-    def _record(self, child: BaseProcess, run_dir: Path) -> str:
+    def _interrupt(self, why: str) -> None:
+        self.interrupted = why
+        # Before the run process has started this run, a stop request would be forgotten as
+        # one that came late for the run before: it is sent once "started" arrives.
+        if self.started:
+            self.process.request_stop()
+
+    def record(self) -> str:
+        """Record the ended run in the ledger; its execution status, or "lease_lost"."""
         from ..core.errors import InputError
-        from .queue import LeaseLost, fail, finish, get_run
+        from .queue import LeaseLost, fail, finish
 
         run_id, worker = self.claim.run_id, self.worker_id
         stopped = "cancelled: the worker stopped"
         try:
-            if (run_dir / "result.json").is_file():  # written last: the run is whole
-                ended_by_stop = self.interrupted == "stop" and _execution(run_dir) == "cancelled"
+            if (self.run_dir / "result.json").is_file():  # written last: the run is whole
+                ended_by_stop = (
+                    self.interrupted == "stop" and _execution(self.run_dir) == "cancelled"
+                )
                 try:
-                    finish(
+                    return finish(
                         self.engine,
                         run_id,
                         worker,
-                        run_dir,
+                        self.run_dir,
                         reason=stopped if ended_by_stop else None,
                     )
                 except InputError as exc:
+                    self._flush()
                     fail(self.engine, run_id, worker, f"unrecordable: {exc.one_line()}")
-            elif self.interrupted is not None:
+                    return "crashed"
+            self._flush()
+            if self.interrupted is not None:
                 why = (
                     f"cancelled: {self.cancel_reason or 'requested'}"
                     if self.interrupted == "cancel"
                     else stopped
                 )
                 fail(self.engine, run_id, worker, why, execution="cancelled")
-            else:
-                fail(self.engine, run_id, worker, "crashed: " + self._death(child))
+                return "cancelled"
+            fail(self.engine, run_id, worker, "crashed: " + self._death())
+            return "crashed"
         except LeaseLost:
             return "lease_lost"
-        return str(get_run(self.engine, run_id, tenant=self.claim.tenant)["execution_status"])
 
-    def _death(self, child: BaseProcess) -> str:
+    def _death(self) -> str:
         if self.error:
             return self.error
-        code = child.exitcode
+        if self.handed_back:
+            return "the run ended without a result"
+        process = self.process.process
+        process.join(EXIT_SECONDS)
+        code = process.exitcode
         if code is not None and code < 0:
             try:
                 name = signal.Signals(-code).name
@@ -346,6 +506,25 @@ class _Execution:
                 name = f"signal {-code}"
             return f"the run process was killed by {name}"
         return f"the run process exited with code {code} without a result"
+
+
+SCRATCH_IN_MEMORY: Final = Path("/dev/shm")
+"""Where run directories are written when it is there with room: a run directory is scratch
+(the ledger holds the run once recorded, and it is deleted then), so it need not reach a disk,
+and the run's atomic writes need not wait for one."""
+SCRATCH_ROOM: Final = 1 << 30
+"""The free space (bytes) the in-memory folder must have to be used."""
+
+
+def _scratch() -> str | None:
+    """The folder run directories are made in: in memory where possible, else the temporary
+    files' folder."""
+    try:
+        found = os.statvfs(SCRATCH_IN_MEMORY)
+    except OSError:
+        return None
+    roomy = found.f_bavail * found.f_frsize >= SCRATCH_ROOM
+    return str(SCRATCH_IN_MEMORY) if roomy and os.access(SCRATCH_IN_MEMORY, os.W_OK) else None
 
 
 def _execution(run_dir: Path) -> str | None:
@@ -359,15 +538,26 @@ def _execution(run_dir: Path) -> str | None:
         return None
 
 
-PRELOAD: Final = ["simreport.service.worker", "simreport.kernel.engine", "simreport.service.warm"]
+# --------------------------------------------------------------------------- the run process
+
+
+PRELOAD: Final = [
+    "simreport.cli",
+    "simreport.service.worker",
+    "simreport.kernel.engine",
+    "simreport.service.warm",
+]
 """What a run process needs, imported once in the fork server that run processes start from
-(warm: the code fingerprints every run records)."""
+(warm: the code fingerprints every run records). `simreport.cli` is there because each run
+process imports the command's main module again (multiprocessing prepares a child so): with
+its imports loaded already, that costs milliseconds instead of a third of a second."""
 
 
 def _fresh_processes() -> ForkServerContext | SpawnContext:
-    """Where run processes come from. Each is a new process that has run nothing before: forked
-    from a fork server (a single-threaded process started once, which imported the kernel
-    already, so a run does not pay the imports), or spawned where there is no fork server."""
+    """Where run processes come from. Each starts as a process that has run nothing before:
+    forked from a fork server (a single-threaded process started once, which imported the
+    kernel already, so a fresh run process does not pay the imports), or spawned where there
+    is no fork server."""
     import multiprocessing
 
     if "forkserver" not in multiprocessing.get_all_start_methods():
@@ -377,40 +567,98 @@ def _fresh_processes() -> ForkServerContext | SpawnContext:
     return context
 
 
-def _child(
-    scenario_doc: dict[str, Any],
-    run_dir: str,
-    asset_root: str,
-    checks_doc: dict[str, Any],
-    events: Any,
-) -> None:
-    """The child process: run the scenario, handing each event to the parent as emitted."""
+def _run_process(conn: Connection) -> None:
+    """A run process: executes the runs it is sent — (scenario document, run directory, asset
+    root, checks document) — one after another until its worker sends None or goes. For each
+    it answers ("started", None), its events in batches ("events", [...]) and ("done", None);
+    an error outside the run is answered ("error", why) and ends the process."""
     from ..kernel import interrupt
 
-    # SIGINT and SIGTERM become the run's stop request. The child exits when orphaned: when
-    # the worker dies, and with it the fork server this child was forked from.
+    # SIGINT and SIGTERM become the run's stop request. The process exits when orphaned: when
+    # the worker dies, and with it the fork server this process was forked from.
     interrupt.init_worker(os.getppid())
-    try:
-        from ..core.versions import RunChecks
-        from ..kernel.engine import run_scenario, validate_scenario
+    from ..core.versions import RunChecks
+    from ..kernel.engine import run_scenario, validate_scenario
 
-        run_scenario(
-            validate_scenario(scenario_doc),
-            run_dir,
-            condition="service",
-            replication=0,
-            asset_root=asset_root,
-            checks=RunChecks.model_validate(checks_doc),
-            on_event=lambda event: events.put(("event", event)),
-        )
-    except BaseException as exc:
-        events.put(("error", f"{type(exc).__name__}: {exc}"))
-        events.close()
-        events.join_thread()
-        raise SystemExit(1) from None
-    events.put(("done", None))
-    events.close()
-    events.join_thread()
+    sender = _EventSender(conn)
+    while True:
+        try:
+            job = conn.recv()
+        except (EOFError, OSError):  # the worker is gone
+            return
+        if job is None:
+            return
+        scenario_doc, run_dir, asset_root, checks_doc = job
+        # A stop request that came after the last run had ended was that run's, not this one's.
+        interrupt.reset()
+        loaded = set(sys.modules)
+        try:
+            sender.send(("started", None))
+            run_scenario(
+                validate_scenario(scenario_doc),
+                run_dir,
+                condition="service",
+                replication=0,
+                asset_root=asset_root,
+                checks=RunChecks.model_validate(checks_doc),
+                on_event=sender.add,
+            )
+            _forget_imports(loaded, Path(asset_root).resolve())
+            sender.send(("done", None))
+        except BaseException as exc:
+            with contextlib.suppress(OSError):
+                sender.send(("error", f"{type(exc).__name__}: {exc}"))
+            raise SystemExit(1) from None
+
+
+def _forget_imports(loaded: set[str], asset_root: Path) -> None:
+    """Forget the modules a run imported from its asset root (its agents' code), so that the
+    next run imports them afresh, as a process of its own would."""
+    for name in set(sys.modules) - loaded:
+        file = getattr(sys.modules[name], "__file__", None)
+        if file and Path(file).resolve().is_relative_to(asset_root):
+            del sys.modules[name]
+    for key in [k for k in sys.path_importer_cache if Path(k).is_relative_to(asset_root)]:
+        del sys.path_importer_cache[key]
+
+
+class _EventSender:
+    """Hands a run's events to the worker in batches: every SEND_SECONDS, and whenever
+    BATCH_EVENTS are waiting. Never raises to the run: once the worker is gone, events are
+    dropped (the process exits as orphaned)."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.lock = threading.Lock()
+        self.pending: list[dict[str, Any]] = []
+        self.gone = False
+        threading.Thread(target=self._tick, name="simreport-events", daemon=True).start()
+
+    def add(self, event: dict[str, Any]) -> None:
+        with self.lock:
+            self.pending.append(event)
+            if len(self.pending) >= BATCH_EVENTS:
+                self._hand_over()
+
+    def send(self, message: tuple[str, Any]) -> None:
+        """Send `message` after the events still waiting (OSError when the worker is gone)."""
+        with self.lock:
+            self._hand_over()
+            self.conn.send(message)
+
+    def _hand_over(self) -> None:
+        if self.pending and not self.gone:
+            try:
+                self.conn.send(("events", self.pending))
+            except OSError:
+                self.gone = True
+        self.pending = []
+
+    def _tick(self) -> None:
+        while not self.gone:
+            time.sleep(SEND_SECONDS)
+            with self.lock:
+                self._hand_over()
 
 
 def _say(text: str) -> None:
@@ -425,8 +673,9 @@ def register_cli(sub: Any) -> None:
     p = sub.add_parser(
         "worker",
         help="execute the run service's queued runs (claims them from the ledger)",
-        description="Claim the run service's queued runs from the ledger and execute each in "
-        "a fresh process, streaming its events into the ledger, until SIGINT or SIGTERM.",
+        description="Claim the run service's queued runs from the ledger and execute them, "
+        "one after another in a run process of the worker's, streaming their events into the "
+        "ledger, until SIGINT or SIGTERM.",
     )
     p.add_argument(
         "--ledger",
@@ -445,9 +694,9 @@ def register_cli(sub: Any) -> None:
     p.add_argument(
         "--poll-seconds",
         type=float,
-        default=0.2,
+        default=0.05,
         metavar="N",
-        help="how often an idle worker looks for runs (default 0.2)",
+        help="how often an idle worker looks for runs (default 0.05)",
     )
     p.add_argument(
         "--drain-seconds",

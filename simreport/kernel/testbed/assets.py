@@ -18,7 +18,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Final, Literal, TypeVar
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
@@ -369,11 +369,15 @@ class AssetLibrary:
     def resolve(self, ref: str, kind: AssetKind, slot: str) -> ResolvedAsset:
         name, version, path = self.locate(ref)
         data = path.read_bytes()
-        try:
-            document = parse_document(data.decode("utf-8"), path)
-        except (UnicodeDecodeError, DocumentError) as exc:
-            raise AssetError(ref, f"{path.name} cannot be read: {exc}") from None
-        header = _validated(AssetHeader, document.data, ref, path)
+        digest = sha256_bytes(data)
+        header = _HEADERS.get(digest)
+        if header is None:
+            try:
+                document = parse_document(data.decode("utf-8"), path)
+            except (UnicodeDecodeError, DocumentError) as exc:
+                raise AssetError(ref, f"{path.name} cannot be read: {exc}") from None
+            header = _validated(AssetHeader, document.data, ref, path)
+            _remember(_HEADERS, digest, header)
         if header.kind != kind:
             raise AssetError(ref, f"is a {header.kind} asset where a {kind} asset is needed")
         if header.name != name or header.version != version:
@@ -383,10 +387,11 @@ class AssetLibrary:
             )
         if header.status == "offline":
             raise AssetError(ref, f"version {version} is offline")
-        content = _validated(CONTENT_MODELS[kind], header.content, ref, path)
-        return ResolvedAsset(
-            slot, kind, name, version, sha256_bytes(data), path, content, header.status
-        )
+        content = _CONTENTS.get((digest, kind))
+        if content is None:
+            content = _validated(CONTENT_MODELS[kind], header.content, ref, path)
+            _remember(_CONTENTS, (digest, kind), content)
+        return ResolvedAsset(slot, kind, name, version, digest, path, content, header.status)
 
     def _label(self, ref: str, folder: Path, label: str) -> str:
         labels_file = folder / LABELS_FILE
@@ -442,6 +447,20 @@ def resolved_asset_files(scenario: Scenario, library: Path) -> dict[str, Path | 
         except AssetError:
             found[slot] = None
     return found
+
+
+# Parsed asset files by the sha256 of their bytes: the same bytes always parse the same, so a
+# process that resolves an asset again (a service, a worker, a long audit) reads the YAML once.
+_CACHED_FILES: Final = 256
+_HEADERS: dict[str, AssetHeader] = {}
+_CONTENTS: dict[tuple[str, str], Any] = {}
+K = TypeVar("K")
+
+
+def _remember(cache: dict[K, Any], key: K, value: Any) -> None:
+    if len(cache) >= _CACHED_FILES:
+        cache.pop(next(iter(cache)))  # the oldest: plenty for a library's versions in use
+    cache[key] = value
 
 
 def _validated(model: type[Model], data: Any, ref: str, path: Path) -> Any:
