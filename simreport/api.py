@@ -106,7 +106,7 @@ def run(
     exploration (the default) or regression, which needs every version the run records online
     in the ledger; the run checks the ledger's pinned digests while loading either way."""
     from .core.redaction import redact_document
-    from .core.versions import derived_version, design_sha256
+    from .core.versions import design_sha256, recorded_version
     from .harness.runner import check_llm_access
     from .kernel import load_scenario, run_scenario
 
@@ -127,14 +127,9 @@ def run(
     spec = design_sha256(redact_document(loaded.scenario.to_doc()))
     if scenario.identity is not None:
         own = design_sha256(redact_document(scenario.to_doc()))
-        declared = scenario.identity.version
-        version = declared if own == spec else derived_version(declared, own)
+        version, derived_from = recorded_version(scenario.identity.version, own, spec)
         checks = checks.model_copy(
-            update={
-                "spec_sha256": spec,
-                "version": version,
-                "derived_from": None if version == declared else declared,
-            }
+            update={"spec_sha256": spec, "version": version, "derived_from": derived_from}
         )
         refuse_unpublished(checks, scenario.identity.id, [version], file=scenario_path)
     else:

@@ -71,6 +71,15 @@ def derived_version(version: str, design: str) -> str:
     return f"{version}{DERIVED_MARK}{design[:12]}"
 
 
+def recorded_version(declared: str, own: str, reference: str) -> tuple[str, str | None]:
+    """The version a run of design `own` records, and the version it derives from: the declared
+    version when its design is the `reference` one, else a derived version (see the module
+    docstring)."""
+    if own == reference:
+        return declared, None
+    return derived_version(declared, own), declared
+
+
 def version_key(name: str, version: str) -> str:
     """How checks and manifests name one version: `name@version`."""
     return f"{name}@{version}"
@@ -151,5 +160,6 @@ __all__ = [
     "derived_version",
     "design_document",
     "design_sha256",
+    "recorded_version",
     "version_key",
 ]

@@ -41,7 +41,7 @@ from ..core.errors import (
 from ..core.overrides import get_path, set_path
 from ..core.redaction import redact_document
 from ..core.schema import AuditPlan, PerturbationAxis, Scenario
-from ..core.versions import derived_version, design_sha256
+from ..core.versions import design_sha256, recorded_version
 from ..kernel import validate_scenario
 from .plan import LoadedPlan
 
@@ -599,14 +599,10 @@ def recorded_versions(
         return design_sha256(redact_document(doc))
 
     reference = design(Scenario.model_validate(_prepare(loaded.base.to_doc())).to_doc())
-    out: dict[str, tuple[str | None, str | None]] = {}
-    for condition in conditions:
-        own = design(condition.scenario.to_doc())
-        if own == reference:
-            out[condition.id] = (identity.version, None)
-        else:
-            out[condition.id] = (derived_version(identity.version, own), identity.version)
-    return out
+    return {
+        c.id: recorded_version(identity.version, design(c.scenario.to_doc()), reference)
+        for c in conditions
+    }
 
 
 def declared_design(loaded: LoadedPlan) -> str:

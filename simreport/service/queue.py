@@ -813,20 +813,15 @@ def _check_capacity(conn: Connection, capacity: Capacity, principal: str | None)
     state; SQLite lets one writer in at a time already."""
     if conn.dialect.name == "postgresql":
         conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({QUEUE_LOCK})")
-    active = (
-        sa.select(sa.func.count()).select_from(t.run).where(t.run.c.execution_status.in_(ACTIVE))
-    )
-    if capacity.quota is not None and principal is not None:
-        mine = int(conn.execute(active.where(t.run.c.principal == principal)).scalar_one())
-        if mine >= capacity.quota:
-            raise ServiceError(
-                f"the token {principal!r} has {capacity.quota} run(s) pending or running, its "
-                "quota",
-                status=429,
-                code="quota_exceeded",
-                retry_after=capacity.retry_after,
-            )
-    if int(conn.execute(active).scalar_one()) >= capacity.max_queue:
+    quota = capacity.quota
+    if quota is not None and principal is not None and _active(conn, principal) >= quota:
+        raise ServiceError(
+            f"the token {principal!r} has {quota} run(s) pending or running, its quota",
+            status=429,
+            code="quota_exceeded",
+            retry_after=capacity.retry_after,
+        )
+    if _active(conn) >= capacity.max_queue:
         raise ServiceError(
             f"the queue holds {capacity.max_queue} runs, its limit",
             status=503,
@@ -838,13 +833,17 @@ def _check_capacity(conn: Connection, capacity: Capacity, principal: str | None)
 def count_active(engine: Engine, *, principal: str | None = None) -> int:
     """Runs pending or running (of `principal` only, when given): for quotas and a full queue."""
     _prepare(engine)
+    with reading(engine) as conn:
+        return _active(conn, principal)
+
+
+def _active(conn: Connection, principal: str | None = None) -> int:
     query = (
         sa.select(sa.func.count()).select_from(t.run).where(t.run.c.execution_status.in_(ACTIVE))
     )
     if principal is not None:
         query = query.where(t.run.c.principal == principal)
-    with reading(engine) as conn:
-        return int(conn.execute(query).scalar_one())
+    return int(conn.execute(query).scalar_one())
 
 
 # --------------------------------------------------------------------------- workers
