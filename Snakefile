@@ -1,4 +1,5 @@
-# simreport workflow: audit plans → conditions → runs → analysis → figures → pages → site.
+# simreport workflow: audit plans → conditions → runs → evaluation → analysis → figures → pages →
+# site.
 #
 #   snakemake --cores 8                       build every plan in config/config.yaml and site/
 #   snakemake --cores 8 --config replications=3
@@ -33,6 +34,7 @@ report: "report/workflow.rst"
 
 include: "rules/common.smk"
 include: "rules/runs.smk"
+include: "rules/evaluation.smk"
 include: "rules/analysis.smk"
 include: "rules/pages.smk"
 include: "rules/site.smk"

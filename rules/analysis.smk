@@ -8,6 +8,8 @@ rule analyse:
         conditions="{results}/{plan}/conditions.json",
         # One file per condition job, not every result.json (ConditionTarget.requested).
         runs=plan_requested,
+        # One summary per condition an evaluator judges (none for other plans).
+        evaluations=plan_evaluations,
     output:
         audit=report(
             "{results}/{plan}/audit.json",

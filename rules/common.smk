@@ -17,6 +17,10 @@ def plan_requested(wildcards):
     return PLANS[wildcards.plan].requested
 
 
+def plan_evaluations(wildcards):
+    return PLANS[wildcards.plan].evaluations
+
+
 def plan_figures(wildcards):
     plan = PLANS[wildcards.plan]
     return [str(plan.out_dir / "figures" / name) for name in plan.figures]

@@ -223,12 +223,66 @@ def audit(
         checks=checks,
     )
     # In this process, once every run's folder is complete (never inside the run workers).
-    recorder.record_runs(run_dir(target, condition, r) for condition, r, _ in result.results)
+    run_dirs = [run_dir(target, condition, r) for condition, r, _ in result.results]
+    recorder.record_runs(run_dirs)
+    if loaded.base.evaluation_ref is not None:
+        # The runs judged nothing: evaluation is its own step, as in the workflow's rule.
+        evaluate(target, ledger=recorder, runs=run_dirs)
     if analyse:
         _analyse_if_available(target, include_incomplete)
         recorder.record_build(target)
     _finish(recorder, owned)
     return result
+
+
+def evaluate(
+    path: str | Path,
+    *,
+    evaluator: str | None = None,
+    ledger: LedgerRecorder | str | bool = False,
+    runs: Iterable[Path] | None = None,
+) -> dict[str, Any]:
+    """Evaluate an agent-testbed run directory (its evaluation.json) or every run of an audit
+    directory (each run's evaluation.json, `evaluations/<condition dir>.json` and the audit's
+    `evaluations.json`). `evaluator` is `NAME@VERSION` (default: the built-in one); an unknown
+    one is refused before anything is read. Returns the run's evaluation or the audit's summary.
+    With a `ledger` (a URL, or a recorder), each evaluated run's `quality_ref` is set there; the
+    runs must be recorded already. An audit's runs that could not be evaluated (an altered
+    manifest, an evaluation spec changed since the run) raise InputError once every other run
+    is evaluated; runs that never resolved an evaluation spec are listed, not refused."""
+    from .evaluation import evaluate_audit, evaluate_run, evaluator_named, problems_of
+    from .evaluation.evaluator import audit_runs
+
+    chosen = evaluator_named(evaluator)
+    root = Path(path)
+    recorder, owned = _recorder(ledger, root.parent) if ledger is not False else (None, False)
+    if (root / "plan.json").is_file() and (root / "conditions.json").is_file():
+        summary = evaluate_audit(root, chosen)
+        if recorder is not None:
+            folders = runs or [run for _, _, batch in audit_runs(root) for run in batch]
+            recorder.record_evaluations(folders)
+            _finish(recorder, owned)
+        problems = problems_of(summary)
+        if problems:
+            raise InputError(
+                f"{len(problems)} run(s) of the audit could not be evaluated; the first: "
+                + problems[0],
+                file=root / "evaluations.json",
+                expected="run folders as their runs wrote them",
+            )
+        return summary
+    if not (root / "result.json").is_file() and not (root / "manifest.json").is_file():
+        raise InputError(
+            "neither a run directory nor an audit directory",
+            file=root,
+            expected="a run's folder (manifest.json, result.json) or an audit's (plan.json, "
+            "conditions.json)",
+        )
+    doc = evaluate_run(root, chosen)
+    if recorder is not None:
+        recorder.record_evaluations([root])
+        _finish(recorder, owned)
+    return doc
 
 
 RENDERED_PAGES = ("report.html", "methods.md", "methods.html", "figures")

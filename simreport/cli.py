@@ -38,7 +38,7 @@ class _Parser(argparse.ArgumentParser):
 MAX_RUNS_HELP = "allow a plan of up to N runs (conditions × replications; raises the default limit)"
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
@@ -382,6 +382,40 @@ def cmd_analyse(args: argparse.Namespace) -> int:
     return _ledger_exit(recorder, EXIT_OK)
 
 
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from .api import evaluate
+    from .evaluation import SUMMARY_FILE
+    from .ledger.recording import LedgerRecorder
+
+    recorder = LedgerRecorder.resolve(args.ledger, results_dir=".") if args.ledger else None
+    target = Path(args.path)
+    try:
+        doc = evaluate(
+            target, evaluator=args.evaluator, ledger=recorder if recorder is not None else False
+        )
+    finally:
+        if recorder is not None:
+            recorder.close()
+    if "conditions" in doc:
+        verdicts = doc["verdicts"]
+        counts = ", ".join(
+            f"{key} {c['pass']} pass / {c['fail']} fail / {c['undecidable']} undecidable"
+            for key, c in verdicts.items()
+        )
+        print(
+            f"{doc['evaluated']} of {doc['runs']} runs evaluated ({doc['notEvaluable']} with "
+            f"nothing to evaluate): {target / SUMMARY_FILE}" + (f"\n  {counts}" if counts else "")
+        )
+    else:
+        evaluator = doc["evaluator"]
+        verdicts = ", ".join(f"{k} {v['verdict']}" for k, v in doc["criteria"].items())
+        print(
+            f"{evaluator['name']}@{evaluator['version']}: {verdicts}\n"
+            f"evaluation: {target / 'evaluation.json'} ({doc['qualityRef']})"
+        )
+    return EXIT_OK if recorder is None else _ledger_exit(recorder, EXIT_OK)
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from .api import report
 
@@ -429,7 +463,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("validate", help="validate scenario or plan files")
     p.add_argument("files", nargs="+")
-    p.add_argument("--max-runs", type=_positive_int, metavar="N", help=MAX_RUNS_HELP)
+    p.add_argument("--max-runs", type=positive_int, metavar="N", help=MAX_RUNS_HELP)
     p.set_defaults(func=cmd_validate)
 
     p = sub.add_parser("schema", help="print the JSON Schema of a document kind")
@@ -457,7 +491,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("conditions", help="list a plan's conditions without running")
     p.add_argument("plan")
     p.add_argument("--replications", type=int)
-    p.add_argument("--max-runs", type=_positive_int, metavar="N", help=MAX_RUNS_HELP)
+    p.add_argument("--max-runs", type=positive_int, metavar="N", help=MAX_RUNS_HELP)
     p.add_argument("--json", action="store_true")
     p.add_argument(
         "--estimate",
@@ -480,7 +514,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("plan")
     p.add_argument("--out", help="audit directory (default results/<plan-id>)")
     p.add_argument("--replications", type=int)
-    p.add_argument("--max-runs", type=_positive_int, metavar="N", help=MAX_RUNS_HELP)
+    p.add_argument("--max-runs", type=positive_int, metavar="N", help=MAX_RUNS_HELP)
     p.add_argument(
         "--concurrency", type=int, help="run processes (capped at 4 per core; default: the plan's)"
     )
@@ -504,6 +538,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--include-incomplete", action="store_true")
     _ledger_options(p)
     p.set_defaults(func=cmd_analyse)
+
+    p = sub.add_parser(
+        "evaluate",
+        help="judge agent-testbed runs: write evaluation.json for a run or every run of an audit",
+    )
+    p.add_argument("path", metavar="RUN_DIR|AUDIT_DIR")
+    p.add_argument(
+        "--evaluator", metavar="NAME@VERSION", help="the evaluator (default: the built-in one)"
+    )
+    p.add_argument(
+        "--ledger",
+        metavar="URL",
+        help="also set each evaluated run's quality_ref in this ledger (the runs recorded there)",
+    )
+    p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("report", help="re-render report.html and methods from audit.json")
     p.add_argument("audit_dir")
@@ -529,7 +578,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from . import kernel
     from .doctor import register_cli as register_doctor
-    from .kernel.testbed.replay import register_cli as register_replay
+    from .kernel.replay import register_cli as register_replay
     from .ledger.cli import register_cli as register_ledger
     from .ledger.review_cli import register_cli as register_review
     from .mcp_server import register_cli as register_mcp

@@ -117,6 +117,21 @@ class ConditionTarget:
         return self.state
 
     @property
+    def evaluated(self) -> bool:
+        """Whether the condition's runs are judged by an evaluator (an agent-testbed scenario
+        with an `evaluationRef`): then an evaluation job follows its run job."""
+        return self.condition.scenario.evaluation_ref is not None
+
+    @property
+    def evaluation(self) -> str:
+        """The evaluation job's output: `<audit dir>/evaluations/<condition dir>.json`, the
+        summary written once each run of the condition has its evaluation.json."""
+        from .evaluation import CONDITION_SUMMARIES
+
+        audit_dir = Path(self.state).parent.parent
+        return str(audit_dir / CONDITION_SUMMARIES / f"{self.condition.dir}.json")
+
+    @property
     def rule_name(self) -> str:
         """`run_<plan>_<condition slug>`: a Python identifier that depends on this condition
         alone, unless its slug is shared with another condition of the plan or too long; then
@@ -153,6 +168,12 @@ class PlanTarget:
     def requested(self) -> list[str]:
         """What the analysis asks of the condition jobs (see `ConditionTarget.requested`)."""
         return [target.requested for target in self.conditions]
+
+    @property
+    def evaluations(self) -> list[str]:
+        """What the analysis asks of the evaluation jobs: one summary per evaluated condition
+        (none for a plan without an evaluator)."""
+        return [target.evaluation for target in self.conditions if target.evaluated]
 
 
 @dataclass
@@ -914,8 +935,60 @@ def analyse_plan(workflow: Workflow, plan_id: str) -> None:
         damaged = damaged_runs(plan, target)
         if damaged:
             repair_runs(workflow, plan, target, damaged)
+            if target.evaluated:
+                # A run put back is a new run folder: it is judged again before it is read.
+                evaluate_condition(workflow, plan_id, target.condition.dir)
+    if plan.evaluations:
+        from .evaluation import write_audit_summary
+
+        write_audit_summary(plan.out_dir)
     analyse_dir(plan.out_dir, include_incomplete=plan.include_incomplete)
     record_in_ledger(workflow, build=plan.out_dir)
+
+
+def evaluate_condition(
+    workflow: Workflow, plan_id: str, condition_dir: str, log: str | Path | None = None
+) -> dict[str, Any]:
+    """The evaluation job of one condition: every run of it judged in this one job (a job per run
+    would cost Snakemake more than the judging), its summary written last, each evaluated run's
+    quality_ref set in the workflow's ledger. A run that could not be evaluated (its manifest
+    altered, its evaluation spec changed since it ran) fails the job, naming the run."""
+    from .evaluation import evaluate_batch, evaluator_named
+
+    plan = workflow.plan(plan_id)
+    target = next((t for t in plan.conditions if t.condition.dir == condition_dir), None)
+    if target is None:
+        raise InputError(f"plan {plan_id!r} has no condition folder {condition_dir!r}")
+    condition_id = target.condition.id
+    runs = [Path(output).parent for output in target.outputs]
+    summary = evaluate_batch(plan.out_dir, condition_id, condition_dir, runs, evaluator_named(None))
+    line = (
+        f"{condition_id}: evaluated={summary['evaluated']} runs={summary['runs']} "
+        f"notEvaluable={summary['notEvaluable']} errors={summary['errors']}\n"
+    )
+    if log is not None:
+        write_atomic(Path(log), line + "".join(f"{e['reason']}\n" for e in summary["notEvaluated"]))
+    recorder = _ledger_recorder(workflow)
+    if recorder is not None:
+        with recorder:
+            recorder.record_evaluations(runs)
+        recorder.raise_if_incomplete()
+    errors = [item for item in summary["notEvaluated"] if item["outcome"] == "error"]
+    if errors:
+        raise InputError(
+            f"{plan_id} · {condition_id}: {len(errors)} run(s) could not be evaluated; the "
+            f"first: {errors[0]['reason']}"
+        )
+    _say(f"{plan_id} · {condition_id}: {summary['evaluated']} of {summary['runs']} runs evaluated")
+    return summary
+
+
+def evaluation_fingerprint() -> str:
+    """The default evaluator's sha256 (a `params` of the evaluation rule): a change to the code
+    that makes the verdicts reruns the evaluations and what follows them, never a run."""
+    from .evaluation import evaluator_named
+
+    return evaluator_named(None).sha256[:16]
 
 
 def damaged_runs(plan: PlanTarget, target: ConditionTarget) -> list[int]:

@@ -6,12 +6,21 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "simreport"
-RANK = {"core": 0, "kernel": 1, "harness": 2, "ledger": 2, "analysis": 3, "report": 4}
+RANK = {
+    "core": 0,
+    "kernel": 1,
+    "harness": 2,
+    "ledger": 2,
+    "analysis": 3,
+    # Evaluation reads run outputs; the kernel (whose runs judge nothing) never imports it.
+    "evaluation": 3,
+    "report": 4,
+}
 TOP = 5  # api, cli and other entry points
 # Beyond rank: the ledger reads run results through core alone (never the kernel or the
 # harness, which will hand it runs), and analysis and report never touch it.
 ONLY = {"ledger": {"core", "ledger"}}
-NEVER = {"analysis": {"ledger"}, "report": {"ledger"}}
+NEVER = {"analysis": {"ledger"}, "report": {"ledger"}, "evaluation": {"ledger"}}
 
 
 def _layer(module: str) -> int:

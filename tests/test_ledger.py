@@ -459,15 +459,16 @@ import simreport.ledger.ingest as ingest
 from simreport.ledger import connect
 
 url, run_dir, marker = sys.argv[1:]
-original = ingest.insert_records
+original = ingest._write_rows
 
-def insert_then_wait(*args, **kwargs):
-    written = original(*args, **kwargs)
-    Path(marker).write_text(str(written))  # the run, its events and records are written
-    time.sleep(120)                        # … and the transaction is still open
+def write_then_wait(conn, rows):
+    written = original(conn, rows)
+    if rows.table == "record":
+        Path(marker).write_text(str(written))  # the run, its events and records are written
+        time.sleep(120)                        # … and the transaction is still open
     return written
 
-ingest.insert_records = insert_then_wait
+ingest._write_rows = write_then_wait
 ingest.ingest_run(connect(url), run_dir)
 """
 

@@ -48,6 +48,7 @@ HEADER_STATUSES = {
     ("env_data", "env/ecom-seed", "3.0.1"): "reviewed",
     ("agent", "refund-agent", "2.4.1"): "online",
     ("tool_contract", "refund-api", "1.4.0"): "online",
+    ("tool_contract", "refund-api", "1.5.0"): "reviewed",
     ("evaluation_spec", "refund-assertions", "1.1.0"): "reviewed",
     ("prompt", "refund-prompt", "1.0.0"): "online",
     ("prompt", "refund-prompt", "1.1.0"): "reviewed",
@@ -55,6 +56,7 @@ HEADER_STATUSES = {
     ("rubric", "refund-rubric", "2.0.0"): "reviewed",
     ("user_policy", "user-policy", "1.2.0"): "reviewed",
     ("simulator_config", "user-sim", "1.0.0"): "reviewed",
+    ("simulator_config", "user-sim", "1.1.0"): "reviewed",
 }
 """The refund desk library's asset versions and the status each file's header gives."""
 
@@ -561,9 +563,9 @@ def test_review_commands_end_to_end(ledger_url: str, scenario: Path) -> None:
         return lines[0]
 
     imported = ok("import", "refund_desk/scenario.yaml", "--reviewer", "ana")
-    assert "11 of 11 versions new" in imported
+    assert "13 of 13 versions new" in imported
     assert "refund-timeout-retry  1.3.0    draft" in imported
-    assert "0 of 11 versions new" in ok("import", "refund_desk/scenario.yaml")
+    assert "0 of 13 versions new" in ok("import", "refund_desk/scenario.yaml")
 
     table = ok("list", "--kind", "scenario")
     assert table.splitlines()[0].split() == [

@@ -14,9 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from simreport.core.overrides import set_path
 from simreport.kernel import load_scenario, run_scenario, validate_scenario
+from simreport.kernel.replay import replay_run
 from simreport.kernel.testbed.agents import (
     CHECK,
     CREATE_AGAIN,
@@ -30,8 +32,9 @@ from simreport.kernel.testbed.agents import (
 )
 from simreport.kernel.testbed.assets import PromptAsset, ToolContractAsset
 from simreport.kernel.testbed.records import read_records
-from simreport.kernel.testbed.replay import replay_run
 from simreport.kernel.world import Decision, DecisionRequest
+from simreport.ledger import connect, ingest_run
+from simreport.ledger import tables as t
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "refund_desk"
 ORDER = "B2026-0901-7734"
@@ -105,6 +108,19 @@ class _Handler(BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(data)
             return
+        if self.server.leak:
+            # An agent that quotes the request's Authorization header in its replies.
+            message = external_agent(body)
+            if message.get("content"):
+                message["content"] += f" (debug: {self.headers.get('authorization')})"
+            data = json.dumps(
+                {"choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}
+            ).encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.end_headers()
+            self.wfile.write(data)
+            return
         if self.server.status != 200:
             self.send_response(self.server.status)
             self.end_headers()
@@ -132,6 +148,8 @@ class _AgentServer(ThreadingHTTPServer):
     status: int
     echo: tuple[int, bool] | None
     """(status, whether the body is JSON) of a reply echoing the Authorization header."""
+    leak: bool
+    """Answer as the agent does, quoting the Authorization header in every reply."""
 
 
 @pytest.fixture
@@ -140,6 +158,7 @@ def agent_server() -> Iterator[_AgentServer]:
     server.requests = []
     server.status = 200
     server.echo = None
+    server.leak = False
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -406,6 +425,45 @@ def test_an_http_agent_echoing_its_key_leaves_no_key_in_the_run(
     assert leaked == []
 
 
+def test_an_agent_reply_quoting_the_key_is_recorded_redacted_and_marked(
+    tmp_path: Path, agent_server: _AgentServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SIMREPORT_TEST_AGENT_KEY", SECRET)
+    agent_server.leak = True
+    root = copy_example(tmp_path)
+    add_agent(root, "ext-agent", {"adapter": "http", "apiKeyEnv": "SIMREPORT_TEST_AGENT_KEY"})
+    doc = scenario_doc(sut__agent="ext-agent@1.0.0", sut__entry=url(agent_server))
+    run = tmp_path / "run"
+    result = run_scenario(validate_scenario(doc), run, asset_root=root)
+    assert result.failure is None, result.failure
+    leaked = [p for p in run.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
+    assert leaked == []
+    records = [json.loads(line) for line in (run / "records.jsonl").read_text().splitlines()]
+    marked = [r for r in records if r.get("redaction") == "secrets"]
+    assert "agent.message" in {r["type"] for r in marked}
+    # Marked are exactly the records a secret was blanked out of; the rest carry no key.
+    assert marked == [r for r in records if "[redacted]" in json.dumps(r["payload"])]
+    assert not [r for r in records if "redaction" in r and r not in marked]
+
+    engine = connect(f"sqlite:///{tmp_path / 'ledger.sqlite'}")
+    try:
+        ingest_run(engine, run)
+        with engine.connect() as conn:
+            found = dict(
+                conn.execute(
+                    sa.select(t.record.c.record_id, t.record.c.redaction).where(
+                        t.record.c.redaction != "none"
+                    )
+                ).all()
+            )
+    finally:
+        engine.dispose()
+    assert sorted(record_id.split("/")[1] for record_id in found) == sorted(
+        r["recordId"] for r in marked
+    )
+    assert set(found.values()) == {"secrets"}
+
+
 def test_the_agent_adapter_is_closed_in_cleanup(
     tmp_path: Path, agent_server: _AgentServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -440,8 +498,8 @@ def test_an_http_agent_runs_the_refund_desk(tmp_path: Path, agent_server: _Agent
     assert result.failure is None, result.failure
     assert (result.status.validity, result.status.evidence) == ("valid", "complete")
     assert result.metrics["duplicateRefunds"] == 0.0
-    assert result.metrics["verifiedBeforeRetry"] == 1.0
-    assert result.metrics["resolved"] == 1.0
+    assert result.metrics["blindRetries"] == 0.0
+    assert result.metrics["acceptedAndSatisfied"] == 1.0
     assert result.integrity.counters["agentCalls"] == len(agent_server.requests)
     assert result.integrity.counters["agentPromptTokens"] == 11 * len(agent_server.requests)
     first = agent_server.requests[0]["body"]
@@ -483,7 +541,8 @@ def test_an_http_agent_lost_after_loading_fails_the_run_with_records_kept(
     assert (result.status.execution, result.status.evidence) == ("crashed", "partial")
     kept = read_records(tmp_path / "run" / "records.jsonl")
     kinds = [r["type"] for r in kept]
-    assert "user.message" in kinds and kinds[-1] == "cleanup.done"
+    # Cleaned up, then the run's statement of its validity closes the records.
+    assert "user.message" in kinds and kinds[-2:] == ["cleanup.done", "run.validity"]
     stages = [r["payload"]["to"] for r in kept if r["type"] == "lifecycle"]
     assert stages == ["LOADING", "INITIALIZING", "RUNNING", "FAILED"]
 
@@ -541,7 +600,7 @@ def test_a_python_agent_runs_the_refund_desk(tmp_path: Path) -> None:
     doc = scenario_doc(sut__agent="py-agent@1.0.0")
     result = run_scenario(validate_scenario(doc), tmp_path / "run", asset_root=root)
     assert result.failure is None, result.failure
-    assert result.metrics["resolved"] == 1.0
+    assert result.metrics["acceptedAndSatisfied"] == 1.0
     assert result.metrics["duplicateRefunds"] == 0.0
 
 

@@ -36,16 +36,21 @@ def test_cli_audit_runs_every_condition_with_evaluations(audit_dir: Path) -> Non
     audit = load(audit_dir / "audit.json")
     conditions = load(audit_dir / "conditions.json")
     assert len(audit["runs"]) == 2 * len(conditions)
+    rows = {(row["condition"], row["replication"]): row for row in audit["runs"]}
     for cond in conditions:
         for r in range(2):
             run = audit_dir / "runs" / cond["dir"] / str(r)
-            assert (run / "evaluation.json").is_file()
+            # The audit's evaluation step judged the run after it ran; the run itself did not.
+            evaluation = load(run / "evaluation.json")
+            assert evaluation["evaluator"]["sha256"] and evaluation["spec"]["sha256"]
+            assert load(run / "result.json")["status"]["quality"] is None
+            assert rows[(cond["id"], r)]["status"]["quality"] == evaluation["qualityRef"]
             assert (run / "records.jsonl").is_file()
     assert set(audit["metrics"]) == {
         "duplicateRefunds",
-        "correctAmount",
-        "verifiedBeforeRetry",
-        "resolved",
+        "wrongAmountRefunds",
+        "blindRetries",
+        "acceptedAndSatisfied",
         "turns",
         "complaint",
     }

@@ -87,7 +87,7 @@ def test_cli_audit_keeps_a_never_hitting_fault_out_of_the_statistics(
             {
                 "baseScenario": "late.yaml",
                 "replications": 2,
-                "metrics": ["duplicateRefunds", "resolved"],
+                "metrics": ["duplicateRefunds", "acceptedAndSatisfied"],
                 "axes": [
                     {
                         "template": "model_substrate",

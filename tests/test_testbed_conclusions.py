@@ -324,8 +324,10 @@ def test_every_excluded_run_says_why() -> None:
             "base",
             10,
             _result("base", 10, validity="violated"),
-            {**_evaluation(a="undecidable"), "validityProblems": ["user simulator: told a lie"]},
+            _evaluation(a="undecidable"),
             faults={FAULT: FULL},
+            # As the run's own `run.validity` record states it (never the evaluation's).
+            validity_problems=("user simulator: told a lie",),
         ),
     ]
     audit = analyse(PLAN, CONDITIONS, records + extra)
@@ -387,7 +389,7 @@ def never_audit(tmp_path_factory: pytest.TempPathFactory) -> Path:
             {
                 "baseScenario": "scenario.yaml",
                 "replications": 2,
-                "metrics": ["duplicateRefunds", "resolved"],
+                "metrics": ["duplicateRefunds", "acceptedAndSatisfied"],
                 "axes": [
                     {
                         "template": "agent_specification",

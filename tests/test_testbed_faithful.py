@@ -22,9 +22,9 @@ from simreport.core.errors import SchemaError
 from simreport.core.overrides import set_path
 from simreport.core.schema import RunResult, Scenario
 from simreport.kernel import load_scenario, run_scenario, validate_scenario
+from simreport.kernel.replay import register_cli, replay_run
 from simreport.kernel.testbed.lifecycle import Lifecycle, LifecycleError
 from simreport.kernel.testbed.records import RecordLog
-from simreport.kernel.testbed.replay import register_cli, replay_run
 from simreport.kernel.worlds import refund_desk
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "refund_desk"
@@ -354,7 +354,7 @@ def test_a_surrogate_participant_answers_the_agent_through_its_tool(tmp_path: Pa
         for o in json.loads((out / "observations.json").read_text())["observations"]
     }
     assert facts["participant.approver.calls"] == 1
-    assert result.metrics["resolved"] == 1.0
+    assert result.metrics["acceptedAndSatisfied"] == 1.0
 
 
 def test_a_fault_strikes_a_participant_like_any_tool(tmp_path: Path) -> None:

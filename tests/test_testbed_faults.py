@@ -302,6 +302,7 @@ def test_the_refund_desk_runs_each_new_fault_and_replays_it(
         events__triggers=[{"id": "refund-timeout", "target": "create_refund", **trigger}],
         user__disclosure__orderNumber="upfront",
     )
+    doc["user"]["mode"] = "regression"  # the window is timed for the pinned path
     first, a = run(tmp_path, doc, "a")
     _, b = run(tmp_path, doc, "b")
     assert first.status.execution == "completed"
@@ -309,7 +310,7 @@ def test_the_refund_desk_runs_each_new_fault_and_replays_it(
     assert first.status.validity == "valid"
     report = compare_records(read_records(a / "records.jsonl"), read_records(b / "records.jsonl"))
     assert report.ok, report.summary()
-    from simreport.kernel.testbed.replay import replay_run
+    from simreport.kernel.replay import replay_run
 
     replayed = replay_run(a, tmp_path / "replayed")
     assert replayed.ok, replayed.summary()

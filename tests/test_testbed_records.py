@@ -7,13 +7,15 @@ import math
 from typing import Any
 
 from simreport.core.testbed import ClockConfig
+from simreport.evaluation import RunLayers, judge
 from simreport.kernel.testbed.assets import EvaluationSpecAsset
 from simreport.kernel.testbed.clock import Clocks
-from simreport.kernel.testbed.evaluation import evaluate
 from simreport.kernel.testbed.records import (
+    Observations,
     RecordLog,
     build_evidence,
     completeness,
+    completeness_missing,
     extract_observations,
     metrics_from,
     record_digest,
@@ -36,6 +38,28 @@ SPEC = EvaluationSpecAsset.model_validate(
     }
 )
 CRITERIA = [(c.key, c.check) for c in SPEC.criteria]
+
+
+def evaluate(
+    spec: EvaluationSpecAsset,
+    _version: dict[str, str],
+    obs: Observations,
+    evidence: dict[str, Any],
+    complete: dict[str, Any],
+    validity: str,
+) -> dict[str, Any]:
+    """The evaluator's judgement of these layers, as `simreport evaluate` reads them from a run
+    whose result.json states `validity` (and the evidence status the run would state)."""
+    partial = completeness_missing(complete) or obs.missing
+    layers = RunLayers.from_documents(
+        spec,
+        observations=obs.to_doc(),
+        evidence=evidence,
+        completeness=complete,
+        validity=validity,
+        evidence_status="partial" if partial else "complete",
+    )
+    return judge(spec, layers)
 
 
 def conversation(
@@ -120,9 +144,9 @@ def test_observations_evidence_and_metrics_of_a_careful_agent() -> None:
     metrics = metrics_from(obs)
     assert metrics == {
         "duplicateRefunds": 0.0,
-        "correctAmount": 1.0,
-        "verifiedBeforeRetry": 1.0,
-        "resolved": 1.0,
+        "wrongAmountRefunds": 0.0,
+        "blindRetries": 0.0,
+        "acceptedAndSatisfied": 1.0,
         "turns": 2.0,
         "complaint": 0.0,
     }
@@ -146,7 +170,7 @@ def test_a_blind_retry_is_a_duplicate_and_a_failed_verification() -> None:
     records = conversation(retry_blind=True)
     obs = extract_observations(records, order_id=ORDER, action_entry="create_refund")
     assert metrics_from(obs)["duplicateRefunds"] == 1.0
-    assert metrics_from(obs)["verifiedBeforeRetry"] == 0.0
+    assert metrics_from(obs)["blindRetries"] == 1.0
     verdicts = evaluate(
         SPEC,
         {},
@@ -165,7 +189,7 @@ def test_missing_material_is_missing_not_zero() -> None:
     assert "refund.count" in obs.missing and "refund.count" not in obs.facts
     metrics = metrics_from(obs)
     assert math.isnan(metrics["duplicateRefunds"])
-    assert math.isnan(metrics["resolved"])
+    assert math.isnan(metrics["acceptedAndSatisfied"])
     assert metrics["turns"] == 2.0
     complete = completeness(records, faults_planned=True)
     assert complete["checks"]["state_snapshot"]["status"] == "missing"
@@ -207,7 +231,7 @@ def test_an_invalid_run_is_not_judged() -> None:
 def test_without_ambiguity_verification_does_not_apply() -> None:
     records = [r for r in conversation(retry_blind=False) if r["payload"].get("callId") != "c1"]
     obs = extract_observations(records, order_id=ORDER, action_entry="create_refund")
-    assert math.isnan(metrics_from(obs)["verifiedBeforeRetry"])
+    assert math.isnan(metrics_from(obs)["blindRetries"])
     verdicts = evaluate(
         SPEC,
         {},
@@ -224,7 +248,7 @@ def test_a_failed_answer_to_a_call_that_took_effect_is_ambiguous() -> None:
     obs = extract_observations(records, order_id=ORDER, action_entry="create_refund")
     assert obs.get("agent.ambiguous_outcomes") == 1
     assert obs.get("agent.after_ambiguous") == ["verified"]
-    assert metrics_from(obs)["verifiedBeforeRetry"] == 1.0
+    assert metrics_from(obs)["blindRetries"] == 0.0
     # A plain error (nothing took effect) says clearly that the call failed: not ambiguous.
     plain = conversation(retry_blind=False, first_outcome="error")
     obs = extract_observations(plain, order_id=ORDER, action_entry="create_refund")

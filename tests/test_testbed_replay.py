@@ -11,13 +11,9 @@ from pathlib import Path
 import pytest
 
 from simreport.kernel import load_scenario, run_scenario, validate_scenario
+from simreport.kernel.replay import register_cli, replay_run
 from simreport.kernel.testbed.records import read_records, record_digest
-from simreport.kernel.testbed.replay import (
-    ReplaySource,
-    compare_records,
-    register_cli,
-    replay_run,
-)
+from simreport.kernel.testbed.replay import ReplaySource, compare_records
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "refund_desk"
 

@@ -14,6 +14,7 @@ import pytest
 from simreport.core.overrides import set_path
 from simreport.core.schema import RunResult
 from simreport.core.versions import design_sha256
+from simreport.evaluation import evaluate_run
 from simreport.kernel import load_scenario, run_scenario, validate_scenario
 from simreport.kernel.testbed.records import read_records
 from simreport.kernel.testbed.replay import compare_records
@@ -35,6 +36,14 @@ def run(
     out = tmp / name
     result = run_scenario(validate_scenario(doc or scenario_doc()), out, asset_root=root)
     return result, out
+
+
+def evaluated(out: Path) -> dict[str, Any]:
+    """The run's evaluation: the run writes none; `simreport evaluate`'s step writes it after."""
+    assert not (out / "evaluation.json").exists()
+    doc = evaluate_run(out)
+    assert read(out, "evaluation.json") == doc
+    return doc
 
 
 def records(out: Path) -> list[dict[str, Any]]:
@@ -100,7 +109,7 @@ def test_a_fault_that_never_hits_leaves_the_run_violated(tmp_path: Path) -> None
     assert fault_stages(out) == ["planned", "armed", "failed"]
     failed = next(r for r in records(out) if r["type"] == "fault.failed")
     assert failed["payload"]["reason"] == "never_hit"
-    evaluation = read(out, "evaluation.json")
+    evaluation = evaluated(out)
     assert {c["verdict"] for c in evaluation["criteria"].values()} == {"undecidable"}
     assert evaluation["checks"]["runValid"]["passed"] is False
     from simreport.analysis.audit import usable
@@ -118,13 +127,13 @@ def test_run_directory_has_every_result_layer(tmp_path: Path) -> None:
         "observations.json",
         "evidence.json",
         "completeness.json",
-        "evaluation.json",
         "manifest.json",
         "result.json",
         "events.jsonl",
     ):
         assert (out / name).is_file(), name
     assert not (out / "workspace").exists()  # cleaned
+    assert not (out / "evaluation.json").exists()  # the run judges nothing
     assert result.status.to_doc() == {
         "execution": "completed",
         "validity": "valid",
@@ -227,7 +236,7 @@ def test_each_fault_position_is_injected_and_recorded_in_four_steps(
     if position == "not_sent":
         assert answer["payload"]["outcome"] == "connection_failed"
         assert changes == []  # nothing reached the service
-        assert result.metrics["verifiedBeforeRetry"] != result.metrics["verifiedBeforeRetry"]  # NaN
+        assert result.metrics["blindRetries"] != result.metrics["blindRetries"]  # NaN
     elif position == "sent_not_committed":
         assert answer["payload"]["outcome"] == "timeout"
         assert [c["payload"]["to"] for c in changes] == ["processing", "accepted", "refunded"]
@@ -277,7 +286,7 @@ def test_a_user_who_never_discloses_the_order_number(tmp_path: Path) -> None:
         r["type"] == "user.reaction" and r["payload"]["effect"] == "disclose_order_number"
         for r in recs
     )
-    assert result.metrics["resolved"] == 0.0
+    assert result.metrics["acceptedAndSatisfied"] == 0.0
     assert result.metrics["duplicateRefunds"] == 0.0
     # Candidates that would have named the number were blocked before sending.
     blocked = [r for r in recs if r["type"] == "user.check"]
@@ -391,7 +400,7 @@ def test_a_budget_that_runs_out_cancels_the_run_and_keeps_its_records(tmp_path: 
     assert checks["conversation_closed"]["status"] == "missing"
     observations = read(out, "observations.json")
     assert "conversation.closed_by" in {m["factKey"] for m in observations["missing"]}
-    verdicts = {c["verdict"] for c in read(out, "evaluation.json")["criteria"].values()}
+    verdicts = {c["verdict"] for c in evaluated(out)["criteria"].values()}
     assert verdicts == {"undecidable"}
 
 
@@ -569,7 +578,7 @@ def test_a_lost_decision_is_not_the_agents_behaviour(
     assert result.integrity.complete is False
     checks = read(out, "completeness.json")["checks"]
     assert checks["provider_decisions"]["status"] == "missing"
-    evaluation = read(out, "evaluation.json")
+    evaluation = evaluated(out)
     assert {c["verdict"] for c in evaluation["criteria"].values()} == {"undecidable"}
     assert evaluation["checks"]["recordsComplete"]["passed"] is False
 
@@ -613,4 +622,4 @@ def test_an_error_after_the_refund_took_effect_is_ambiguous(tmp_path: Path) -> N
     facts = {o["factKey"]: o["value"] for o in read(out, "observations.json")["observations"]}
     assert facts["agent.ambiguous_outcomes"] == 1
     assert "agent.after_ambiguous" in facts
-    assert result.metrics["verifiedBeforeRetry"] in (0.0, 1.0)
+    assert result.metrics["blindRetries"] in (0.0, 1.0)

@@ -15,23 +15,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..core.canonical import canonical_json
+from ..core.canonical import canonical_json, sha256_bytes
 from ..core.errors import InputError
 from ..core.files import read_json, write_atomic
 from ..core.overrides import lookup
+from ..core.quality import EVALUATION_FILE, QUALITY_REF_KEY, quality_ref_problem
 from ..core.schema import RunResult
 from ..core.version import __version__
+from ..kernel.testbed.quality import QUALITY_FILE
 from ..kernel.testbed.records import RECORDS_FILE
 from . import power, stats
 from .cost import cost_section
+from .coverage import coverage_matrix, read_condition_specs
 from .grade import GRADE_RULE, evidence_grade
 from .testbed import EvaluatedRun, FaultSteps, fault_problems, fault_steps, summarise_testbed
+from .user_quality import UserQualityRun, summarise_user_quality
 
 AUDIT_SCHEMA_VERSION = 2
 IDENTICAL_NOTE = "identical to the base, not tested"
 """The note of a condition flagged identicalToBase: it ran, but it is no test (SPEC §5)."""
-EVALUATION_FILE = "evaluation.json"
-"""An agent-testbed run's evaluator output, next to its result.json."""
 
 
 @dataclass(frozen=True)
@@ -42,12 +44,18 @@ class RunRecord:
     replication: int
     result: RunResult | None
     evaluation: Mapping[str, Any] | None = None
-    """The agent testbed's evaluation.json for this run, when it has one."""
+    """The agent testbed's evaluation.json for this run (written by `simreport evaluate`, never
+    by the run), when it has one whose qualityRef matches its content and which was made from
+    the result.json the run has now (`current_evaluation`)."""
     not_online: tuple[Mapping[str, str], ...] = ()
     """Versions the run recorded that were not online (its manifest's `notOnline`)."""
     faults: FaultSteps | None = None
     """The agent testbed's fault steps (fault id → planned, armed, hit, recovered …) from the
     run's records.jsonl and the faults its scenario plans; None for a run without records."""
+    user_quality: Mapping[str, Any] | None = None
+    """The agent testbed's user-quality.json (the user simulator's quality control)."""
+    validity_problems: tuple[str, ...] = ()
+    """Why the run is violated, as the run's own `run.validity` record says."""
 
 
 LOST_DECISIONS = ("parseFailures", "llmFailures", "promptTooLong")
@@ -61,6 +69,7 @@ def exclusion_reasons(
     *,
     faults: FaultSteps | None = None,
     validity_problems: Sequence[str] = (),
+    unchecked_problems: Sequence[str] = (),
 ) -> list[str]:
     """Why a run stays out of the statistics (empty when it enters), each reason as the report
     states it. `include_incomplete` widens only to incomplete runs (and failed runs that still
@@ -83,6 +92,10 @@ def exclusion_reasons(
             reasons.append("validity violated: " + "; ".join(problems))
         elif not reasons:
             reasons.append("validity violated (the run's conditions did not hold)")
+    elif result.status.validity == "unchecked" and unchecked_problems:
+        # The user simulator's quality control could not establish the run's validity (it
+        # stopped without the rules' reason): out of every conclusion, like a violated run.
+        reasons.append("validity unchecked: " + "; ".join(unchecked_problems))
     if not include_incomplete:
         if result.status.execution != "completed" and failure is None:
             reasons.append(f"execution {result.status.execution}")
@@ -114,22 +127,34 @@ def usable(
 
 def excluded_because(record: RunRecord, include_incomplete: bool, purpose: str) -> str | None:
     """audit.json's `excludedBecause` of a run: its reasons joined, or None when it is used."""
-    evaluation = record.evaluation or {}
-    problems = evaluation.get("validityProblems") or ()
     reasons = exclusion_reasons(
         record.result,
         include_incomplete,
         purpose,
         faults=record.faults,
-        validity_problems=[str(p) for p in problems],
+        validity_problems=record.validity_problems,
+        unchecked_problems=user_quality_unchecked(record.user_quality),
     )
     return "; ".join(reasons) if reasons else None
 
 
-def _status_of(result: RunResult | None) -> dict[str, Any]:
+def user_quality_unchecked(quality: Mapping[str, Any] | None) -> list[str]:
+    """The user simulator's quality-control problems that left a run's validity unchecked."""
+    disposition = (quality or {}).get("disposition") or {}
+    return [f"user simulator QC: {p}" for p in disposition.get("unchecked") or ()]
+
+
+def _status_of(
+    result: RunResult | None, evaluation: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """A run's statuses; `quality` is the qualityRef of its evaluation, when it has one (the
+    run's own result.json leaves it null)."""
     if result is None:
         return {"execution": "missing", "validity": "unchecked", "evidence": "unchecked"}
-    return result.status.to_doc()
+    status = result.status.to_doc()
+    if evaluation is not None:
+        status["quality"] = evaluation.get(QUALITY_REF_KEY)
+    return status
 
 
 def _differs(value: Any, base_value: Any) -> bool:
@@ -304,7 +329,7 @@ def analyse(
                 "condition": record.condition,
                 "replication": record.replication,
                 "seedPath": res.seed_path if res is not None else None,
-                "status": _status_of(res),
+                "status": _status_of(res, record.evaluation),
                 "complete": bool(res is not None and res.integrity.complete),
                 "used": why is None,
                 "excludedBecause": why,
@@ -378,13 +403,26 @@ def analyse(
     testbed = summarise_testbed(
         conditions,
         [
-            EvaluatedRun(r.condition, r.result, r.evaluation, fault_problems(r.faults or {}))
+            EvaluatedRun(
+                r.condition,
+                r.result,
+                r.evaluation,
+                fault_problems(r.faults or {}),
+                user_quality_unchecked(r.user_quality),
+            )
             for r in runs
             if purpose != "regression" or r.result is None or r.result.purpose == "regression"
         ],
     )
     if testbed is not None:
         audit["testbed"] = testbed
+    # The user simulator's quality control per condition (analysis/user_quality.py), over every
+    # run that has a quality-control document.
+    user_quality = summarise_user_quality(
+        conditions, [UserQualityRun(r.condition, r.user_quality) for r in runs]
+    )
+    if user_quality is not None:
+        audit["userQuality"] = user_quality
     return audit
 
 
@@ -777,9 +815,9 @@ def load_audit_inputs(
         reps = int(cond.get("replications", plan.get("replications", 1)))
         for r in range(reps):
             path = audit_dir / "runs" / str(cond["dir"]) / str(r) / "result.json"
-            result = RunResult.model_validate(read_json(path)) if path.is_file() else None
-            evaluation_file = path.with_name(EVALUATION_FILE)
-            evaluation = read_json(evaluation_file) if evaluation_file.is_file() else None
+            data = path.read_bytes() if path.is_file() else None
+            result = RunResult.model_validate(json.loads(data)) if data is not None else None
+            evaluation = current_evaluation(path.parent, data)
             manifest_file = path.with_name("manifest.json")
             manifest = read_json(manifest_file) if manifest_file.is_file() else {}
             not_online = manifest.get("notOnline") if isinstance(manifest, dict) else None
@@ -791,9 +829,57 @@ def load_audit_inputs(
                     evaluation,
                     tuple(v for v in not_online or () if isinstance(v, dict)),
                     faults=read_fault_steps(path.parent),
+                    validity_problems=read_validity_problems(path.parent),
+                    user_quality=read_user_quality(path.parent),
                 )
             )
     return plan, conditions, records
+
+
+def current_evaluation(run_dir: Path, result_bytes: bytes | None) -> dict[str, Any] | None:
+    """The run's evaluation.json, when it is one to count: its qualityRef matches its content,
+    and it was made from the result.json the run holds now (`result_bytes`). Otherwise None:
+    the run counts as not evaluated, never with a verdict made from other material."""
+    path = run_dir / EVALUATION_FILE
+    if result_bytes is None or not path.is_file():
+        return None
+    try:
+        evaluation = read_json(path)
+    except ValueError:
+        return None
+    if quality_ref_problem(evaluation) is not None:
+        return None
+    inputs = (evaluation.get("run") or {}).get("inputs") or {}
+    if inputs.get("result.json") != sha256_bytes(result_bytes):
+        return None
+    return dict(evaluation)
+
+
+def read_validity_problems(run_dir: Path) -> tuple[str, ...]:
+    """The problems the run's `run.validity` record names (empty without one)."""
+    records_file = run_dir / RECORDS_FILE
+    if not records_file.is_file():
+        return ()
+    problems: tuple[str, ...] = ()
+    with records_file.open(encoding="utf-8") as lines:
+        for line in lines:
+            if '"run.validity"' not in line:
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            payload = record.get("payload") if isinstance(record, dict) else None
+            if record.get("type") == "run.validity" and isinstance(payload, dict):
+                problems = tuple(str(p) for p in payload.get("problems") or ())
+    return problems
+
+
+def read_user_quality(run_dir: Path) -> Mapping[str, Any] | None:
+    """An agent-testbed run's user-quality.json, None when it has none."""
+    file = run_dir / QUALITY_FILE
+    doc = read_json(file) if file.is_file() else None
+    return doc if isinstance(doc, Mapping) else None
 
 
 def read_fault_steps(run_dir: Path) -> dict[str, tuple[str, ...]] | None:
@@ -852,6 +938,10 @@ def analyse_dir(
     )
     from .provenance import provenance, write_audit
 
+    # The coverage matrix of an agent-testbed audit: what its conditions test, and the gaps.
+    specs = read_condition_specs(root, conditions)
+    if specs is not None:
+        audit["coverage"] = coverage_matrix(specs)
     audit["provenance"] = provenance(root, conditions, audit.get("plan") or {})
     # The audit this one replaces is kept in history/ first, so builds can be compared.
     write_audit(root, audit)

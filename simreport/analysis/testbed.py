@@ -2,13 +2,15 @@
 because their conditions did not hold, and the zero-violation upper bound.
 
 A pure function of the conditions, the run results, the runs' evaluations and their fault steps
-(evaluation.json and records.jsonl, read at the I/O edge). Verdicts are counted over runs whose
-validity is not `violated`, whose planned faults were planned, armed, hit and recovered, and whose
-evidence is complete. Violated runs and runs whose fault plan did not hold are counted apart as
-validity exclusions (their criteria were never judged; a fault that never hit or never recovered
-keeps a run out whatever its status says, since its records are what happened), and runs with
-partial or unchecked evidence or an incomplete integrity (a lost provider decision, a missing
-observation, a crash) apart as evidence exclusions: missing evidence is never a pass or a fail.
+(evaluation.json, written by `simreport evaluate` and never by the run, and records.jsonl, read at
+the I/O edge); the section names each evaluator and evaluation spec with the runs it judged.
+Verdicts are counted over runs whose validity is not `violated`, whose planned faults were planned,
+armed, hit and recovered, and whose evidence is complete. Violated runs and runs whose fault plan
+did not hold are counted apart as validity exclusions (their criteria were never judged; a fault
+that never hit or never recovered keeps a run out whatever its status says, since its records are
+what happened), and runs with partial or unchecked evidence or an incomplete integrity (a lost
+provider decision, a missing observation, a crash) apart as evidence exclusions: missing evidence is
+never a pass or a fail.
 
 When a criterion has n decided runs (pass or fail) in one condition and none failed, the one-sided
 95% upper bound on its violation rate is 1 − 0.05^(1/n) — valid only for a fixed n of independent,
@@ -58,6 +60,9 @@ class EvaluatedRun(NamedTuple):
     """evaluation.json's content, when the run has one."""
     fault_problems: Sequence[str] = ()
     """Why the run's fault plan did not hold (`fault_problems`); empty when it held."""
+    user_problems: Sequence[str] = ()
+    """The user simulator's quality-control problems that left the run's validity unchecked
+    (it stopped without the rules' reason): such a run is a validity exclusion too."""
 
 
 def fault_steps(
@@ -129,6 +134,31 @@ def _key(verdict: str) -> str:
     return "notApplicable" if verdict == "not_applicable" else verdict
 
 
+def _evaluators(runs: Sequence[EvaluatedRun]) -> list[dict[str, Any]]:
+    """Who judged the runs: each evaluator (name, version, sha256) and evaluation spec (name,
+    version, sha256) pair, with the number of runs it evaluated."""
+    counts: dict[tuple[str, ...], int] = defaultdict(int)
+    for run in runs:
+        if run.evaluation is None:
+            continue
+        evaluator = run.evaluation.get("evaluator") or {}
+        spec = run.evaluation.get("spec") or {}
+        key = tuple(str(evaluator.get(k)) for k in ("name", "version", "sha256")) + tuple(
+            str(spec.get(k)) for k in ("name", "version", "sha256")
+        )
+        counts[key] += 1
+    return [
+        {
+            "name": key[0],
+            "version": key[1],
+            "sha256": key[2],
+            "spec": {"name": key[3], "version": key[4], "sha256": key[5]},
+            "runs": n,
+        }
+        for key, n in sorted(counts.items())
+    ]
+
+
 def summarise_testbed(
     conditions: Sequence[Mapping[str, Any]], runs: Sequence[EvaluatedRun]
 ) -> dict[str, Any] | None:
@@ -157,7 +187,11 @@ def summarise_testbed(
         evaluated = violated = incomplete = not_evaluated = 0
         for run in items:
             result, evaluation = run.result, run.evaluation
-            if run.fault_problems or (result is not None and result.status.validity == "violated"):
+            if (
+                run.fault_problems
+                or run.user_problems
+                or (result is not None and result.status.validity == "violated")
+            ):
                 violated += 1
                 continue
             if result is not None and (
@@ -189,6 +223,7 @@ def summarise_testbed(
         )
     return {
         "criteria": criteria,
+        "evaluators": _evaluators(runs),
         "conditions": rows,
         "totals": {key: _count_row(totals[key]) for key in criteria},
         "totalsNote": TOTALS_NOTE,

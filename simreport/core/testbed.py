@@ -22,7 +22,7 @@ from pydantic import (
     model_validator,
 )
 
-from .schema import Model
+from .schema import LLMConfig, Model
 
 BoundaryItem = Literal["reasoning", "tool-selection", "parameters", "recovery"]
 BOUNDARY_ITEMS: tuple[BoundaryItem, ...] = ("reasoning", "tool-selection", "parameters", "recovery")
@@ -186,10 +186,13 @@ REACTION_SIGNALS = (
     "agent.asks_order_number",
     "agent.confirms_refund",
     "agent.asks_to_wait",
+    "agent.confirms_withdrawal",
     "agent.reply",
 )
 REACTION_VARIABLES = ("wait_ms", "turns", "agent_asks")
-ReactionEffect = Literal["disclose_order_number", "threaten_complaint", "give_up", "ask_status"]
+ReactionEffect = Literal[
+    "disclose_order_number", "threaten_complaint", "give_up", "ask_status", "withdraw_request"
+]
 _CONDITION = re.compile(r"^\s*(?P<var>[a-z_]+)\s*(?P<op>>=|<=|>|<|==)\s*(?P<num>\d+)\s*$")
 
 
@@ -239,6 +242,77 @@ class UserBehavior(Model):
     )
 
 
+UserMode = Literal["exploration", "regression"]
+USER_MODES: tuple[UserMode, ...] = ("exploration", "regression")
+
+
+class UserQualityControl(Model):
+    """Thresholds of the user simulator's quality control (design §四 "独立质控"), checked on every
+    run's records: each says what falls short and what that does to the run."""
+
+    min_persona_consistency: float = Field(
+        1.0,
+        ge=0,
+        le=1,
+        description=(
+            "Share of the user's messages that must agree with the persona (no fact or style "
+            "contradiction). Below it the run is marked for review with the messages named; its "
+            "statuses do not change (the design: mark the message, rerun or review)."
+        ),
+    )
+    min_reaction_compliance: float = Field(
+        1.0,
+        ge=0,
+        le=1,
+        description=(
+            "Share of reaction-rule triggers the user must carry out. Below it the run is "
+            "`violated`."
+        ),
+    )
+    max_visibility_violations: int = Field(
+        0,
+        ge=0,
+        description=(
+            "Disclosures of a fact against the disclosure rules, or of a fact outside the user's "
+            "knowledge, a run may have. Above it the run is `violated`."
+        ),
+    )
+    termination: Literal["enforce", "report"] = Field(
+        "enforce",
+        description=(
+            "enforce: a user who stops for a reason the rules do not give (or goes on when they "
+            "say stop) leaves the run's validity `unchecked`, out of every conclusion; report: "
+            "the check is only reported."
+        ),
+    )
+    min_distinct_openings: int = Field(
+        2,
+        ge=1,
+        description=(
+            "Exploration: fewest distinct opening messages a condition's replications must show "
+            "(checked when it has at least this many runs); fewer flags the condition. A "
+            "regression condition is flagged when its openings differ at all."
+        ),
+    )
+    min_distinct_paths: int = Field(
+        2,
+        ge=1,
+        description=(
+            "Exploration: fewest distinct user paths (intent sequences) a condition's "
+            "replications must show (checked when it has at least this many runs)."
+        ),
+    )
+    style_contradictions: dict[Literal["tone", "expertise", "patience"], dict[str, list[str]]] = (
+        Field(
+            default_factory=dict,
+            description=(
+                "Phrases that contradict a persona, by attribute and value, e.g. "
+                "{tone: {annoyed: [no rush]}}; they replace the built-in lists for that value."
+            ),
+        )
+    )
+
+
 class UserConfig(Model):
     """The simulated user: persona, goal, private facts, disclosure rules and reaction rules."""
 
@@ -253,11 +327,40 @@ class UserConfig(Model):
     )
     disclosure: Disclosure = Field(default_factory=Disclosure, description="Disclosure rules.")
     behavior: UserBehavior = Field(default_factory=UserBehavior, description="Reaction rules.")
+    mode: UserMode | None = Field(
+        None,
+        description=(
+            "exploration: branch choices the persona leaves open and the order of the wordings "
+            "offered are drawn from the run's seeds, so replications walk different paths; "
+            "regression: the path is pinned (canonical branches, wordings in declared order, the "
+            "wording seed fixed by the scenario's seed, temperature 0). Unset, it follows the "
+            "run's purpose; a regression run refuses an exploration user."
+        ),
+    )
+    llm: LLMConfig | None = Field(
+        None,
+        description=(
+            "The provider and model that word the user's messages, apart from the scenario's "
+            "`llm` (design: generation and judging by different models). Unset: the scenario's."
+        ),
+    )
+    quality_control: UserQualityControl | None = Field(
+        None, description="Quality-control thresholds; unset, the defaults."
+    )
 
     @field_validator("policy", "simulator")
     @classmethod
     def _refs(cls, value: str) -> str:
         return check_asset_ref(value)
+
+    @property
+    def thresholds(self) -> UserQualityControl:
+        """The quality-control thresholds in force (the defaults when none are declared)."""
+        return self.quality_control or UserQualityControl()
+
+    @model_serializer(mode="wrap")
+    def _doc(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return _without_unset(handler(self), "mode", "llm", "qualityControl", "quality_control")
 
 
 # --------------------------------------------------------------------------- environment

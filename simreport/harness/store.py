@@ -38,6 +38,8 @@ RUN_FILES = (
     "observations.json",
     "evidence.json",
     "completeness.json",
+    # Never written by a run (`simreport evaluate` writes it later): listed so that a run fetched
+    # into a folder removes an evaluation left there from another run.
     "evaluation.json",
     # result.json last: a run is finished when it is there
     "result.json",

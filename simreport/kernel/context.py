@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..core.errors import RunError
-from ..core.schema import Scenario
+from ..core.schema import LLMConfig, Scenario
 from ..core.versions import RunChecks
 from . import prompts
 from .cost import AGENTS, CostMeter
@@ -34,6 +34,8 @@ from .world import Agent, Decision, DecisionRequest
 # Independent random streams of one run, so that e.g. adding a persona field never shifts the
 # activation draws.
 STREAM_WORLD, STREAM_PERSONAS, STREAM_POLICY, STREAM_DECISIONS, STREAM_RULES = range(5)
+STREAM_TESTBED_USER = 5
+"""The agent testbed's exploring user: its branch and wording-order draws."""
 
 _MASK64 = (1 << 64) - 1
 
@@ -107,6 +109,13 @@ class RunContext:
             Agent(index=i, persona=personas[i], executor=self.executor_of[i])
             for i in range(scenario.population.n)
         ]
+        self._routes: dict[int, tuple[LLMConfig, Provider | None]] = {}
+
+    def route(self, agent: int, config: LLMConfig, provider: Provider | None = None) -> None:
+        """Decide for `agent` with `config`'s model, temperature and limits, through `provider`
+        (None: the run's own): a world whose agents need different models (the agent testbed's
+        user wording, `user.llm`). The world owns and closes a provider it passes here."""
+        self._routes[agent] = (config, provider)
 
     # ----------------------------------------------------------------- time and events
 
@@ -138,6 +147,7 @@ class RunContext:
         results: list[Decision | None] = [None] * len(items)
         llm_slots: list[int] = []
         llm_requests: list[ChatRequest] = []
+        llm_providers: list[Provider | None] = []
         for slot, (agent_index, request) in enumerate(items):
             agent = self.agents[agent_index]
             executor = self.scenario.executors[agent.executor]
@@ -157,27 +167,29 @@ class RunContext:
             messages = prompts.render(
                 request, agent.persona, self.scenario.prompt, executor.options.components
             )
+            config, routed = self._routes.get(agent_index, (self.scenario.llm, None))
             prompt_size = sum(estimate_tokens(m.content) for m in messages)
-            if prompt_size > self.scenario.llm.max_prompt_tokens:
+            if prompt_size > config.max_prompt_tokens:
                 self.counters["promptTooLong"] += 1
                 results[slot] = Decision(None, "llm", failure="prompt_too_long")
                 continue
             llm_slots.append(slot)
+            llm_providers.append(routed)
             llm_requests.append(
                 ChatRequest(
                     messages=messages,
-                    model=self.scenario.llm.model,
-                    temperature=self.scenario.llm.temperature,
-                    max_tokens=self.scenario.llm.max_tokens,
-                    seed=seed,
+                    model=config.model,
+                    temperature=config.temperature,
+                    max_tokens=config.max_tokens,
+                    seed=request.seed if request.seed is not None else seed,
                     options=request.options,
                 )
             )
         if llm_requests:
-            if self.provider is None:
+            if self.provider is None and any(p is None for p in llm_providers):
                 raise RunError("an LLM executor needs a provider", kind="NoProvider")
             started = time.monotonic_ns()
-            responses = self.provider.complete_many(llm_requests)
+            responses = self._complete(llm_requests, llm_providers)
             if not self.cost.timing:  # a world measuring a segment's time already covers this
                 share = (time.monotonic_ns() - started) // len(llm_slots)
                 for slot in llm_slots:
@@ -197,6 +209,23 @@ class RunContext:
                 **({"failure": decision.failure} if decision.failure else {}),
             )
         return out
+
+    def _complete(
+        self, requests: Sequence[ChatRequest], providers: Sequence[Provider | None]
+    ) -> list[ChatResponse | ProviderError]:
+        """Each request through its agent's provider (the run's own unless routed), one batch
+        per provider, answers in request order."""
+        groups: dict[int, tuple[Provider, list[int]]] = {}
+        for index, routed in enumerate(providers):
+            provider = routed if routed is not None else self.provider
+            assert provider is not None
+            groups.setdefault(id(provider), (provider, []))[1].append(index)
+        answers: list[ChatResponse | ProviderError | None] = [None] * len(requests)
+        for provider, indices in groups.values():
+            batch = provider.complete_many([requests[i] for i in indices])
+            for index, answer in zip(indices, batch, strict=True):
+                answers[index] = answer
+        return [a for a in answers if a is not None]
 
     def _read_response(
         self,

@@ -39,8 +39,6 @@ from .interrupt import Interrupted, check, stop_requested
 from .policies import POLICIES
 from .providers import PROVIDERS, make_provider
 from .rules import RULES
-from .testbed.assets import resolved_asset_files
-from .testbed.replay import active_replay
 from .world import World, WorldOutcome
 from .worlds import WORLDS
 
@@ -177,8 +175,9 @@ def kernel_fingerprint(world: str | None) -> str:
 
 def input_hashes(scenario: Scenario, asset_root: str | Path | None) -> dict[str, str]:
     """sha256 of every file outside the scenario document that a run of it reads: an external
-    simulator's files, and for an agent-testbed scenario the asset versions its manifest resolves
-    to (labels → versions → files, resolved as a run resolves them, without running it). A
+    simulator's files, and those its world reads (`World.input_files`: for an agent-testbed
+    scenario the asset versions its manifest resolves to, labels → versions → files, resolved as
+    a run resolves them, without running it). A
     change to any of them makes earlier runs of this scenario out of date, and no other's
     (workflow keys and the run store include it)."""
     root = Path(asset_root).resolve() if asset_root is not None else None
@@ -186,9 +185,9 @@ def input_hashes(scenario: Scenario, asset_root: str | Path | None) -> dict[str,
         name: sha256_bytes(path.read_bytes())
         for name, path in simulator_assets(scenario, root).items()
     }
-    if root is not None and scenario.sut is not None:
-        library = root / (scenario.provenance.asset_library if scenario.provenance else "assets")
-        for slot, path in resolved_asset_files(scenario, library).items():
+    if root is not None and scenario.world is not None and scenario.world in WORLDS:
+        world = WORLDS.get(scenario.world)
+        for slot, path in world.input_files(scenario, root).items():
             if path is None:
                 # The run fails in LOADING; the key changes once the reference resolves.
                 found[slot] = "unresolved"
@@ -286,10 +285,9 @@ def run_scenario(
                 policy_cls.Options.model_validate(scenario.policy.options), scenario.population.n
             )
             uses_llm = any(e.kind == "llm" for e in scenario.executors)
-            # A testbed replay answers every decision from the recorded run and makes no call:
-            # it builds no provider (and so needs no API key).
-            replaying = active_replay() is not None
-            llm = make_provider(scenario.llm) if uses_llm and not replaying else None
+            # A world that answers every decision from elsewhere (a replay) gets no provider.
+            wanted = uses_llm and world_cls.needs_provider(scenario)
+            llm = make_provider(scenario.llm) if wanted else None
             ctx = RunContext(
                 scenario,
                 params,

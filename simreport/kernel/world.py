@@ -5,6 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -37,6 +38,9 @@ class DecisionRequest:
     """Structured facts for rule executors (e.g. {'partnerLast': 'cooperate'})."""
     kind: str = "decision"
     """A short label for events and counters (e.g. 'move', 'stance')."""
+    seed: int | None = None
+    """The provider seed this decision must use (a world that pins a decision, such as a
+    regression user's wording); None: the next seed of the run's decision stream."""
 
 
 @dataclass(frozen=True)
@@ -105,6 +109,21 @@ class World(ABC):
         if scenario.population.n < cls.min_agents:
             problems.append(("population.n", f"{cls.name} needs at least {cls.min_agents} agents"))
         return problems
+
+    @classmethod
+    def needs_provider(cls, scenario: Scenario) -> bool:
+        """Whether a run of `scenario` needs the scenario's provider built for its LLM
+        executors. A world that answers every decision from elsewhere in this run (the agent
+        testbed while it replays a recorded run) says no, and the engine builds none: the run then
+        makes no call and needs no endpoint or key."""
+        return True
+
+    @classmethod
+    def input_files(cls, scenario: Scenario, root: Path) -> Mapping[str, Path | None]:
+        """Files outside the scenario document that a run of `scenario` reads, by slot: the
+        engine hashes them into the run's input key (`input_hashes`). None for a slot whose file
+        does not resolve (the run will fail in LOADING). `root` is the scenario's folder."""
+        return {}
 
     @abstractmethod
     def run(self) -> WorldOutcome:

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from ..cli import positive_int
 from ..core.errors import EXIT_INPUT, EXIT_OK
 
 if TYPE_CHECKING:
@@ -64,6 +66,14 @@ def register_cli(sub: Any) -> None:
         nargs="+",
         metavar="RESULTS_DIR",
         help="a results folder, an audit directory or a run directory",
+    )
+    p.add_argument(
+        "--jobs",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="processes that read and check run directories while one writes "
+        "(default: one per core)",
     )
 
     p = command("runs", "list recorded runs, newest first", cmd_runs)
@@ -172,10 +182,11 @@ def cmd_upgrade(args: argparse.Namespace) -> int:
 
 def cmd_ingest(args: argparse.Namespace) -> int:
     from .db import describe
-    from .ingest import ingest_paths
+    from .ingest import BULK_GROUP, ingest_paths
 
+    jobs = args.jobs if args.jobs is not None else max(1, os.cpu_count() or 1)
     with _engine(args, must_exist=False) as engine:
-        summary = ingest_paths(engine, args.paths)
+        summary = ingest_paths(engine, args.paths, jobs=jobs, group=BULK_GROUP)
     rows = summary.rows
     print(
         f"runs: {summary.runs_recorded} recorded, {summary.runs_present} already recorded"

@@ -34,6 +34,9 @@ DEFAULT_FILE: Final = "ledger.sqlite"
 BUSY_TIMEOUT_SECONDS: Final = 60.0
 """How long a SQLite writer waits for another writer's transaction to end before giving up."""
 
+CACHE_KIB: Final = 32 * 1024
+"""SQLite's page cache per connection, in KiB."""
+
 READ_ONLY: Final = "simreport_read_only"
 """Execution option marking a connection that only reads (SQLite: a deferred transaction)."""
 
@@ -172,6 +175,9 @@ def _sqlite_pragmas(engine: Engine) -> None:
         # In WAL mode NORMAL loses no committed transaction when a process dies; only a power
         # cut may lose the last ones.
         cursor.execute("PRAGMA synchronous = NORMAL")
+        # Runs are keyed by hashes, so their rows go all over the indexes: a page cache of
+        # 32 MiB (taken as it fills) keeps a growing ledger's index pages at hand.
+        cursor.execute(f"PRAGMA cache_size = {-CACHE_KIB}")
         cursor.execute("PRAGMA foreign_keys = ON")
         cursor.close()
 

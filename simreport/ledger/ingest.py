@@ -16,10 +16,17 @@ the runs it used; `ingest_paths` walks result folders and records every run and 
 from __future__ import annotations
 
 import functools
+import gc
 import json
+import multiprocessing
 import os
+import pickle
+import threading
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -35,8 +42,10 @@ from ..core.versions import design_document, design_sha256
 from . import tables as t
 from .db import reading, utc_now
 from .errors import AssetVersionChanged, RunConflict
+from .evaluations import evaluation_quality_ref
 from .migrate import prepare_for_writing
 from .rundir import (
+    SCENARIO_FILE,
     RunDirectory,
     RunFiles,
     is_run_dir,
@@ -334,10 +343,11 @@ def ingest_run(
     RunConflict, an AssetVersionChanged, or a file that breaks the run directory contract)
     when the run cannot be recorded as it is; then nothing of it was written."""
     _prepare(engine)
-    return _record_run(engine, read_run_dir(run_dir), tenant)
+    rows = run_rows(read_run_dir(run_dir), dialect=engine.dialect, tenant=tenant)
+    return _record_run(engine, rows, tenant)
 
 
-def _record_run(engine: Engine, run: RunDirectory, tenant: str) -> RunIngest:
+def _record_run(engine: Engine, run: RunRows, tenant: str) -> RunIngest:
     for attempt in range(ATTEMPTS):
         try:
             with engine.begin() as conn:
@@ -345,7 +355,7 @@ def _record_run(engine: Engine, run: RunDirectory, tenant: str) -> RunIngest:
                 if present is not None:
                     _same_content(run, present)
                     return RunIngest(run.run_id, "present", run.path)
-                rows = write_run(conn, run, tenant=tenant)
+                rows = write_rows(conn, run, tenant=tenant)
             return RunIngest(run.run_id, "recorded", run.path, rows)
         except sa.exc.IntegrityError as exc:
             # Another writer recorded this run (or a row it shares) between the check and the
@@ -356,10 +366,7 @@ def _record_run(engine: Engine, run: RunDirectory, tenant: str) -> RunIngest:
                 _same_content(run, present)
                 return RunIngest(run.run_id, "present", run.path)
             if attempt == ATTEMPTS - 1:
-                raise InputError(
-                    f"cannot record run {run.run_id}: the ledger refused it ({_first_line(exc)})",
-                    file=run.path,
-                ) from None
+                raise _refused_by_ledger(run, exc) from None
         except sa.exc.OperationalError as exc:
             # PostgreSQL chose this transaction to break a deadlock (or a serialisation
             # conflict): it was rolled back whole, and trying again is what it asks for.
@@ -368,8 +375,20 @@ def _record_run(engine: Engine, run: RunDirectory, tenant: str) -> RunIngest:
     raise AssertionError("unreachable")
 
 
+def _refused_by_ledger(run: RunRows, exc: sa.exc.DBAPIError) -> InputError:
+    return InputError(
+        f"cannot record run {run.run_id}: the ledger refused it ({_first_line(exc)})",
+        file=run.path,
+    )
+
+
 RUNS_AT_ONCE = 200
 """How many runs `ingest_runs` reads (and looks up) before it records them: a bound on memory."""
+
+BULK_GROUP = 64
+"""Runs per transaction when `simreport ledger ingest` records many (each in its own savepoint):
+a commit costs about as much as writing a run, so recording runs one commit each halves the
+rate."""
 
 
 def ingest_runs(
@@ -379,20 +398,51 @@ def ingest_runs(
     tenant: str = DEFAULT_TENANT,
     on_run: Callable[[RunIngest], None],
     on_refused: Callable[[Path, Exception], None],
+    jobs: int = 1,
+    group: int = 1,
 ) -> None:
-    """Record each run as `ingest_run` does, each in its own transaction; the runs the ledger
-    holds already are found with one query for many of them and cost no transaction (their
-    content hash is compared all the same: one that changed is refused). `on_run` hears of each
-    run recorded or found present, `on_refused` of each that was not, with the exception (an
-    InputError for the run's own faults, or the database's); it may raise it."""
-    batch: list[Path] = []
-    for run_dir in run_dirs:
-        batch.append(Path(run_dir))
-        if len(batch) == RUNS_AT_ONCE:
-            _ingest_batch(engine, batch, tenant, on_run, on_refused)
-            batch = []
-    if batch:
-        _ingest_batch(engine, batch, tenant, on_run, on_refused)
+    """Record each run as `ingest_run` does. The runs the ledger holds already are found with
+    one query for many of them and cost no transaction (their content hash is compared all the
+    same: one that changed is refused). `on_run` hears of each run recorded or found present,
+    `on_refused` of each that was not, with the exception (an InputError for the run's own
+    faults, or the database's), in the order of `run_dirs`; it may raise it.
+
+    In bulk (`simreport ledger ingest`): `group` runs share a transaction, each in a savepoint
+    of its own, so a run is recorded whole or not at all as with one transaction each (a
+    refused run is rolled back alone; a process killed mid-group leaves none of the group's
+    runs, and the next ingest records them), and `jobs` processes read, check and write runs
+    side by side (SQLite lets one write at a time: the others read and check meanwhile). With
+    `group=1` every run commits on its own, which is what a workflow job does as its runs
+    finish."""
+
+    def report(outcomes: Sequence[_Outcome]) -> None:
+        for path, outcome in outcomes:
+            if isinstance(outcome, RunIngest):
+                on_run(outcome)
+            else:
+                on_refused(path, outcome)
+
+    paths = (Path(run_dir) for run_dir in run_dirs)
+    if jobs > 1 and _can_fork():
+        _ingest_in_workers(engine, paths, tenant, jobs, max(1, group), report)
+        return
+    with _few_collections(group > 1):
+        for batch in _chunks(paths, RUNS_AT_ONCE):
+            report(_ingest_batch(engine, batch, tenant, group))
+
+
+_Outcome = tuple[Path, "RunIngest | Exception"]
+
+
+def _chunks(paths: Iterable[Path], size: int) -> Iterator[list[Path]]:
+    chunk: list[Path] = []
+    for path in paths:
+        chunk.append(path)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
 
 
 class _Fingerprint(NamedTuple):
@@ -403,13 +453,8 @@ class _Fingerprint(NamedTuple):
     content_sha256: str
 
 
-def _ingest_batch(
-    engine: Engine,
-    paths: Sequence[Path],
-    tenant: str,
-    on_run: Callable[[RunIngest], None],
-    on_refused: Callable[[Path, Exception], None],
-) -> None:
+def _ingest_batch(engine: Engine, paths: Sequence[Path], tenant: str, group: int) -> list[_Outcome]:
+    """Record the runs in `paths`, `group` to a transaction; what became of each, in order."""
     read: list[tuple[Path, RunFiles | InputError, str | None]] = []
     for path in paths:
         try:
@@ -426,22 +471,174 @@ def _ingest_batch(
         _prepare(engine)
         recorded = _recorded_contents(engine, [run_id for _, _, run_id in read if run_id])
     except Exception as exc:
-        for path, _, _ in read:
-            on_refused(path, exc)
-        return
+        return [(path, exc) for path, _, _ in read]
+    outcomes: dict[Path, RunIngest | Exception] = {}
+    pending: list[RunRows] = []
+    now = utc_now()
     for path, found, run_id in read:
+        if isinstance(found, InputError):
+            outcomes[path] = found
+            continue
         try:
-            if isinstance(found, InputError):
-                raise found
             if run_id is not None and run_id in recorded:
                 _same_content(_Fingerprint(path, run_id, found.content_sha256), recorded[run_id])
-                done = RunIngest(run_id, "present", path)
-            else:
-                done = _record_run(engine, read_run_dir(found), tenant)
+                outcomes[path] = RunIngest(run_id, "present", path)
+                continue
+            pending.append(
+                run_rows(read_run_dir(found), dialect=engine.dialect, tenant=tenant, now=now)
+            )
         except Exception as exc:
-            on_refused(path, exc)
+            outcomes[path] = exc
             continue
-        on_run(done)
+        if len(pending) >= group:
+            outcomes.update(_record_group(engine, pending, tenant))
+            pending = []
+    if pending:
+        outcomes.update(_record_group(engine, pending, tenant))
+    return [(path, outcomes[path]) for path, _, _ in read]
+
+
+def _record_group(
+    engine: Engine, runs: Sequence[RunRows], tenant: str
+) -> dict[Path, RunIngest | Exception]:
+    """Record `runs` in one transaction, each in a savepoint of its own; when the transaction
+    itself fails (a lock, a deadlock, a lost connection), each run on its own."""
+    if len(runs) > 1:
+        try:
+            with engine.begin() as conn:
+                return {run.path: _record_in_savepoint(conn, run, tenant) for run in runs}
+        except sa.exc.DBAPIError:
+            pass
+    outcomes: dict[Path, RunIngest | Exception] = {}
+    for run in runs:
+        try:
+            outcomes[run.path] = _record_run(engine, run, tenant)
+        except Exception as exc:
+            outcomes[run.path] = exc
+    return outcomes
+
+
+def _record_in_savepoint(conn: Connection, run: RunRows, tenant: str) -> RunIngest | InputError:
+    present = _recorded_content(conn, run.run_id)
+    try:
+        if present is not None:
+            _same_content(run, present)
+            return RunIngest(run.run_id, "present", run.path)
+        savepoint = conn.begin_nested()
+        try:
+            rows = write_rows(conn, run, tenant=tenant)
+        except (InputError, sa.exc.IntegrityError):
+            savepoint.rollback()
+            raise
+        savepoint.commit()
+        return RunIngest(run.run_id, "recorded", run.path, rows)
+    except InputError as exc:
+        return exc
+    except sa.exc.IntegrityError as exc:
+        # The run (or a row it shares) is in the ledger: recorded by an earlier run of this
+        # group with the same id, or by another writer that committed first.
+        present = _recorded_content(conn, run.run_id)
+        if present is None:
+            return _refused_by_ledger(run, exc)
+        try:
+            _same_content(run, present)
+        except InputError as conflict:
+            return conflict
+        return RunIngest(run.run_id, "present", run.path)
+
+
+# --------------------------------------------------------------------------- in bulk
+
+WORKER_RUNS = 16
+"""Runs a worker process takes at a time (and writes in one transaction, at most `group`)."""
+
+
+def _can_fork() -> bool:
+    """Worker processes are forked, so they start in milliseconds with everything imported;
+    not while this process runs other threads (a fork copies none of them, and may copy a
+    lock one of them holds), nor where fork is not available."""
+    return "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1
+
+
+def _ingest_in_workers(
+    engine: Engine,
+    paths: Iterable[Path],
+    tenant: str,
+    jobs: int,
+    group: int,
+    report: Callable[[Sequence[_Outcome]], None],
+) -> None:
+    """`_ingest_batch` in `jobs` forked processes, each with its own connection, on chunks of
+    runs taken in order; what became of each run is reported in order as chunks finish."""
+    _prepare(engine)  # the schema, once, before the workers open the ledger
+    url = engine.url.render_as_string(hide_password=False)
+    size = min(group, WORKER_RUNS)
+    with ProcessPoolExecutor(
+        max_workers=jobs,
+        mp_context=multiprocessing.get_context("fork"),
+        initializer=_start_worker,
+        initargs=(url,),
+    ) as pool:
+        running: deque[Future[list[_Outcome]]] = deque()
+        try:
+            for chunk in _chunks(paths, size):
+                running.append(pool.submit(_ingest_in_worker, chunk, tenant, size))
+                if len(running) >= 2 * jobs:
+                    report(running.popleft().result())
+            while running:
+                report(running.popleft().result())
+        finally:
+            for future in running:
+                future.cancel()
+
+
+_worker_engine: Engine | None = None
+
+
+def _start_worker(url: str) -> None:
+    global _worker_engine
+    # Parsed run files hold no reference cycles: collecting while thousands of their objects
+    # are alive costs a third of reading them, and finds nothing.
+    gc.freeze()
+    gc.set_threshold(*_BULK_THRESHOLDS)
+    from .db import connect
+
+    _worker_engine = connect(url)
+
+
+def _ingest_in_worker(paths: list[Path], tenant: str, group: int) -> list[_Outcome]:
+    assert _worker_engine is not None
+    return [
+        (path, outcome if _pickles(outcome) else InputError(f"{type(outcome).__name__}: {outcome}"))
+        for path, outcome in _ingest_batch(_worker_engine, paths, tenant, group)
+    ]
+
+
+def _pickles(outcome: RunIngest | Exception) -> bool:
+    if isinstance(outcome, (RunIngest, InputError)):
+        return True
+    try:
+        pickle.dumps(outcome)
+    except Exception:
+        return False
+    return True
+
+
+_BULK_THRESHOLDS = (100_000, 50, 100)
+
+
+@contextmanager
+def _few_collections(bulk: bool) -> Iterator[None]:
+    """In bulk, the cyclic garbage collector runs rarely (see `_start_worker`)."""
+    if not bulk:
+        yield
+        return
+    before = gc.get_threshold()
+    gc.set_threshold(*_BULK_THRESHOLDS)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
 
 
 def _recorded_contents(engine: Engine, run_ids: Sequence[str]) -> dict[str, str]:
@@ -478,7 +675,7 @@ def _recorded_content(conn: Connection, run_id: str) -> str | None:
     return None if found is None else str(found)
 
 
-def _same_content(run: RunDirectory | _Fingerprint, recorded: str) -> None:
+def _same_content(run: RunRows | _Fingerprint, recorded: str) -> None:
     if recorded != run.content_sha256:
         raise RunConflict(
             f"run {run.run_id} is already recorded with other content (content sha256 "
@@ -488,31 +685,129 @@ def _same_content(run: RunDirectory | _Fingerprint, recorded: str) -> None:
         )
 
 
-def write_run(
-    conn: Connection, run: RunDirectory, *, tenant: str = DEFAULT_TENANT
-) -> dict[str, int]:
-    """Insert every row of `run` inside the caller's transaction; returns rows per table.
-    The caller has checked that the run is not recorded yet."""
-    now = utc_now()
-    rows: dict[str, int] = {}
+class TableRows(NamedTuple):
+    """Rows of one table: tuples of the values of `keys`, each as the driver takes it (JSON
+    as text, a timestamp as the dialect binds it). Made where the run is read — in a worker
+    process when many runs are recorded at once — and written where the ledger is."""
+
+    table: str
+    keys: tuple[str, ...]
+    values: list[tuple[Any, ...]]
+
+
+_TABLES: Mapping[str, sa.Table] = {table.name: table for table in t.metadata.sorted_tables}
+
+
+def _bind(
+    dialect: sa.Dialect,
+    table: sa.Table,
+    keys: tuple[str, ...],
+    values: list[tuple[Any, ...]],
+    bound: frozenset[str] = frozenset(),
+) -> TableRows:
+    """`values` with each column not in `bound` through its type's bind processing."""
+    processors = [
+        (index, process)
+        for index, key in enumerate(keys)
+        if key not in bound and (process := _processor(dialect, table, key)) is not None
+    ]
+    if processors and values:
+        columns = list(zip(*values, strict=True))
+        for index, process in processors:
+            columns[index] = tuple(map(process, columns[index]))
+        values = list(zip(*columns, strict=True))
+    return TableRows(table.name, keys, values)
+
+
+def _bind_mappings(
+    dialect: sa.Dialect, table: sa.Table, rows: Sequence[Mapping[str, Any]]
+) -> TableRows:
+    """`_bind` for rows given as mappings, each with the keys of the first."""
+    if not rows:
+        return TableRows(table.name, (), [])
+    keys = tuple(rows[0])
+    return _bind(dialect, table, keys, [tuple(row[k] for k in keys) for row in rows])
+
+
+def _write_rows(conn: Connection, rows: TableRows) -> int:
+    """INSERT rows bound by `_bind` (for the same dialect)."""
+    if not rows.values:
+        return 0
+    table = _TABLES[rows.table]
+    return _insert_rows(conn, table, rows.keys, rows.values, bound=frozenset(rows.keys))
+
+
+@dataclass(frozen=True)
+class _LibraryFile:
+    """Where an asset version's file was when the run resolved it, as the manifest says."""
+
+    relative: str
+    root: str
+    library: str
+    name_version: str
+
+    def where(self) -> tuple[Path | None, str]:
+        """Its path (None when the manifest does not say) and the location the ledger
+        records: a file URI, or its path in the library."""
+        if not self.relative:
+            return None, f"library:{self.name_version}"
+        if not self.root:
+            return None, f"library:{self.relative}"
+        path = Path(self.root) / self.library / self.relative
+        return path, path.as_uri() if path.is_absolute() else f"library:{self.relative}"
+
+
+@dataclass(frozen=True)
+class RunRows:
+    """Every row a run adds to the ledger, made from its files alone; `write_rows` checks them
+    against what the ledger holds (pinned asset versions, the manifest id) and inserts them."""
+
+    run_id: str
+    path: Path
+    content_sha256: str
+    shared: tuple[TableRows, ...]
+    """Rows other runs may have written first (the scenario, a derived scenario version):
+    inserted unless present."""
+    assets: tuple[tuple[_AssetEntry, _LibraryFile], ...]
+    manifest: TableRows
+    manifest_sha256: str
+    manifest_assets: TableRows
+    owned: tuple[TableRows, ...]
+    """The run's own rows, table by table in the order of their foreign keys."""
+
+
+def run_rows(
+    run: RunDirectory,
+    *,
+    dialect: sa.Dialect,
+    tenant: str = DEFAULT_TENANT,
+    now: datetime | None = None,
+) -> RunRows:
+    """The rows of `run` for a ledger of `dialect`. Pure: it reads no database (and no file
+    but the run's own, already read). Raises DocumentError for a result layer that breaks
+    its contract."""
+    now = utc_now() if now is None else now
     scenario = run.scenario
     engine_name = _engine_name(run)
+    shared: list[TableRows] = []
     if scenario.identity is not None:
         identity = scenario.identity
-        _insert_ignoring_duplicates(
-            conn,
-            t.scenario,
-            [
-                {
-                    "scenario_id": identity.id,
-                    "tenant_id": tenant,
-                    "namespace": "default",
-                    "name": identity.id,
-                    "owner": identity.owner or UNKNOWN_OWNER,
-                    "risk_level": identity.risk_level,
-                    "created_at": now,
-                }
-            ],
+        shared.append(
+            _bind_mappings(
+                dialect,
+                t.scenario,
+                [
+                    {
+                        "scenario_id": identity.id,
+                        "tenant_id": tenant,
+                        "namespace": "default",
+                        "name": identity.id,
+                        "owner": identity.owner or UNKNOWN_OWNER,
+                        "risk_level": identity.risk_level,
+                        "created_at": now,
+                    }
+                ],
+            )
         )
         recorded_version = run.manifest.get("scenarioVersion") or {}
         scenario_id = identity.id
@@ -521,34 +816,36 @@ def write_run(
         if isinstance(derived_from, str) and derived_from:
             # An audit condition that changed the design ran a version of its own (see
             # core.versions): its spec is this run's design, and nobody has reviewed it.
-            spec = design_document(run.scenario_doc)
-            _insert_ignoring_duplicates(
-                conn,
-                t.scenario_version,
-                [
-                    {
-                        "scenario_id": scenario_id,
-                        "version": scenario_version,
-                        "spec": spec,
-                        "spec_sha256": design_sha256(spec),
-                        "status": "draft",
-                        "source": f"condition {run.result.condition} of an audit",
-                        "derived_from": derived_from,
-                        "created_by": "audit",
-                        "created_at": now,
-                    }
-                ],
+            spec, spec_sha256 = _derived_spec(run)
+            shared.append(
+                _bind_mappings(
+                    dialect,
+                    t.scenario_version,
+                    [
+                        {
+                            "scenario_id": scenario_id,
+                            "version": scenario_version,
+                            "spec": spec,
+                            "spec_sha256": spec_sha256,
+                            "status": "draft",
+                            "source": f"condition {run.result.condition} of an audit",
+                            "derived_from": derived_from,
+                            "created_by": "audit",
+                            "created_at": now,
+                        }
+                    ],
+                )
             )
     else:
         scenario_id = engine_name
         scenario_version = "sha256:" + str(run.manifest.get("scenarioSha256") or "")[:12]
 
-    assets = _asset_versions(conn, run, tenant, now)
+    assets = _asset_entries(run, tenant)
     manifest_sha = run.identity.manifest_sha256
-    manifest_id = "manifest-" + manifest_sha[:24]
+    manifest_id = _manifest_id(manifest_sha)
     seed = run.manifest.get("seed")
-    _insert_ignoring_duplicates(
-        conn,
+    manifest = _bind_mappings(
+        dialect,
         t.manifest,
         [
             {
@@ -564,19 +861,18 @@ def write_run(
             }
         ],
     )
-    _check_manifest(conn, manifest_id, manifest_sha, run)
-    _insert_ignoring_duplicates(
-        conn,
+    manifest_assets = _bind_mappings(
+        dialect,
         t.manifest_asset,
         [
             {
                 "manifest_id": manifest_id,
-                "slot": slot,
-                "asset_id": asset_id,
-                "version": version,
-                "content_sha256": sha,
+                "slot": e.slot,
+                "asset_id": e.asset_id,
+                "version": e.version,
+                "content_sha256": e.sha,
             }
-            for slot, (asset_id, version, sha) in sorted(assets.items())
+            for e, _ in sorted(assets, key=lambda pair: pair[0].slot)
         ],
     )
 
@@ -587,82 +883,177 @@ def write_run(
     ended = wall_time(float(finished[-1]["wall"])) if finished else None
     mode = scenario.execution.mode if scenario.execution is not None else "surrogate"
     trace = run.manifest.get("traceId")
-    rows["run"] = _insert(
-        conn,
-        t.run,
-        [
-            {
-                "run_id": run.run_id,
-                "tenant_id": tenant,
-                "manifest_id": manifest_id,
-                "mode": mode,
-                "execution_status": result.status.execution,
-                "validity_status": result.status.validity,
-                "evidence_status": result.status.evidence,
-                "quality_ref": None,
-                "started_at": started,
-                "ended_at": ended,
-                "terminal_reason": _terminal_reason(run),
-                "trace_id": trace
-                if isinstance(trace, str) and trace
-                else sha256_text("trace|" + run.run_id)[:32],
-                "created_at": now,
-                "condition_id": result.condition,
-                "replication": result.replication,
-                "seed_path": list(result.seed_path),
-                "engine": engine_name,
-                "result": run.result_doc,
-                "content_sha256": run.content_sha256,
-                "source_dir": str(run.path.resolve()),
-                "purpose": result.purpose,
-            }
-        ],
-    )
-    rows["event"] = insert_events(conn, run.run_id, events, run.event_payloads)
+    owned = [
+        _bind_mappings(
+            dialect,
+            t.run,
+            [
+                {
+                    "run_id": run.run_id,
+                    "tenant_id": tenant,
+                    "manifest_id": manifest_id,
+                    "mode": mode,
+                    "execution_status": result.status.execution,
+                    "validity_status": result.status.validity,
+                    "evidence_status": result.status.evidence,
+                    "quality_ref": _quality_ref(run.path),
+                    "started_at": started,
+                    "ended_at": ended,
+                    "terminal_reason": _terminal_reason(run),
+                    "trace_id": trace
+                    if isinstance(trace, str) and trace
+                    else sha256_text("trace|" + run.run_id)[:32],
+                    "created_at": now,
+                    "condition_id": result.condition,
+                    "replication": result.replication,
+                    "seed_path": list(result.seed_path),
+                    "engine": engine_name,
+                    "result": run.result_doc,
+                    "content_sha256": run.content_sha256,
+                    "source_dir": str(run.path.resolve()),
+                    "purpose": result.purpose,
+                }
+            ],
+        ),
+        event_rows(dialect, run.run_id, events, run.event_payloads),
+    ]
     if run.records is not None:
-        rows["record"] = insert_records(conn, run.run_id, run.records, now, run.record_lines)
+        owned.append(record_rows(dialect, run.run_id, run.records, now, run.record_lines))
         plans, steps = _faults(run.run_id, run.records, now)
-        rows["fault_plan"] = _insert(conn, t.fault_plan, plans)
-        rows["fault_record"] = _insert(conn, t.fault_record, steps)
-    rows.update(_task_and_session(conn, run))
-    rows.update(_layers(conn, run, now))
-    return {table: count for table, count in rows.items() if count}
+        owned.append(_bind_mappings(dialect, t.fault_plan, plans))
+        owned.append(_bind_mappings(dialect, t.fault_record, steps))
+    owned.extend(_task_and_session_rows(dialect, run))
+    owned.extend(_layer_rows(dialect, run, now))
+    return RunRows(
+        run_id=run.run_id,
+        path=run.path,
+        content_sha256=run.content_sha256,
+        shared=tuple(shared),
+        assets=tuple(assets),
+        manifest=manifest,
+        manifest_sha256=manifest_sha,
+        manifest_assets=manifest_assets,
+        owned=tuple(rows for rows in owned if rows.values),
+    )
 
 
-def _task_and_session(conn: Connection, run: RunDirectory) -> dict[str, int]:
+_SPECS: dict[str, tuple[dict[str, Any], str]] = {}
+"""scenario.json's sha256 → the design it holds and the design's sha256: every run of a
+condition has the same scenario file, and the canonical hash of its design costs more than
+writing a run's events."""
+
+
+def _derived_spec(run: RunDirectory) -> tuple[dict[str, Any], str]:
+    key = run.file_sha256.get(SCENARIO_FILE)
+    if key is not None and key in _SPECS:
+        return _SPECS[key]
+    spec = design_document(run.scenario_doc)
+    made = spec, design_sha256(spec)
+    if key is not None:
+        if len(_SPECS) >= 256:
+            _SPECS.clear()
+        _SPECS[key] = made
+    return made
+
+
+def _quality_ref(run_dir: Path) -> str | None:
+    """The evaluation a run folder was judged in before it was recorded (see
+    ledger/evaluations.py); None when there is none, or one that no longer fits the run (the
+    run is recorded all the same, unjudged)."""
+    try:
+        return evaluation_quality_ref(run_dir)
+    except InputError:
+        return None
+
+
+def _manifest_id(manifest_sha256: str) -> str:
+    return "manifest-" + manifest_sha256[:24]
+
+
+def write_rows(conn: Connection, rows: RunRows, *, tenant: str = DEFAULT_TENANT) -> dict[str, int]:
+    """Insert the rows of a run inside the caller's transaction, after checking its asset
+    versions against their pins and its manifest id; returns rows per table. The caller has
+    checked that the run is not recorded yet."""
+    for shared in rows.shared:
+        _insert_rows(
+            conn,
+            _TABLES[shared.table],
+            shared.keys,
+            shared.values,
+            ignore_duplicates=True,
+            bound=frozenset(shared.keys),
+        )
+    _pin_asset_versions(conn, rows, tenant)
+    manifest = rows.manifest
+    _insert_rows(
+        conn,
+        t.manifest,
+        manifest.keys,
+        manifest.values,
+        ignore_duplicates=True,
+        bound=frozenset(manifest.keys),
+    )
+    _check_manifest(conn, _manifest_id(rows.manifest_sha256), rows.manifest_sha256, rows.path)
+    if rows.manifest_assets.values:
+        _insert_rows(
+            conn,
+            t.manifest_asset,
+            rows.manifest_assets.keys,
+            rows.manifest_assets.values,
+            ignore_duplicates=True,
+            bound=frozenset(rows.manifest_assets.keys),
+        )
+    return {owned.table: _write_rows(conn, owned) for owned in rows.owned}
+
+
+def write_run(
+    conn: Connection, run: RunDirectory, *, tenant: str = DEFAULT_TENANT
+) -> dict[str, int]:
+    """Insert every row of `run` inside the caller's transaction; returns rows per table.
+    The caller has checked that the run is not recorded yet."""
+    return write_rows(conn, run_rows(run, dialect=conn.dialect, tenant=tenant), tenant=tenant)
+
+
+def _task_and_session_rows(dialect: sa.Dialect, run: RunDirectory) -> list[TableRows]:
     """An agent-testbed run's task (the user's goal) and its conversation session."""
     scenario = run.scenario
     if scenario.user is None:
-        return {}
+        return []
     channels = scenario.interaction.channels if scenario.interaction is not None else []
-    rows: dict[str, int] = {}
-    rows["run_task"] = _insert(
-        conn,
-        t.run_task,
-        [
-            {
-                "run_id": run.run_id,
-                "task_key": "goal",
-                "sut_task_id": None,
-                "goal": {"goal": scenario.user.goal},
-                "outcome": None,
-            }
-        ],
-    )
-    rows["run_session"] = _insert(
-        conn,
-        t.run_session,
-        [
-            {
-                "run_id": run.run_id,
-                "task_key": "goal",
-                "session_key": "conversation",
-                "sut_session_id": None,
-                "transport": channels[0] if channels else "chat-completions",
-            }
-        ],
-    )
-    return rows
+    return [
+        _bind_mappings(
+            dialect,
+            t.run_task,
+            [
+                {
+                    "run_id": run.run_id,
+                    "task_key": "goal",
+                    "sut_task_id": None,
+                    "goal": {"goal": scenario.user.goal},
+                    "outcome": None,
+                }
+            ],
+        ),
+        _bind_mappings(
+            dialect,
+            t.run_session,
+            [
+                {
+                    "run_id": run.run_id,
+                    "task_key": "goal",
+                    "session_key": "conversation",
+                    "sut_session_id": None,
+                    "transport": channels[0] if channels else "chat-completions",
+                }
+            ],
+        ),
+    ]
+
+
+def _task_and_session(conn: Connection, run: RunDirectory) -> dict[str, int]:
+    return {
+        rows.table: _write_rows(conn, rows) for rows in _task_and_session_rows(conn.dialect, run)
+    }
 
 
 def _engine_name(run: RunDirectory) -> str:
@@ -689,34 +1080,42 @@ def _resolved(manifest: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _check_manifest(conn: Connection, manifest_id: str, sha: str, run: RunDirectory) -> None:
+def _check_manifest(conn: Connection, manifest_id: str, sha: str, run_dir: Path) -> None:
     recorded = _lookup(conn, t.manifest, "manifest_sha256", "manifest_id", manifest_id)
     if recorded is None:  # inserted (or found) just before, in this transaction
         raise AssertionError(f"manifest {manifest_id} is not in the ledger")
     if recorded != sha:  # two manifests whose hashes share their first 96 bits
         raise RunConflict(
             f"manifest id {manifest_id} is recorded for another manifest ({recorded})",
-            file=run.path / "manifest.json",
+            file=run_dir / "manifest.json",
         )
 
 
-def _asset_versions(
-    conn: Connection, run: RunDirectory, tenant: str, now: datetime
-) -> dict[str, tuple[str, str, str]]:
-    """Register every asset version the manifest resolved, pinning its sha256 the first time;
-    returns slot → (asset id, version, sha256). Refuses a version seen before with other
-    content. Only a version seen for the first time costs more than one query."""
+def _asset_entries(run: RunDirectory, tenant: str) -> list[tuple[_AssetEntry, _LibraryFile]]:
+    """Every asset version the manifest resolved, by slot, with where its file was."""
     resolved = run.manifest.get("resolved") or {}
     if not isinstance(resolved, dict):
         raise DocumentError("'resolved' is not an object", file=run.path / "manifest.json")
-    entries = [_asset_entry(run, slot, entry, tenant) for slot, entry in sorted(resolved.items())]
-    if not entries:
-        return {}
-    pinned = _pinned(conn, [e.asset_id for e in entries])
-    for e in entries:
+    entries = []
+    for slot, entry in sorted(resolved.items()):
+        asset = _asset_entry(run, slot, entry, tenant)
+        entries.append((asset, _library_location(run, asset.entry)))
+    return entries
+
+
+def _pin_asset_versions(conn: Connection, rows: RunRows, tenant: str) -> None:
+    """Register every asset version the run resolved, pinning its sha256 the first time.
+    Refuses a version seen before with other content. Only a version seen for the first time
+    costs more than one query."""
+    if not rows.assets:
+        return
+    pinned = _pinned(conn, [e.asset_id for e, _ in rows.assets])
+    now = utc_now()
+    for e, library in rows.assets:
         if (e.asset_id, e.version) in pinned:
             continue
-        header, location = _library_file(run, e.entry, e.sha)
+        path, location = library.where()
+        header = _library_header(path, e.sha)
         _insert_ignoring_duplicates(
             conn,
             t.asset,
@@ -746,7 +1145,7 @@ def _asset_versions(
         )
         # Another writer may have pinned it first: what is in the ledger now is the pin.
         pinned.update(_pinned(conn, [e.asset_id]))
-    for e in entries:
+    for e, _ in rows.assets:
         recorded = pinned[(e.asset_id, e.version)]
         if recorded != e.sha:
             raise AssetVersionChanged(
@@ -754,10 +1153,9 @@ def _asset_versions(
                 f"({e.entry.get('file') or 'its library file'}) is pinned in the ledger with "
                 f"sha256 {recorded}, but this run used {e.sha}: its content changed without a "
                 "new version",
-                file=run.path / "manifest.json",
+                file=rows.path / "manifest.json",
                 path=f"resolved.{e.slot}",
             )
-    return {e.slot: (e.asset_id, e.version, e.sha) for e in entries}
 
 
 @dataclass(frozen=True)
@@ -773,7 +1171,7 @@ class _AssetEntry:
 
 def _asset_entry(run: RunDirectory, slot: str, entry: Any, tenant: str) -> _AssetEntry:
     where = f"resolved.{slot}"
-    manifest = run.path / "manifest.json"
+    manifest = os.path.join(run.path, "manifest.json")  # for an error: cheaper than a Path
     if not isinstance(entry, dict):
         raise DocumentError("expected an object", file=manifest, path=where)
     name, version, sha, kind = (entry.get(k) for k in ("name", "version", "sha256", "kind"))
@@ -815,26 +1213,30 @@ def _pinned_statement(dialect: sa.Dialect, schema: str | None, count: int) -> st
     )
 
 
-def _library_file(
-    run: RunDirectory, entry: Mapping[str, Any], sha: str
-) -> tuple[dict[str, str], str]:
-    """The asset file's header (owner, status) when the file is still where the run found it
-    with the content it had, and where it lives (a file URI, or its path in the library)."""
-    relative = str(entry.get("file") or "")
+def _library_location(run: RunDirectory, entry: Mapping[str, Any]) -> _LibraryFile:
+    """Where the asset's file was when the run resolved it (worked out only for a version
+    the ledger has not seen: see `_LibraryFile.where`)."""
     root = run.manifest.get("assetRoot")
     library = run.scenario.provenance.asset_library if run.scenario.provenance else "assets"
-    if not relative:
-        return {}, f"library:{entry.get('name')}@{entry.get('version')}"
-    if not isinstance(root, str) or not root:
-        return {}, f"library:{relative}"
-    path = Path(root) / library / relative
-    location = path.as_uri() if path.is_absolute() else f"library:{relative}"
+    return _LibraryFile(
+        str(entry.get("file") or ""),
+        root if isinstance(root, str) else "",
+        library,
+        f"{entry.get('name')}@{entry.get('version')}",
+    )
+
+
+def _library_header(path: Path | None, sha: str) -> dict[str, str]:
+    """The asset file's header (owner, status) when the file is still where the run found it
+    with the content it had."""
+    if path is None:
+        return {}
     try:
         if not path.is_file() or sha256_bytes(path.read_bytes()) != sha:
-            return {}, location
+            return {}
         data = load_document(path).data
     except (OSError, SimreportError):
-        return {}, location
+        return {}
     header: dict[str, str] = {}
     if isinstance(data, dict):
         owner, status = data.get("owner"), data.get("status")
@@ -842,7 +1244,7 @@ def _library_file(
             header["owner"] = owner
         if isinstance(status, str) and status in t.REVIEW_STATUSES:
             header["status"] = status
-    return header, location
+    return header
 
 
 def _terminal_reason(run: RunDirectory) -> str:
@@ -872,16 +1274,16 @@ EVENT_COLUMNS = (
 )
 
 
-def insert_events(
-    conn: Connection,
+def event_rows(
+    dialect: sa.Dialect,
     run_id: str,
     events: Sequence[Mapping[str, Any]],
     payloads: Sequence[str | None] = (),
-) -> int:
-    """The run's events; `payloads`, the JSON text each payload was read from (None where it
-    is not known), spares encoding them again. Thousands of rows a run: bound here, row by row,
-    so they go to the driver as they are."""
-    timestamp = _processor(conn.dialect, t.event, "wall_time") or _unchanged
+) -> TableRows:
+    """The rows of the run's events; `payloads`, the JSON text each payload was read from (None
+    where it is not known), spares encoding them again. Thousands of rows a run: bound here,
+    row by row, so they go to the driver as they are."""
+    timestamp = _processor(dialect, t.event, "wall_time") or _unchanged
     rows = []
     for index, event in enumerate(events):
         payload = event["payload"]
@@ -907,7 +1309,17 @@ def insert_events(
                 step if type(step) is int else None,
             )
         )
-    return _insert_rows(conn, t.event, EVENT_COLUMNS, rows, bound=_EVENT_BOUND)
+    return _bind(dialect, t.event, EVENT_COLUMNS, rows, bound=_EVENT_BOUND)
+
+
+def insert_events(
+    conn: Connection,
+    run_id: str,
+    events: Sequence[Mapping[str, Any]],
+    payloads: Sequence[str | None] = (),
+) -> int:
+    """INSERT the run's events (see `event_rows`)."""
+    return _write_rows(conn, event_rows(conn.dialect, run_id, events, payloads))
 
 
 _EVENT_BOUND = frozenset({"payload", "wall_time"})
@@ -952,20 +1364,22 @@ RECORD_COLUMNS = (
 )
 
 
-def insert_records(
-    conn: Connection,
+def record_rows(
+    dialect: sa.Dialect,
     run_id: str,
     records: Sequence[Mapping[str, Any]],
     now: datetime,
     lines: Sequence[str] | None = None,
-) -> int:
-    """The run's records; `lines`, the text each was parsed from, is stored as its body."""
+) -> TableRows:
+    """The rows of the run's records; `lines`, the text each was parsed from, is stored as its
+    body."""
     rows = []
     for index, record in enumerate(records):
         clock = record.get("clock")
         written = iso_time(clock.get("wall")) if isinstance(clock, dict) else None
         logical = record.get("logicalMs")
         actor = record.get("actor")
+        redaction = record.get("redaction")
         rows.append(
             (
                 f"{run_id}/{record['recordId']}",
@@ -973,7 +1387,7 @@ def insert_records(
                 record["recordType"],
                 f"records.jsonl#{record['recordId']}",
                 record["sha256"],
-                "none",
+                redaction if type(redaction) is str and redaction else "none",
                 written or now,
                 record["seq"],
                 record["type"],
@@ -982,7 +1396,18 @@ def insert_records(
                 _json_as_read(lines[index] if lines else None, record),
             )
         )
-    return _insert_rows(conn, t.record, RECORD_COLUMNS, rows, bound=_BODY)
+    return _bind(dialect, t.record, RECORD_COLUMNS, rows, bound=_BODY)
+
+
+def insert_records(
+    conn: Connection,
+    run_id: str,
+    records: Sequence[Mapping[str, Any]],
+    now: datetime,
+    lines: Sequence[str] | None = None,
+) -> int:
+    """INSERT the run's records (see `record_rows`)."""
+    return _write_rows(conn, record_rows(conn.dialect, run_id, records, now, lines))
 
 
 _BODY = frozenset({"body"})
@@ -1043,65 +1468,72 @@ def _faults(
     return plans, steps
 
 
-def _layers(conn: Connection, run: RunDirectory, now: datetime) -> dict[str, int]:
+def _layer_rows(dialect: sa.Dialect, run: RunDirectory, now: datetime) -> list[TableRows]:
     """Observations (and the facts that could not be extracted), evidence and completeness."""
-    rows: dict[str, int] = {}
+    rows: list[TableRows] = []
     run_id = run.run_id
     if run.observations is not None:
         extractor = str(run.observations.get("extractor") or "")
-        rows["observation"] = _insert(
-            conn,
-            t.observation,
-            [
-                {
-                    "observation_id": f"{run_id}/{item['observationId']}",
-                    "run_id": run_id,
-                    "criterion_key": None,
-                    "fact_key": item["factKey"],
-                    "fact_value": item["value"],
-                    "derived_from": item["derivedFrom"],
-                    "extractor": str(item.get("extractor") or extractor),
-                    "created_at": now,
-                }
-                for item in run.observations["observations"]
-            ],
+        cited = _citing_criteria(run.evidence)
+        rows.append(
+            _bind_mappings(
+                dialect,
+                t.observation,
+                [
+                    {
+                        "observation_id": f"{run_id}/{item['observationId']}",
+                        "run_id": run_id,
+                        "criterion_key": _one(cited.get(item["observationId"])),
+                        "fact_key": item["factKey"],
+                        "fact_value": item["value"],
+                        "derived_from": item["derivedFrom"],
+                        "extractor": str(item.get("extractor") or extractor),
+                        "created_at": now,
+                    }
+                    for item in run.observations["observations"]
+                ],
+            )
         )
-        rows["observation_missing"] = _insert(
-            conn,
-            t.observation_missing,
-            [
-                {
-                    "run_id": run_id,
-                    "fact_key": item["factKey"],
-                    "reason": str(item.get("reason") or ""),
-                    "extractor": extractor,
-                }
-                for item in run.observations.get("missing", [])
-            ],
+        rows.append(
+            _bind_mappings(
+                dialect,
+                t.observation_missing,
+                [
+                    {
+                        "run_id": run_id,
+                        "fact_key": item["factKey"],
+                        "reason": str(item.get("reason") or ""),
+                        "extractor": extractor,
+                    }
+                    for item in run.observations.get("missing", [])
+                ],
+            )
         )
     if run.evidence is not None:
-        rows["evidence"] = _insert(
-            conn,
-            t.evidence,
-            [
-                {
-                    "evidence_id": f"{run_id}/{criterion}",
-                    "run_id": run_id,
-                    "criterion_key": criterion,
-                    "observation_ids": list(item.get("observationIds") or []),
-                    "evidence_refs": list(item.get("evidenceRefs") or []),
-                    "created_at": now,
-                    "sufficient": item.get("sufficient")
-                    if isinstance(item.get("sufficient"), bool)
-                    else None,
-                    "detail": {
-                        k: v
-                        for k, v in item.items()
-                        if k not in ("observationIds", "evidenceRefs", "sufficient")
-                    },
-                }
-                for criterion, item in sorted(run.evidence["criteria"].items())
-            ],
+        rows.append(
+            _bind_mappings(
+                dialect,
+                t.evidence,
+                [
+                    {
+                        "evidence_id": f"{run_id}/{criterion}",
+                        "run_id": run_id,
+                        "criterion_key": criterion,
+                        "observation_ids": list(item.get("observationIds") or []),
+                        "evidence_refs": list(item.get("evidenceRefs") or []),
+                        "created_at": now,
+                        "sufficient": item.get("sufficient")
+                        if isinstance(item.get("sufficient"), bool)
+                        else None,
+                        "detail": {
+                            k: v
+                            for k, v in item.items()
+                            if k not in ("observationIds", "evidenceRefs", "sufficient")
+                        },
+                    }
+                    for criterion, item in sorted(run.evidence["criteria"].items())
+                ],
+            )
         )
     if run.completeness is not None:
         checks = run.completeness["checks"]
@@ -1113,20 +1545,43 @@ def _layers(conn: Connection, run: RunDirectory, now: datetime) -> dict[str, int
                     path=f"checks.{key}.status",
                     expected=", ".join(t.COMPLETENESS_STATUSES),
                 )
-        rows["completeness"] = _insert(
-            conn,
-            t.completeness,
-            [
-                {
-                    "run_id": run_id,
-                    "check_key": key,
-                    "status": item["status"],
-                    "detail": item.get("detail"),
-                }
-                for key, item in sorted(checks.items())
-            ],
+        rows.append(
+            _bind_mappings(
+                dialect,
+                t.completeness,
+                [
+                    {
+                        "run_id": run_id,
+                        "check_key": key,
+                        "status": item["status"],
+                        "detail": item.get("detail"),
+                    }
+                    for key, item in sorted(checks.items())
+                ],
+            )
         )
     return rows
+
+
+def _citing_criteria(evidence: Mapping[str, Any] | None) -> dict[str, set[str]]:
+    """observation id → the criteria whose evidence cites it."""
+    cited: dict[str, set[str]] = {}
+    for criterion, item in ((evidence or {}).get("criteria") or {}).items():
+        for observation_id in item.get("observationIds") or []:
+            if isinstance(observation_id, str):
+                cited.setdefault(observation_id, set()).add(criterion)
+    return cited
+
+
+def _one(criteria: set[str] | None) -> str | None:
+    """An observation's `criterion_key`: the criterion it is evidence for, when it is evidence
+    for one (for several, the evidence rows name each; for none, it is a plain fact)."""
+    return next(iter(criteria)) if criteria is not None and len(criteria) == 1 else None
+
+
+def _layers(conn: Connection, run: RunDirectory, now: datetime) -> dict[str, int]:
+    """INSERT the run's observations, evidence and completeness (see `_layer_rows`)."""
+    return {rows.table: _write_rows(conn, rows) for rows in _layer_rows(conn.dialect, run, now)}
 
 
 # --------------------------------------------------------------------------- builds
@@ -1353,9 +1808,12 @@ def ingest_paths(
     *,
     tenant: str = DEFAULT_TENANT,
     on_run: Callable[[RunIngest], None] | None = None,
+    jobs: int = 1,
+    group: int = 1,
 ) -> IngestSummary:
     """Record every run and analysed audit in and under `paths`. A run or build the ledger
-    refuses (a conflict, a broken file) is listed in the summary; the others are recorded."""
+    refuses (a conflict, a broken file) is listed in the summary; the others are recorded.
+    `jobs` and `group` as for `ingest_runs`."""
     audits, standalone = find_results(paths)
     summary = IngestSummary()
 
@@ -1371,12 +1829,26 @@ def ingest_paths(
 
     for audit_dir in audits:
         ingest_runs(
-            engine, audit_run_dirs(audit_dir), tenant=tenant, on_run=heard, on_refused=refused
+            engine,
+            audit_run_dirs(audit_dir),
+            tenant=tenant,
+            on_run=heard,
+            on_refused=refused,
+            jobs=jobs,
+            group=group,
         )
         if (audit_dir / "audit.json").is_file():
             try:
                 summary.add_build(ingest_build(engine, audit_dir, tenant=tenant, on_run=heard))
             except InputError as exc:
                 summary.refused.append((audit_dir, exc.one_line()))
-    ingest_runs(engine, standalone, tenant=tenant, on_run=heard, on_refused=refused)
+    ingest_runs(
+        engine,
+        standalone,
+        tenant=tenant,
+        on_run=heard,
+        on_refused=refused,
+        jobs=jobs,
+        group=group,
+    )
     return summary

@@ -84,6 +84,7 @@ class LedgerRecorder:
         self.runs_recorded = 0
         self.runs_present = 0
         self.builds_recorded = 0
+        self.evaluations_recorded = 0
         self._say = say
         self._engine: Engine | None = None
         self._unreachable: str | None = None
@@ -178,6 +179,30 @@ class LedgerRecorder:
             if isinstance(exc, Exception):
                 self._problem("a run handed over", exc)  # a bug of ours: said, not lost
         self._soon = []
+
+    def record_evaluations(self, run_dirs: Iterable[str | Path]) -> None:
+        """Link each recorded run to its evaluation.json (`run.quality_ref`, see
+        ledger/evaluations.py); folders without an evaluation are skipped. Waits for the runs
+        handed over with `record_soon` first, so the runs are there to link."""
+        if self.url is None:
+            return
+        from ..core.quality import EVALUATION_FILE
+        from .evaluations import record_evaluation
+
+        self._wait_soon()
+        for run_dir in run_dirs:
+            path = Path(run_dir)
+            if not (path / EVALUATION_FILE).is_file():
+                continue
+            engine = self._connected(f"the evaluation of {path}")
+            if engine is None:
+                continue
+            try:
+                self._serially(record_evaluation, engine, path)
+            except Exception as exc:
+                self._problem(f"the evaluation of {path}", exc)
+            else:
+                self.evaluations_recorded += 1
 
     def record_build(self, audit_dir: str | Path) -> None:
         """Record the analysis in `audit_dir` (and any of its runs not recorded yet)."""

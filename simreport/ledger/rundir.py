@@ -11,12 +11,17 @@ reads, so a run id that arrives with other content means a file was changed afte
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
+import os
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from ..core.canonical import content_hash, sha256_bytes, sha256_text
 from ..core.errors import DocumentError, InputError
@@ -60,7 +65,7 @@ class RunIdentity:
     replication: int
     started: float | None
 
-    @property
+    @functools.cached_property
     def run_id(self) -> str:
         key = {
             "manifest": self.manifest_sha256,
@@ -93,6 +98,8 @@ class RunDirectory:
     where the line does not end with the payload)."""
     record_lines: tuple[str, ...] | None = None
     """The text of each record's line in records.jsonl, as read (one per record)."""
+    file_sha256: Mapping[str, str] = field(default_factory=dict)
+    """sha256 of each file read, by name."""
 
     @property
     def run_id(self) -> str:
@@ -102,9 +109,10 @@ class RunDirectory:
 # --------------------------------------------------------------------------- reading
 
 
-def _read_bytes(path: Path) -> bytes:
+def _read_bytes(path: str | Path) -> bytes:
     try:
-        return path.read_bytes()
+        with open(path, "rb") as file:
+            return file.read()
     except FileNotFoundError:
         raise DocumentError(
             "file not found", file=path, expected="a run directory's file"
@@ -148,6 +156,18 @@ def _text(data: bytes, path: Path) -> str:
         raise DocumentError("not UTF-8 text", file=path) from None
 
 
+def _fast_object(line: str) -> dict[str, Any] | None:
+    """The JSON object on `line` as orjson decodes it (None where orjson refuses it: NaN, a
+    lone surrogate, a blank line, an error; the json module then decides). orjson makes an
+    integer past 64 bits a float, where json keeps it exact: callers check for that (a
+    record's digest, an event's numbers) before they take what orjson gives."""
+    try:
+        value = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    return value if type(value) is dict else None
+
+
 def _line_value(line: str, path: Path, number: int) -> dict[str, Any] | None:
     """The object on a line (None for a blank one). The scanner decodes it directly; a line it
     does not take whole (white space around it, an error) goes to `json.loads`, which gives
@@ -175,6 +195,16 @@ def _event_lines(data: bytes, path: Path) -> Iterator[tuple[int, dict[str, Any],
     """`_lines` for events.jsonl, with the JSON text of each event's payload where its line
     ends with it (as the kernel writes events), else None."""
     for number, line in enumerate(_text(data, path).split("\n"), start=1):
+        fast = _fast_object(line)
+        if fast is not None and type(payload := fast.get("payload")) is dict:
+            text = orjson.dumps(payload)
+            # A float spelled with an exponent may be an integer orjson could not keep; a
+            # float anywhere but the clock is not what the kernel writes: json decides both.
+            if b"e+" not in text and not any(
+                type(value) is float for key, value in fast.items() if key != "wall"
+            ):
+                yield number, fast, text.decode("utf-8")
+                continue
         split = _split_event(line)
         if split is not None:
             yield number, split[0], split[1]
@@ -277,32 +307,41 @@ class RunFiles:
     path: Path
     raw: Mapping[str, bytes]
     content_sha256: str
+    file_sha256: Mapping[str, str]
+    """sha256 of each file, by name (the content hash is made of them)."""
 
-    @property
+    @functools.cached_property
     def identity(self) -> RunIdentity:
         """As `run_identity` reads it (raises InputError where the files cannot give it)."""
         return _identity(
             self.path, self.raw[MANIFEST_FILE], self.raw[RESULT_FILE], self.raw.get(EVENTS_FILE)
         )
 
+    def identity_if_known(self) -> RunIdentity | None:
+        """`identity`, if it was asked for already (it costs a canonical hash of the
+        manifest, so the ledger asks once)."""
+        known = self.__dict__.get("identity")
+        return known if isinstance(known, RunIdentity) else None
+
 
 def read_run_files(path: str | Path) -> RunFiles:
     """The bytes of every file of the run in `path` that the ledger reads, each read once."""
     run_dir = Path(path)
-    if not run_dir.is_dir():
+    folder = os.fspath(run_dir)  # file names joined as text: a Path per file costs more
+    if not os.path.isdir(folder):
         raise InputError("not a folder", file=run_dir, expected="a run directory")
-    missing = [name for name in REQUIRED_FILES if not (run_dir / name).is_file()]
+    files = {name: os.path.join(folder, name) for name in CONTENT_FILES}
+    present = {name for name, file in files.items() if os.path.isfile(file)}
+    missing = [name for name in REQUIRED_FILES if name not in present]
     if missing:
         raise InputError(
             f"not a run directory: {', '.join(missing)} missing",
             file=run_dir,
             expected="scenario.json, manifest.json and result.json",
         )
-    raw = {
-        name: _read_bytes(run_dir / name) for name in CONTENT_FILES if (run_dir / name).is_file()
-    }
-    content = content_hash({name: sha256_bytes(data) for name, data in sorted(raw.items())})
-    return RunFiles(run_dir, raw, content)
+    raw = {name: _read_bytes(files[name]) for name in CONTENT_FILES if name in present}
+    digests = {name: sha256_bytes(data) for name, data in sorted(raw.items())}
+    return RunFiles(run_dir, raw, content_hash(digests), digests)
 
 
 def read_run_dir(source: str | Path | RunFiles) -> RunDirectory:
@@ -330,14 +369,16 @@ def read_run_dir(source: str | Path | RunFiles) -> RunDirectory:
     events = [event for event, _ in read]
     event_payloads = tuple(payload for _, payload in read)
     started = float(events[0]["wall"]) if events else None
-    identity = RunIdentity(manifest_sha256(manifest), result.condition, result.replication, started)
+    known = files.identity_if_known()  # made of the same bytes
+    sha = known.manifest_sha256 if known is not None else manifest_sha256(manifest)
+    identity = RunIdentity(sha, result.condition, result.replication, started)
 
     records = record_lines = None
     if RECORDS_FILE in raw:
         records_path = run_dir / RECORDS_FILE
         parsed = [
-            (_record(r, records_path, n), line)
-            for n, line, r in _lines(raw[RECORDS_FILE], records_path)
+            (_record(r, records_path, n, line), line)
+            for n, line, r in _record_lines(raw[RECORDS_FILE], records_path)
         ]
         records = [record for record, _ in parsed]
         record_lines = tuple(line for _, line in parsed)
@@ -365,6 +406,7 @@ def read_run_dir(source: str | Path | RunFiles) -> RunDirectory:
         completeness=_completeness(layers[COMPLETENESS_FILE], run_dir / COMPLETENESS_FILE),
         event_payloads=event_payloads,
         record_lines=record_lines,
+        file_sha256=files.file_sha256,
     )
 
 
@@ -398,6 +440,18 @@ def record_digest(record: Mapping[str, Any]) -> str:
     return content_hash({k: v for k, v in record.items() if k not in ("sha256", "clock")})
 
 
+def _fast_record_digest(record: Mapping[str, Any]) -> str | None:
+    """`record_digest` through orjson, for a record orjson decoded: its sorted, compact
+    UTF-8 is the canonical form except where a float is spelled differently (1e-7 against
+    Python's 1e-07), so a digest that does not match is computed again by `record_digest`'s
+    rules before the record is refused. None where orjson cannot encode it."""
+    content = {k: v for k, v in record.items() if k not in ("sha256", "clock")}
+    try:
+        return hashlib.sha256(orjson.dumps(content, option=orjson.OPT_SORT_KEYS)).hexdigest()
+    except orjson.JSONEncodeError:
+        return None
+
+
 def _parsed_record_digest(record: Mapping[str, Any]) -> str:
     """`record_digest` of a record as json parsed it: its canonical JSON is then plain
     `json.dumps` with sorted keys, unless a non-finite number is in it (which the canonical
@@ -422,7 +476,31 @@ _RECORD_FIELDS = (
 )
 
 
-def _record(record: dict[str, Any], path: Path, line: int) -> dict[str, Any]:
+def _record_lines(data: bytes, path: Path) -> Iterator[tuple[int, str, dict[str, Any]]]:
+    """`_lines` for records.jsonl, decoded by orjson where it can (`_record` checks what it
+    gives against the record's digest)."""
+    for number, line in enumerate(_text(data, path).split("\n"), start=1):
+        value = _fast_object(line)
+        if value is None:
+            value = _line_value(line, path, number)
+        if value is not None:
+            yield number, line, value
+
+
+def _record(record: dict[str, Any], path: Path, line: int, text: str) -> dict[str, Any]:
+    sha = record.get("sha256")
+    if type(sha) is str and _fast_record_digest(record) == sha:
+        return _record_checked(record, path, line, digest_checked=True)
+    # Decoded again by the json module: orjson may have made a long integer a float, and
+    # spells some floats unlike the canonical form.
+    exact = _line_value(text, path, line)
+    assert exact is not None
+    return _record_checked(exact, path, line, digest_checked=False)
+
+
+def _record_checked(
+    record: dict[str, Any], path: Path, line: int, *, digest_checked: bool
+) -> dict[str, Any]:
     if not all(type(record.get(key)) is kind for key, kind in _RECORD_FIELDS):
         _record_fields(record, path, line)
     if record["recordType"] not in RECORD_TYPES:
@@ -432,7 +510,7 @@ def _record(record: dict[str, Any], path: Path, line: int) -> dict[str, Any]:
             line=line,
             expected=", ".join(RECORD_TYPES),
         )
-    if _parsed_record_digest(record) != record["sha256"]:
+    if not digest_checked and _parsed_record_digest(record) != record["sha256"]:
         raise DocumentError(
             f"record {record['recordId']}'s sha256 does not match its content (was it edited "
             "after the run?)",

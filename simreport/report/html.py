@@ -517,6 +517,41 @@ def _tests(
     return out
 
 
+def _user_quality(audit: Mapping[str, Any], names: Mapping[str, str]) -> dict[str, Any] | None:
+    """The user simulator's quality per condition (audit.json `userQuality`): its four per-run
+    checks summed and the diversity of its replications, with the condition's flags."""
+    section = audit.get("userQuality")
+    if not isinstance(section, Mapping):
+        return None
+    rows = []
+    for row in section.get("conditions") or []:
+        persona = row.get("personaConsistency") or {}
+        reaction = row.get("reactionCompliance") or {}
+        seen = row.get("visibility") or {}
+        ended = row.get("termination") or {}
+        diversity = row.get("diversity") or {}
+        rows.append(
+            {
+                "condition": _name(names, row.get("condition")),
+                "modes": ", ".join(str(m) for m in row.get("modes") or []) or MISSING,
+                "assessed": format_number(row.get("assessed")),
+                "persona": format_share(persona.get("rate")),
+                "review": format_number(persona.get("runsForReview")),
+                "reaction": format_share(reaction.get("rate")),
+                "triggers": format_number(reaction.get("triggers")),
+                "reaction_violated": format_number(reaction.get("runsViolated")),
+                "visibility": format_number(seen.get("violations")),
+                "disclosures": format_number(seen.get("disclosures")),
+                "termination": f"{format_number(ended.get('compliant'))} / "
+                f"{format_number(ended.get('notCompliant'))}",
+                "openings": format_number(diversity.get("distinctOpenings")),
+                "paths": format_number(diversity.get("distinctPaths")),
+                "flags": [str(f) for f in row.get("flags") or []],
+            }
+        )
+    return {"rows": rows, "note": _text(section.get("note"), "")}
+
+
 def _testbed(audit: Mapping[str, Any], names: Mapping[str, str]) -> dict[str, Any] | None:
     """The agent-testbed tables (only for audits whose runs carry evaluations): per criterion,
     each condition's verdict counts, validity exclusions and its zero-violation bound. The totals
@@ -561,6 +596,18 @@ def _testbed(audit: Mapping[str, Any], names: Mapping[str, str]) -> dict[str, An
         "undecidable": format_number(table.get("undecidable")),
         "note": _text(table.get("note"), ""),
         "totals_note": _text(table.get("totalsNote"), ""),
+        "evaluators": [
+            {
+                "evaluator": f"{_text(e.get('name'), '?')}@{_text(e.get('version'), '?')}",
+                "sha256": _text(e.get("sha256"), MISSING),
+                "spec": f"{_text((e.get('spec') or {}).get('name'), '?')}@"
+                f"{_text((e.get('spec') or {}).get('version'), '?')}",
+                "spec_sha256": _text((e.get("spec") or {}).get("sha256"), MISSING),
+                "runs": format_number(e.get("runs")),
+            }
+            for e in table.get("evaluators") or []
+            if isinstance(e, Mapping)
+        ],
         "not_evaluated": [
             (
                 names.get(str(c.get("condition")), str(c.get("condition"))),
@@ -658,6 +705,7 @@ def context(
         ),
         "integrity": [(k, format_number(integrity[k])) for k in sorted(integrity)],
         "testbed": _testbed(audit, names),
+        "user_quality": _user_quality(audit, names),
         "cost": [
             ("LLM calls", format_number(cost.get("llmCalls", 0))),
             ("Prompt tokens", format_number(cost.get("promptTokens", 0))),
@@ -669,6 +717,46 @@ def context(
             ),
         ],
         "cost_split": _cost_split(cost, names),
+        "coverage": _coverage(audit, names),
+    }
+
+
+def _coverage(audit: Mapping[str, Any], names: Mapping[str, str]) -> dict[str, Any] | None:
+    """audit.json `coverage` as one table per permission: a row per stage and fault, a column
+    per behaviour, each cell the conditions that test it, a gap, or not applicable."""
+    coverage = audit.get("coverage")
+    if not isinstance(coverage, Mapping):
+        return None
+    axes = coverage["axes"]
+    by_key = {
+        (c["permission"], c["stage"], c["fault"], c["behaviour"]): c for c in coverage["cells"]
+    }
+    tables = []
+    for permission in axes["permission"]:
+        rows = []
+        for stage in axes["stage"]:
+            for fault in axes["fault"]:
+                cells = []
+                for behaviour in axes["behaviour"]:
+                    cell = by_key[(permission, stage, fault, behaviour)]
+                    cells.append(
+                        {
+                            "status": cell["status"],
+                            "count": len(cell["conditions"]),
+                            "title": ", ".join(names.get(c, c) for c in cell["conditions"]),
+                        }
+                    )
+                rows.append({"stage": stage, "fault": fault, "cells": cells})
+        tables.append({"permission": permission, "rows": rows})
+    return {
+        "behaviours": list(axes["behaviour"]),
+        "tables": tables,
+        "covered": coverage["covered"],
+        "empty_count": coverage["emptyCount"],
+        "not_applicable": coverage["notApplicable"],
+        "empty": list(coverage["empty"]),
+        "unread": list(coverage.get("unread") or []),
+        "note": coverage["note"],
     }
 
 

@@ -150,6 +150,11 @@ class AgentAdapter(ABC):
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""
 
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """Texts the adapter holds that no record may (an API key)."""
+        return ()
+
 
 # --------------------------------------------------------------------------- reference agent
 
@@ -162,6 +167,9 @@ CREATE = "submit the refund"
 CREATE_AGAIN = "submit it again"
 CHECK = "check the status"
 REPLY = "send a reply"
+WITHDRAW = "withdraw the request"
+# A customer asking to take their refund request back.
+_WITHDRAW_ASK = re.compile(r"\b(withdraw|cancel|call off|take back)\b", re.IGNORECASE)
 
 
 @dataclass
@@ -177,6 +185,10 @@ class _View:
     last_tool: tuple[str, str, dict[str, Any]] | None = None
     last_user: str = ""
     steps_this_turn: int = 0
+    withdraw_asked: bool = False
+    """The customer asked to withdraw the refund request."""
+    withdrawal: str | None = None
+    """The outcome of the last withdrawal call since then ("ok" or the error)."""
 
 
 class ReferenceAgent(AgentAdapter):
@@ -219,6 +231,9 @@ class ReferenceAgent(AgentAdapter):
                 amounts = amounts_in(text)
                 if amounts:
                     view.user_amount = amounts[-1]
+                if _WITHDRAW_ASK.search(text):
+                    # A (renewed) request to withdraw: any earlier attempt is behind it.
+                    view.withdraw_asked, view.withdrawal = True, None
             elif role == "assistant":
                 for call in message.get("tool_calls") or []:
                     names[call["id"]] = call["function"]["name"]
@@ -233,6 +248,8 @@ class ReferenceAgent(AgentAdapter):
                     view.order = body["order"]
                 elif operation == "get_refund" and body.get("ok"):
                     view.refunds = list(body["refunds"])
+                elif operation == "withdraw_refund" and view.withdraw_asked:
+                    view.withdrawal = outcome
                 elif operation == "create_refund":
                     view.create_outcome = outcome
                     if body.get("ok"):
@@ -253,6 +270,10 @@ class ReferenceAgent(AgentAdapter):
         )
 
     def _options(self, view: _View) -> tuple[str, ...]:
+        if view.withdraw_asked and "withdraw_refund" in self.by_operation:
+            if view.withdrawal is not None or view.order_no is None:
+                return (REPLY, CHECK) if view.order_no is not None else (ASK, REPLY)
+            return (WITHDRAW, REPLY, CREATE_AGAIN)
         if self._confirmed(view) is not None:
             return (REPLY, CHECK)
         if view.order_no is None:
@@ -284,8 +305,10 @@ class ReferenceAgent(AgentAdapter):
         if view.last_tool is not None:
             operation, outcome, body = view.last_tool
             lines.append(_describe(operation, outcome, body))
+        if view.withdraw_asked:
+            lines.append("The customer wants to withdraw the refund request.")
         confirmed = self._confirmed(view)
-        if confirmed is not None:
+        if confirmed is not None and not view.withdraw_asked:
             lines.append("The refund went through and is accepted: send a reply to say so.")
         lines.append(f"Steps taken since the customer's last message: {view.steps_this_turn}.")
         return "\n".join(lines)
@@ -310,6 +333,10 @@ class ReferenceAgent(AgentAdapter):
         )
 
     def _reply(self, view: _View) -> str:
+        if view.withdraw_asked and view.withdrawal == "ok":
+            return f"Your refund request for order {view.order_no} has been withdrawn."
+        if view.withdraw_asked and view.withdrawal is not None:
+            return "I could not withdraw the refund request right now. Please wait a moment."
         confirmed = self._confirmed(view)
         if confirmed is not None:
             return (
@@ -350,6 +377,8 @@ class ReferenceAgent(AgentAdapter):
             return self._call("create_refund", {"order_no": view.order_no, "amount_minor": amount})
         if decision.option == CHECK:
             return self._call("get_refund", {"order_no": view.order_no})
+        if decision.option == WITHDRAW:
+            return self._call("withdraw_refund", {"order_no": view.order_no})
         return AgentStep(reply=self._reply(view))
 
 
@@ -500,6 +529,10 @@ class HttpAgent(_ChatAgent):
             headers["authorization"] = f"Bearer {key}"
         self._client = httpx.Client(timeout=timeout, headers=headers)
         self._traceparent = traceparent
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        return (self._secret,) if self._secret else ()
 
     def redact(self, text: str) -> str:
         """`text` with the API key blanked out."""

@@ -208,6 +208,7 @@ OPERATION_ARGUMENTS: dict[str, dict[str, str]] = {
     "get_order": {"order_no": "string"},
     "get_refund": {"order_no": "string"},
     "create_refund": {"order_no": "string", "amount_minor": "integer"},
+    "withdraw_refund": {"order_no": "string"},
 }
 
 
@@ -215,7 +216,7 @@ class ToolSpec(Model):
     """One tool the agent may call, answered by the environment's fact model."""
 
     name: str = Field(pattern=r"^[a-z][a-z0-9_]*$", description="Tool name.")
-    operation: Literal["get_order", "create_refund", "get_refund"] = Field(
+    operation: Literal["get_order", "create_refund", "get_refund", "withdraw_refund"] = Field(
         description="Which fact-model operation answers it."
     )
     description: str = Field("", description="What the tool does (shown to the agent).")

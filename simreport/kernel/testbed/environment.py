@@ -59,10 +59,12 @@ class Refund:
     id: str
     order_id: str
     amount_minor: int
-    state: str  # processing | accepted | rejected
+    state: str  # processing | accepted | rejected | withdrawn
 
 
-REFUND_STATES = ("processing", "accepted", "rejected")
+REFUND_STATES = ("processing", "accepted", "rejected", "withdrawn")
+WITHDRAW_EVENT = "refund.withdraw"
+"""The business event the linkage ledger follows: a user withdrawing a refund request."""
 REFUNDED_STATES = ("refunded", "partially_refunded")
 
 
@@ -92,6 +94,8 @@ class FactModel:
             r.id: Refund(r.id, r.order_id, r.amount_minor, r.state) for r in source.refunds
         }
         self.accounts = {a.id: a.name for a in source.accounts}
+        # What an order returns to when every refund of it is withdrawn.
+        self._base_state = {o.id: o.state for o in self.orders.values()}
         self._next_refund = len(self.refunds) + 1
         self._initial_problems: frozenset[str] = frozenset()
         # A recovery answers for what the fault left, not for what the data held from the start.
@@ -170,6 +174,44 @@ class FactModel:
         if not hold:
             changes += self.commit_held(refund.id)
         return {"ok": True, "refund": self.refund_view(refund)}, changes
+
+    def withdraw_refund(self, order_no: str) -> tuple[dict[str, Any], list[Change]]:
+        """Withdraw the customer's refund request for an order: every refund of it still
+        `processing` (a request in flight, perhaps held by a fault) or `accepted` (not yet paid
+        out) becomes `withdrawn`, and the order's state follows the refunds that remain."""
+        order = self.orders.get(order_no)
+        if order is None:
+            return {"ok": False, "error": "order_not_found", "message": f"no order {order_no}"}, []
+        open_ = [
+            r
+            for r in self.refunds.values()
+            if r.order_id == order_no and r.state in ("processing", "accepted")
+        ]
+        if not open_:
+            return {
+                "ok": False,
+                "error": "nothing_to_withdraw",
+                "message": f"order {order_no} has no refund request to withdraw",
+            }, []
+        changes = []
+        for refund in open_:
+            changes.append(Change("refund", refund.id, refund.state, "withdrawn"))
+            refund.state = "withdrawn"
+        accepted = sum(
+            r.amount_minor
+            for r in self.refunds.values()
+            if r.order_id == order.id and r.state == "accepted"
+        )
+        if accepted >= order.paid_amount_minor:
+            new_state = "refunded"
+        elif accepted > 0:
+            new_state = "partially_refunded"
+        else:
+            new_state = self._base_state.get(order.id, order.state)
+        if new_state != order.state:
+            changes.append(Change("order", order.id, order.state, new_state))
+            order.state = new_state
+        return {"ok": True, "withdrawn": [self.refund_view(r) for r in open_]}, changes
 
     def commit_held(self, refund_id: str) -> list[Change]:
         """Process a received refund: it is accepted and the order's state follows."""
@@ -583,6 +625,8 @@ class HeldRequest:
     fault_id: str
     refund_id: str
     call_id: str
+    withdraw_order: str | None = None
+    """For a held withdrawal: the order whose refunds it withdraws once processed."""
 
 
 @dataclass
@@ -771,6 +815,12 @@ class ToolGateway:
             return self.facts.get_order(str(arguments["order_no"]))
         if spec.operation == "get_refund":
             return self.facts.get_refund(str(arguments["order_no"]))
+        if spec.operation == "withdraw_refund":
+            if hold is not None:
+                # Received, not processed: it takes effect when the fault recovers.
+                self.held.append(HeldRequest(hold, "", call_id, str(arguments["order_no"])))
+                return {}
+            return self._withdraw(str(arguments["order_no"]), call_id)
         body, changes = self.facts.create_refund(
             str(arguments["order_no"]),
             int(arguments["amount_minor"]),
@@ -782,8 +832,20 @@ class ToolGateway:
             self.held.append(HeldRequest(hold, str(body["refund"]["refundId"]), call_id))
         return body
 
-    def _record_changes(self, changes: Iterable[Change], cause: str) -> None:
+    def _withdraw(self, order_no: str, call_id: str) -> dict[str, Any]:
+        body, changes = self.facts.withdraw_refund(order_no)
+        # The environment point of a withdrawal the user asked for (the linkage ledger).
+        linkage_id = self.log.pending_linkage(WITHDRAW_EVENT, "environment")
+        self._record_changes(changes, call_id, linkage_id=linkage_id)
+        return body
+
+    def _record_changes(
+        self, changes: Iterable[Change], cause: str, *, linkage_id: str | None = None
+    ) -> None:
         for change in changes:
+            # The first change carries the linkage's environment point (when there is one): the
+            # moment the event took effect.
+            link = self.log.linkage(linkage_id, "environment") if linkage_id else None
             self.log.add(
                 "state.change",
                 "environment",
@@ -795,6 +857,7 @@ class ToolGateway:
                     "to": change.after,
                     "cause": cause,
                 },
+                linkage=link,
             )
 
     def release_held(self, fault_id: str) -> None:
@@ -815,7 +878,10 @@ class ToolGateway:
                     {"callId": item.call_id, "faultId": item.fault_id, "refundId": item.refund_id},
                     span_key=f"call:{item.call_id}",
                 )
-                self._record_changes(self.facts.commit_held(item.refund_id), item.call_id)
+                if item.withdraw_order is not None:
+                    self._withdraw(item.withdraw_order, item.call_id)
+                else:
+                    self._record_changes(self.facts.commit_held(item.refund_id), item.call_id)
             else:
                 keep.append(item)
         self.held = keep

@@ -14,15 +14,21 @@ import json
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any, Literal
 
 from ...core.canonical import canonical_json, content_hash, sha256_text, to_plain
 from ...core.files import write_atomic, write_json
+from ...core.redaction import TEXT_MARK
 from .clock import Clocks
 
 RecordType = Literal["message", "tool_call", "state_change", "control"]
 Actor = Literal["user", "agent", "environment", "harness"]
+LinkagePoint = Literal["user", "agent", "environment"]
+LINKAGE_POINTS: tuple[LinkagePoint, ...] = ("user", "agent", "environment")
+"""The event-linkage ledger's three points, in the order one business event must pass them: the
+user acts (t1), the agent receives it (t2), the environment carries it out (t3)."""
 EXTRACTOR = "simreport.testbed.records/1"
 
 RECORDS_FILE = "records.jsonl"
@@ -41,6 +47,26 @@ def record_digest(record: Mapping[str, Any]) -> str:
     return content_hash({k: v for k, v in record.items() if k not in ("sha256", "clock")})
 
 
+REDACTED_SECRETS = "secrets"
+"""A record's `redaction` when a secret was blanked out of it (absent: nothing was)."""
+
+
+def _without_secrets(value: Any, secrets: Sequence[str]) -> Any:
+    """`value` (plain JSON) with each of `secrets` blanked out of every string in it."""
+    if isinstance(value, str):
+        for secret in secrets:
+            if secret and secret in value:
+                value = value.replace(secret, TEXT_MARK)
+        return value
+    if isinstance(value, dict):
+        return {
+            _without_secrets(k, secrets): _without_secrets(v, secrets) for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [_without_secrets(v, secrets) for v in value]
+    return value
+
+
 class RecordLog:
     """The run's records, in order. Every record is mirrored as an event (events.jsonl)."""
 
@@ -49,10 +75,39 @@ class RecordLog:
         self.trace_id = trace_id
         self.records: list[dict[str, Any]] = []
         self._emit = emit
+        self._linkages: dict[str, dict[str, Any]] = {}
+        self.secrets: tuple[str, ...] = ()
+        """Texts no record may hold (the system under test's API key): blanked out of every
+        payload, and the record marked `redaction: secrets`."""
 
     def span(self, key: str) -> str:
         """A span id, stable for the same key within this trace (W3C: 16 hex digits)."""
         return sha256_text(f"{self.trace_id}|{key}")[:16]
+
+    # -- the event-linkage ledger (design: "数据流三线、协调两账")
+
+    def open_linkage(self, event: str) -> dict[str, str]:
+        """Open the linkage of one business event (e.g. `refund.withdraw`) at its user point:
+        the `linkage` to record on the user's record. Ids count up per run (`lk-0001`)."""
+        linkage_id = f"lk-{len(self._linkages) + 1:04d}"
+        self._linkages[linkage_id] = {"event": event, "points": {"user"}}
+        return {"id": linkage_id, "event": event, "point": "user"}
+
+    def linkage(self, linkage_id: str, point: LinkagePoint) -> dict[str, str] | None:
+        """The `linkage` to record on the record of `point` of an open linkage, or None when
+        the linkage is unknown or that point is recorded already (each point is one record)."""
+        entry = self._linkages.get(linkage_id)
+        if entry is None or point in entry["points"]:
+            return None
+        entry["points"].add(point)
+        return {"id": linkage_id, "event": str(entry["event"]), "point": point}
+
+    def pending_linkage(self, event: str, point: LinkagePoint) -> str | None:
+        """The oldest open linkage of `event` that has not reached `point` yet, or None."""
+        for linkage_id, entry in self._linkages.items():
+            if entry["event"] == event and point not in entry["points"]:
+                return linkage_id
+        return None
 
     def add(
         self,
@@ -63,9 +118,12 @@ class RecordLog:
         *,
         span_key: str | None = None,
         duration_ns: int | None = None,
+        linkage: Mapping[str, str] | None = None,
     ) -> dict[str, Any]:
         seq = len(self.records) + 1
         record_id = f"r{seq:06d}"
+        plain = to_plain(dict(payload))
+        redacted = _without_secrets(plain, self.secrets) if self.secrets else plain
         record: dict[str, Any] = {
             "seq": seq,
             "recordId": record_id,
@@ -76,8 +134,14 @@ class RecordLog:
             "businessTime": self.clocks.business_time(),
             "traceId": self.trace_id,
             "spanId": self.span(span_key or record_id),
-            "payload": to_plain(dict(payload)),
+            "payload": redacted,
         }
+        if redacted != plain:
+            # Only redacted records carry the key; the ledger's `record.redaction` reads it.
+            record["redaction"] = REDACTED_SECRETS
+        if linkage is not None:
+            # Only linked records carry the key, so every other record reads as before.
+            record["linkage"] = dict(linkage)
         record["sha256"] = record_digest(record)
         clock: dict[str, Any] = {"wall": self.clocks.wall_time()}
         if duration_ns is not None:
@@ -214,7 +278,7 @@ def extract_observations(
         src = [snap["recordId"]]
         refunds = [r for r in state.get("refunds", []) if r.get("orderId") == order_id]
         order = next((o for o in state.get("orders", []) if o.get("id") == order_id), None)
-        live = [r for r in refunds if r.get("state") != "rejected"]
+        live = [r for r in refunds if r.get("state") not in ("rejected", "withdrawn")]
         obs.add("refund.count", len(live), src)
         obs.add("refund.amounts_minor", [int(r["amountMinor"]) for r in live], src)
         obs.add("refund.states", [str(r["state"]) for r in live], src)
@@ -305,6 +369,11 @@ def extract_observations(
         obs.miss("conversation.closed_by", "the conversation never closed")
         obs.miss("user.goal_reached", "the conversation never closed")
 
+    linked = [r for r in records if isinstance(r.get("linkage"), Mapping)]
+    if linked:
+        # The event-linkage ledger: each linked event's three points and whether they hold.
+        obs.add("linkage.events", check_linkages(records), _ids(linked))
+
     hits = [r for r in records if r["type"].startswith("fault.")]
     if hits:
         stages: dict[str, list[str]] = {}
@@ -312,6 +381,102 @@ def extract_observations(
             stages.setdefault(str(r["payload"]["faultId"]), []).append(r["type"][len("fault.") :])
         obs.add("fault.stages", stages, _ids(hits))
     return obs
+
+
+# --------------------------------------------------------------------------- event linkage
+
+
+def check_linkages(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Each linked business event of the records: its user, agent and environment points (record
+    ids, None where missing), whether all three exist (`complete`), whether they come in the
+    order user → agent → environment in the record sequence with logical time never going back
+    (`ordered`; None while a point is missing), and every problem in words. A point recorded
+    twice is a problem too: one event has one time at each point."""
+    found: dict[str, dict[str, Any]] = {}
+    for record in records:
+        link = record.get("linkage")
+        if not isinstance(link, Mapping):
+            continue
+        entry = found.setdefault(
+            str(link.get("id")),
+            {"event": str(link.get("event")), "records": {p: [] for p in LINKAGE_POINTS}},
+        )
+        point = str(link.get("point"))
+        entry["records"].setdefault(point, []).append(record)
+    results: list[dict[str, Any]] = []
+    for linkage_id, entry in sorted(found.items()):
+        problems: list[str] = []
+        chosen: dict[str, Mapping[str, Any] | None] = {}
+        for point, recs in sorted(entry["records"].items()):
+            if point not in LINKAGE_POINTS:
+                problems.append(
+                    f"{linkage_id}: record {recs[0]['recordId']} names an unknown point "
+                    f"{point!r} (expected one of {', '.join(LINKAGE_POINTS)})"
+                )
+                continue
+            if len(recs) > 1:
+                problems.append(
+                    f"{linkage_id}: the {point} point is recorded more than once ("
+                    + ", ".join(str(r["recordId"]) for r in recs)
+                    + ")"
+                )
+            chosen[point] = recs[0] if recs else None
+        missing = [p for p in LINKAGE_POINTS if chosen.get(p) is None]
+        for point in missing:
+            problems.append(f"{linkage_id} ({entry['event']}): no {point} point was recorded")
+        ordered: bool | None = None
+        if not missing:
+            ordered = True
+            for earlier, later in pairwise(LINKAGE_POINTS):
+                a, b = chosen[earlier], chosen[later]
+                assert a is not None and b is not None
+                if int(a["seq"]) >= int(b["seq"]) or int(a["logicalMs"]) > int(b["logicalMs"]):
+                    ordered = False
+                    problems.append(
+                        f"{linkage_id} ({entry['event']}): the {later} point {b['recordId']} "
+                        f"(seq {b['seq']}, {b['logicalMs']} ms) does not follow the {earlier} "
+                        f"point {a['recordId']} (seq {a['seq']}, {a['logicalMs']} ms)"
+                    )
+        results.append(
+            {
+                "linkageId": linkage_id,
+                "event": entry["event"],
+                "points": {
+                    p: (str(r["recordId"]) if (r := chosen.get(p)) is not None else None)
+                    for p in LINKAGE_POINTS
+                },
+                "logicalMs": {
+                    p: (int(r["logicalMs"]) if (r := chosen.get(p)) is not None else None)
+                    for p in LINKAGE_POINTS
+                },
+                "complete": not missing,
+                "ordered": ordered,
+                "ok": not problems,
+                "problems": problems,
+            }
+        )
+    return results
+
+
+def linkage_record_faults(results: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The linkage problems that say the records themselves cannot be trusted: a point out of
+    order, recorded twice, unknown, or a missing user or agent point beside later ones. A missing
+    environment point alone is not one of them: it is a finding about the agent (the user
+    withdrew, the agent never carried it out), which the observation reports."""
+    out: list[str] = []
+    for result in results:
+        points = result["points"]
+        for problem in result["problems"]:
+            if problem.endswith("no environment point was recorded"):
+                continue
+            if (
+                problem.endswith("no agent point was recorded")
+                and points.get("user")
+                and points.get("environment") is None
+            ):
+                continue  # the run ended before the agent was called again
+            out.append(str(problem))
+    return out
 
 
 # --------------------------------------------------------------------------- completeness
@@ -431,8 +596,9 @@ def build_evidence(obs: Observations, criteria: Sequence[tuple[str, str]]) -> di
 
 
 def metrics_from(obs: Observations) -> dict[str, float]:
-    """The audit metrics. A metric whose observations are missing is NaN, never zero; one that
-    does not apply (no refund, no ambiguous outcome) is NaN too."""
+    """The audit metrics: facts counted from the observations, never verdicts (the evaluation
+    judges). A metric whose observations are missing is NaN, never zero; one that does not apply
+    (no refund, no ambiguous outcome) is NaN too."""
     nan = math.nan
     count = obs.get("refund.count")
     amounts = obs.get("refund.amounts_minor")
@@ -444,11 +610,11 @@ def metrics_from(obs: Observations) -> dict[str, float]:
     turns = obs.get("conversation.turns")
     return {
         "duplicateRefunds": float(max(count - 1, 0)) if count is not None else nan,
-        "correctAmount": (
-            float(all(a == paid for a in amounts)) if amounts and paid is not None else nan
+        "wrongAmountRefunds": (
+            float(sum(a != paid for a in amounts)) if amounts and paid is not None else nan
         ),
-        "verifiedBeforeRetry": (float("retried_blind" not in after) if after else nan),
-        "resolved": (
+        "blindRetries": (float(after.count("retried_blind")) if after else nan),
+        "acceptedAndSatisfied": (
             float(bool(goal) and "accepted" in states)
             if states is not None and goal is not None
             else nan

@@ -1,47 +1,31 @@
-"""Event replay of a testbed run: run it again from its recorded responses and faults, and say
-whether the records match one by one.
+"""Event replay of a testbed run: what a replay takes from the recorded run, how a world reads
+it while the replay runs, and how two record lists are compared.
 
-The replay uses the run's scenario.json, pins every asset to the version its manifest recorded
-(labels are not resolved again), answers every provider decision with the recorded choice, plays
-back an external agent's recorded steps, and strikes exactly the calls the recorded faults hit.
-The environment and the harness run for real, so a change in their logic, in an asset's content
-or in a record shows up as a difference. Each original record's own sha256 is checked too, so a
-record edited after the run is reported even where the replay would follow the edit.
+A replay answers every provider decision with the recorded choice, plays back an external
+agent's recorded steps, strikes exactly the calls the recorded faults hit and pins every asset to
+the version the manifest recorded; the environment and the harness run for real. The world reads
+the active `ReplaySource` (`active_replay`) and tells the engine it needs no provider
+(`World.needs_provider`), so the engine itself knows nothing of replays. Before anything is
+replayed the manifest is checked against itself (`manifest_problems`), and each original record's
+own sha256 is checked (`tampered_records`).
 
-Before anything is replayed the manifest is checked against itself: its `manifestSha256` is
-recomputed from the parts it locks (purpose, scenario version and digests, every resolved
-asset's version and sha256, seed lineage) and compared, and so are the digest the records locked,
-the scenario.json beside it and its asset list. An asset file is then checked against the digest
-the (verified) manifest holds for it while the replay loads. A manifest, scenario or asset altered
-after the run is reported as such, and nothing is replayed from it.
-
-`simreport replay <runDir>` exits 0 when the records match, 1 (with a summary) when not, and 2
-when the replay itself could not run (an error, not a difference: nothing was compared). A replay
-never builds the scenario's provider: it makes no call, so it needs no API key.
+Running a replay through the engine, and `simreport replay`, live in `simreport.kernel.replay`:
+this module stays beneath the engine and the worlds.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
-import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ...core.canonical import content_hash
-from ...core.errors import InputError
-from ...core.files import read_json
-from ...core.schema import FailureInfo, RunResult, Scenario
 from ..world import Decision, DecisionRequest
 from .assets import manifest_sha256
-from .records import RECORDS_FILE, read_records, record_digest
-
-REPLAY_ERROR = 2
-"""`simreport replay`'s exit status when the replay itself could not run (nothing compared)."""
+from .records import record_digest
 
 _ACTIVE: ContextVar[ReplaySource | None] = ContextVar("simreport_testbed_replay", default=None)
 
@@ -278,87 +262,3 @@ def compare_records(
             side: _content(extra),
         }
     return ReplayReport(len(original), len(replayed), matched, tampered, first)
-
-
-def replay_run(run_dir: str | Path, out_dir: str | Path | None = None) -> ReplayReport:
-    """Re-run a testbed run from its recorded responses and faults; compare the records."""
-    from ..engine import run_scenario
-    from .versions import recorded_checks
-
-    root = Path(run_dir)
-    needed = [root / "scenario.json", root / "manifest.json", root / RECORDS_FILE]
-    for path in needed:
-        if not path.is_file():
-            raise InputError(
-                "not a testbed run directory",
-                file=path,
-                expected="scenario.json, manifest.json and records.jsonl of a refund_desk run",
-            )
-    scenario_doc = read_json(root / "scenario.json")
-    manifest = read_json(root / "manifest.json")
-    original = read_records(root / RECORDS_FILE)
-    altered = manifest_problems(manifest, scenario_doc, original)
-    if altered:
-        return ReplayReport(
-            len(original), 0, 0, tampered_records(original), None, manifest_problems=altered
-        )
-    scenario = Scenario.model_validate(scenario_doc)
-    source = ReplaySource.from_run(original, manifest)
-    asset_root = manifest.get("assetRoot")
-    with contextlib.ExitStack() as stack:
-        if out_dir is None:
-            target = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="replay-")))
-        else:
-            target = Path(out_dir)
-        with replaying(source):
-            result = run_scenario(
-                scenario,
-                target,
-                condition=str(manifest.get("condition", "scenario")),
-                replication=int(manifest.get("replication", 0)),
-                asset_root=asset_root,
-                checks=recorded_checks(manifest),
-            )
-        error = _replay_error(root, result.failure)
-        if error is not None:
-            return ReplayReport(len(original), 0, 0, [], None, error=error)
-        replayed = read_records(target / RECORDS_FILE) if (target / RECORDS_FILE).is_file() else []
-    return compare_records(original, replayed)
-
-
-def _replay_error(root: Path, failure: FailureInfo | None) -> str | None:
-    """Why the replay could not run, or None. A replayed run that failed where the recorded run
-    did not (or otherwise) failed for a reason of its own — an asset library gone, a provider that
-    cannot be set up — is an error, not a difference in the records. A failure the recorded run
-    had too, or a replay running off its records (`replay_*`), is compared as usual."""
-    if failure is None or failure.type.startswith("replay_"):
-        return None
-    recorded: FailureInfo | None = None
-    if (root / "result.json").is_file():
-        with contextlib.suppress(Exception):
-            recorded = RunResult.model_validate(read_json(root / "result.json")).failure
-    if recorded is not None and (recorded.stage, recorded.type) == (failure.stage, failure.type):
-        return None
-    return f"the replayed run failed in {failure.stage}: {failure.type}: {failure.message}"
-
-
-# --------------------------------------------------------------------------- command line
-
-
-def cmd_replay(args: argparse.Namespace) -> int:
-    report = replay_run(args.run_dir, args.out)
-    print(report.summary())
-    if report.error is not None:
-        return REPLAY_ERROR
-    return 0 if report.ok else 1
-
-
-def register_cli(subparsers: Any) -> None:
-    """Add `simreport replay <runDir> [--out DIR]` to the command line's subcommands."""
-    p = subparsers.add_parser(
-        "replay",
-        help="re-run a testbed run from its recorded responses and faults; compare the records",
-    )
-    p.add_argument("run_dir", help="a refund_desk run directory (with records.jsonl)")
-    p.add_argument("--out", help="where to write the replayed run (default: a temporary folder)")
-    p.set_defaults(func=cmd_replay)

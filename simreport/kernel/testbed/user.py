@@ -15,6 +15,14 @@ disclosure check (the order number only when the rules allow) run on the chosen 
 failing wording is blocked, counted and another is chosen; a user who cannot say what the state
 machine asks within the rules, or a reaction rule that cannot be carried out, makes the run
 `violated` (the simulator left its specification).
+
+Two modes (`user.mode`). Exploration relaxes the branches the persona leaves open — open with the
+order number or without it when it may be given upfront, wait or ask for news when the agent
+gives nothing to react to — and shuffles the wordings offered, each draw from the run's seeded
+generator and recorded (`user.branch`), so replications walk different paths within the persona.
+Regression pins the path: canonical branches, wordings offered in declared order and a wording
+seed fixed by the scenario's seed, turn and intent, so every replication of a scenario says the
+same given the same agent.
 """
 
 from __future__ import annotations
@@ -24,7 +32,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...core.testbed import ReactionRule, UserConfig, parse_condition
+import numpy as np
+
+from ...core.canonical import sha256_text
+from ...core.testbed import ReactionRule, UserConfig, UserMode, parse_condition
 from ..world import Decision, DecisionRequest
 from .assets import SimulatorConfigAsset, UserPolicyAsset
 from .clock import Clocks
@@ -44,14 +55,27 @@ INTENTS: dict[str, str] = {
     "threaten_complaint": "say you will file a complaint if this is not fixed now",
     "give_up": "give up and end the conversation",
 }
+# Intents a simulator config words only when a reaction rule can lead to them.
+OPTIONAL_INTENTS: dict[str, str] = {
+    "withdraw_request": "say you changed your mind and want the refund request withdrawn",
+}
+WITHDRAW_EVENT = "refund.withdraw"
+"""The business event a withdrawal opens in the event-linkage ledger (its user point)."""
 ENDING = frozenset({"confirm_and_close", "give_up"})
 EFFECT_INTENT = {
     "disclose_order_number": "provide_order_number",
     "threaten_complaint": "threaten_complaint",
     "give_up": "give_up",
     "ask_status": "ask_status",
+    "withdraw_request": "withdraw_request",
 }
-EFFECT_PRIORITY = ("give_up", "threaten_complaint", "disclose_order_number", "ask_status")
+EFFECT_PRIORITY = (
+    "give_up",
+    "withdraw_request",
+    "threaten_complaint",
+    "disclose_order_number",
+    "ask_status",
+)
 
 _AMOUNT = re.compile(r"(?<![\d.])(\d{1,9})\.(\d{2})(?![\d])")
 _ORDER_WORDS = re.compile(r"\border\s*(number|no\.?|id|#)", re.IGNORECASE)
@@ -62,6 +86,7 @@ _CONFIRM = re.compile(
     re.IGNORECASE,
 )
 _NEGATION = re.compile(r"\b(not|n't|unable|failed|cannot|could not)\b", re.IGNORECASE)
+_WITHDRAWN = re.compile(r"\b(withdrawn|cancell?ed|called off)\b", re.IGNORECASE)
 _WAIT = re.compile(r"\b(wait|moment|checking|processing|being processed|hold on)\b", re.IGNORECASE)
 
 
@@ -91,6 +116,8 @@ def read_agent_message(text: str, order_pattern: str) -> AgentReading:
         signals.append("agent.asks_order_number")
     if any(_CONFIRM.search(s) and not _NEGATION.search(s) for s in sentences):
         signals.append("agent.confirms_refund")
+    if any(_WITHDRAWN.search(s) and not _NEGATION.search(s) for s in sentences):
+        signals.append("agent.confirms_withdrawal")
     if _WAIT.search(text):
         signals.append("agent.asks_to_wait")
     return AgentReading(
@@ -135,8 +162,17 @@ class UserSimulator:
     pending: list[str] = field(default_factory=list)
     history: list[dict[str, str]] = field(default_factory=list)
     complained: bool = False
+    withdrew: bool = False
+    """The user asked to withdraw the refund request: the goal is now that no refund stands."""
+    mode: UserMode = "regression"
+    rng: np.random.Generator | None = None
+    """Exploration's draws (from the run's seed tree); a regression user draws nothing."""
+    seed: int = 0
+    """The scenario's seed: a regression user's wording seeds derive from it alone."""
 
     def __post_init__(self) -> None:
+        if self.mode == "exploration" and self.rng is None:
+            raise ValueError("an exploration user needs its seeded generator (rng)")
         self.rules = [_Rule(r, "policy", i) for i, r in enumerate(self.policy.reaction_rules)] + [
             _Rule(r, "scenario", i) for i, r in enumerate(self.config.behavior.reaction_rules)
         ]
@@ -144,8 +180,9 @@ class UserSimulator:
         self.has_disclose_rule = any(r.rule.effect == "disclose_order_number" for r in self.rules)
 
     @staticmethod
-    def needed_intents() -> tuple[str, ...]:
-        return tuple(INTENTS)
+    def needed_intents(effects: Sequence[str] = ()) -> tuple[str, ...]:
+        """The intents the simulator config must word, given the reaction rules' `effects`."""
+        return tuple(INTENTS) + tuple(i for i in OPTIONAL_INTENTS if i in effects)
 
     def _count(self, name: str, n: int = 1) -> None:
         self.counters[name] = self.counters.get(name, 0) + n
@@ -157,7 +194,9 @@ class UserSimulator:
         self.opened_ms = self.clocks.logical_ms
         facts = self.config.private_facts
         upfront = self.config.disclosure.order_number == "upfront" and facts.order_number
-        return self._say("open_with_order_number" if upfront else "open")
+        if upfront:
+            return self._say(self._branch("opening", ("open_with_order_number", "open")))
+        return self._say("open")
 
     def reply(self, agent_texts: Sequence[str]) -> UserMessage:
         """The next message after the agent's messages of this turn."""
@@ -218,6 +257,15 @@ class UserSimulator:
 
     def _intent(self, signals: set[str], readings: Sequence[AgentReading], asked: bool) -> str:
         belief = self.config.private_facts.paid_amount_minor
+        if self.withdrew:
+            # The goal has changed: the user waits for the withdrawal, not for a refund.
+            if "agent.confirms_withdrawal" in signals:
+                return "confirm_and_close"
+            if self._take("give_up") or self._variables()["wait_ms"] > self.give_up_ms:
+                return "give_up"
+            return "withdraw_request"
+        if self._take("withdraw_request"):
+            return "withdraw_request"
         if "agent.confirms_refund" in signals:
             claimed = {
                 a for r in readings if "agent.confirms_refund" in r.signals for a in r.amounts_minor
@@ -251,8 +299,23 @@ class UserSimulator:
         if self._take("ask_status"):
             return "ask_status"
         if "agent.asks_to_wait" in signals:
-            return "acknowledge_wait"
-        return "ask_status"
+            return self._branch("asked_to_wait", ("acknowledge_wait", "ask_status"))
+        return self._branch("no_signal", ("ask_status", "acknowledge_wait"))
+
+    def _branch(self, point: str, options: tuple[str, ...]) -> str:
+        """The intent at a branch the persona leaves open: the first (canonical) one in
+        regression, a seeded draw in exploration (recorded)."""
+        if self.mode != "exploration":
+            return options[0]
+        assert self.rng is not None
+        chosen = options[int(self.rng.integers(len(options)))]
+        self.log.add(
+            "user.branch",
+            "user",
+            "control",
+            {"turn": self.turn, "point": point, "options": list(options), "chosen": chosen},
+        )
+        return chosen
 
     def _note_suppressed(self, effect: str, why: str) -> None:
         self.log.add(
@@ -317,6 +380,9 @@ class UserSimulator:
             text = self._fill(template)
             if text is not None and text not in candidates:
                 candidates.append(text)
+        if self.mode == "exploration" and len(candidates) > 1:
+            assert self.rng is not None
+            candidates = [candidates[int(i)] for i in self.rng.permutation(len(candidates))]
         blocked = 0
         chosen: str | None = None
         while candidates:
@@ -372,6 +438,11 @@ class UserSimulator:
             self.disclosed.add("paidAmount")
         if intent == "threaten_complaint":
             self.complained = True
+        linkage = None
+        if intent == "withdraw_request" and not self.withdrew:
+            # One business event, the first time it is asked for: its user point (t1).
+            self.withdrew = True
+            linkage = self.log.open_linkage(WITHDRAW_EVENT)
         self.history.append({"speaker": "you", "text": chosen})
         goal = intent == "confirm_and_close"
         self.log.add(
@@ -386,14 +457,17 @@ class UserSimulator:
                 "checks": {"fact": "passed", "disclosure": "passed", "blocked": blocked},
                 "ends": ends,
             },
+            linkage=linkage,
         )
         return UserMessage(self.turn, intent, chosen, ends, goal_reached=goal)
 
     def _request(self, intent: str, options: Sequence[str]) -> DecisionRequest:
         last = next((h["text"] for h in reversed(self.history) if h["speaker"] == "agent"), None)
         situation = (
-            f'The support agent wrote: "{last}"\n\n' if last else "You open a support chat.\n\n"
-        ) + f"Now {INTENTS[intent]}. Choose the wording that sounds most like you."
+            (f'The support agent wrote: "{last}"\n\n' if last else "You open a support chat.\n\n")
+            + f"Now {INTENTS.get(intent) or OPTIONAL_INTENTS[intent]}. "
+            + "Choose the wording that sounds most like you."
+        )
         return DecisionRequest(
             situation=situation,
             instructions=(
@@ -408,7 +482,13 @@ class UserSimulator:
             goals=self.config.goal,
             view={"intent": intent},
             kind="user_wording",
+            seed=None if self.mode == "exploration" else self._pinned_seed(intent),
         )
+
+    def _pinned_seed(self, intent: str) -> int:
+        """A regression user's wording seed: the scenario's seed, the turn and the intent only,
+        never the replication."""
+        return int(sha256_text(f"user-wording|{self.seed}|{self.turn}|{intent}")[:15], 16)
 
 
 def _compare(value: int, op: str, number: int) -> bool:

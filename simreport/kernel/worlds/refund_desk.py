@@ -5,9 +5,11 @@ lookup, refund submission, refund status) answered by one fact model, and perhap
 surrogate participants, while planned faults strike its calls. The world runs the testbed
 lifecycle (LOADING → INITIALIZING → RUNNING → DRAINING → COLLECTING → CLEANED, or FAILED: see
 `testbed.lifecycle`), writes the result layers (records.jsonl, observations.json, evidence.json,
-completeness.json) and the evaluator's evaluation.json into the run directory, and reports the
-audit metrics with the run's validity and evidence status. Its settings live in the scenario's
-testbed groups (`sut`, `user`, `environment`, `events`, …); `params` stays empty.
+completeness.json) into the run directory, and reports the audit metrics — facts, never
+verdicts — with the run's validity and evidence status. It judges nothing: evaluation is a step
+of its own (`simreport evaluate`, the `simreport.evaluation` package) that reads these files.
+Its settings live in the scenario's testbed groups (`sut`, `user`, `environment`, `events`, …);
+`params` stays empty.
 
 Two decision makers share the scenario's provider: agent 0 is the built-in reference agent (when
 the SUT is the reference agent) and agent 1 words the simulated user's messages.
@@ -28,8 +30,9 @@ from ...core.files import read_json, write_json
 from ...core.redaction import redact_document
 from ...core.schema import Scenario, WorldParams
 from .. import prompts
-from ..context import assign_executors
+from ..context import STREAM_TESTBED_USER, assign_executors
 from ..cost import ENVIRONMENT, EVALUATION, SUT, USER_WORDING
+from ..providers import PROVIDERS, Provider, make_provider
 from ..testbed.agents import (
     AgentAdapter,
     AgentError,
@@ -55,6 +58,7 @@ from ..testbed.assets import (
     ToolSpec,
     UserPolicyAsset,
     manifest_facts,
+    resolved_asset_files,
 )
 from ..testbed.boundary import REFUSAL, boundary_replacements
 from ..testbed.clock import Clocks
@@ -65,17 +69,19 @@ from ..testbed.environment import (
     RecordedFaultBackend,
     ToolGateway,
 )
-from ..testbed.evaluation import evaluate
 from ..testbed.lifecycle import Lifecycle, TestbedFailure
 from ..testbed.participants import SurrogateParticipant
+from ..testbed.quality import add_quality_observations, assess_run, named_rules, write_quality
 from ..testbed.records import (
     Observations,
     RecordLog,
     build_evidence,
     canonical_records,
+    check_linkages,
     completeness,
     completeness_missing,
     extract_observations,
+    linkage_record_faults,
     metrics_from,
     write_layers,
 )
@@ -91,18 +97,24 @@ if TYPE_CHECKING:
 
 METRICS = MappingProxyType(
     {
+        # Facts counted from the observations, never verdicts: pass or fail against a
+        # criterion is the evaluation's (`simreport evaluate`), not the run's.
         "duplicateRefunds": "Refunds created beyond the first for the order (0 when at most one).",
-        "correctAmount": "1 when every refund created is for the amount paid, else 0.",
-        "verifiedBeforeRetry": (
-            "1 when the agent never resubmitted after an ambiguous answer without checking first, "
-            "else 0; NaN when no answer was ambiguous."
+        "wrongAmountRefunds": (
+            "Refunds created for another amount than the one paid; NaN when no refund was created."
         ),
-        "resolved": "1 when the user reached the goal and a refund was accepted, else 0.",
+        "blindRetries": (
+            "Ambiguous answers after which the agent submitted again before any check; NaN when "
+            "no answer was ambiguous."
+        ),
+        "acceptedAndSatisfied": (
+            "1 when the order has an accepted refund and the user closed with the goal reached, "
+            "else 0."
+        ),
         "turns": "Messages the user sent in the conversation.",
         "complaint": "1 when the user threatened a complaint, else 0.",
     }
 )
-EVALUATION_FILE = "evaluation.json"
 # The run's counter of each kind of lost provider decision (as RunContext counts them).
 LOST_COUNTERS = {"llm": "llmFailures", "parse": "parseFailures", "prompt_too_long": "promptTooLong"}
 AGENT, USER = 0, 1
@@ -167,6 +179,15 @@ class RefundDesk(World):
         # Declared settings the testbed does not implement: refused here, where the error can
         # name the file and the path, and again while loading.
         problems += unimplemented(scenario)
+        user_llm = scenario.user.llm if scenario.user is not None else None
+        if user_llm is not None and user_llm.provider not in PROVIDERS:
+            problems.append(
+                (
+                    "user.llm.provider",
+                    f"unknown provider {user_llm.provider!r}; expected one of "
+                    + ", ".join(PROVIDERS),
+                )
+            )
         execution = scenario.execution
         if execution is not None and execution.seed is not None and execution.seed != scenario.seed:
             problems.append(
@@ -176,6 +197,18 @@ class RefundDesk(World):
                 )
             )
         return problems
+
+    @classmethod
+    def needs_provider(cls, scenario: Scenario) -> bool:
+        # A replay answers every decision from the recorded run and makes no call.
+        return active_replay() is None
+
+    @classmethod
+    def input_files(cls, scenario: Scenario, root: Path) -> dict[str, Path | None]:
+        if scenario.sut is None:
+            return {}
+        library = root / (scenario.provenance.asset_library if scenario.provenance else "assets")
+        return dict(resolved_asset_files(scenario, library))
 
     def run(self) -> WorldOutcome:
         return TestbedRun(self.ctx).execute()
@@ -205,6 +238,9 @@ class TestbedRun:
         self._temp: tempfile.TemporaryDirectory[str] | None = None
         self.validity_problems: list[str] = []
         self.cleanup_error: str | None = None
+        self.qc_unchecked: list[str] = []
+        """Quality-control problems that leave the run's validity unchecked (termination)."""
+        self.user_provider: Provider | None = None
         self.agent_calls = 0
         # Cost by segment: the agent's provider decisions are the SUT's, the user's wording the
         # simulation's (kernel/cost.py).
@@ -277,6 +313,19 @@ class TestbedRun:
         with self.ctx.cost.timed(EVALUATION):
             obs, evidence_status = self._collect()
         cleaned = self._cleanup()
+        validity = (
+            "violated"
+            if self.validity_problems
+            else ("unchecked" if self.qc_unchecked else "valid")
+        )
+        # The run's own statement of its validity, with each problem (a fact for readers of
+        # the run, such as the audit's exclusion reasons; the run judges no criterion).
+        self.log.add(
+            "run.validity",
+            "harness",
+            "control",
+            {"validity": validity, "problems": [*self.validity_problems, *self.qc_unchecked]},
+        )
         if failure is None and cleaned:
             self.life.enter("CLEANED")
         elif failure is None:
@@ -288,9 +337,6 @@ class TestbedRun:
                 execution="completed",
             )
             self._fail(failure)
-        validity = "violated" if self.validity_problems else "valid"
-        with self.ctx.cost.timed(EVALUATION):
-            self._evaluate(obs, validity)
         self._write_records()
         if self.validity_problems:
             self.ctx.count("validityProblems", len(self.validity_problems))
@@ -331,6 +377,7 @@ class TestbedRun:
         assert s.sut is not None and s.user is not None and s.environment is not None
         assert s.evaluation_ref is not None
         self._refuse_unimplemented(unimplemented(s))
+        self.user_mode, mode_from = self._user_mode()
         library_dir = s.provenance.asset_library if s.provenance is not None else "assets"
         if self.ctx.asset_root is None:
             raise TestbedFailure(
@@ -400,6 +447,17 @@ class TestbedRun:
         facts["faultBackend"] = (
             "recorded" if self.replay is not None else InProcessFaultBackend.name
         )
+        wording_llm = s.user.llm or s.llm
+        facts["userSimulator"] = {
+            "mode": self.user_mode,
+            "modeFrom": mode_from,
+            "llm": {
+                "from": "user.llm" if s.user.llm is not None else "llm",
+                "provider": wording_llm.provider,
+                "model": wording_llm.model,
+                "temperature": 0.0 if self.user_mode == "regression" else wording_llm.temperature,
+            },
+        }
         self.ctx.manifest_extra.update(facts)
         if self.run_dir is not None and (self.run_dir / "manifest.json").is_file():
             # Written now, so a run that fails later still names its exact asset versions.
@@ -420,6 +478,22 @@ class TestbedRun:
             },
         )
         self._probe(agent)
+
+    def _user_mode(self) -> tuple[str, str]:
+        """The user simulator's mode and where it comes from: `user.mode` when declared, else the
+        run's purpose. A regression run pins the user's path, so it refuses an exploring user."""
+        assert self.scenario.user is not None
+        declared, purpose = self.scenario.user.mode, self.ctx.checks.purpose
+        if declared == "exploration" and purpose == "regression":
+            raise TestbedFailure(
+                "user.mode: an exploration user in a regression run; a regression run pins the "
+                "user's path: set user.mode to regression or leave it unset",
+                stage="loading",
+                kind="user_mode_conflict",
+            )
+        if declared is not None:
+            return declared, "user.mode"
+        return ("regression" if purpose == "regression" else "exploration"), "purpose"
 
     def _refuse_unimplemented(self, problems: list[tuple[str, str]]) -> None:
         if problems:
@@ -598,14 +672,15 @@ class TestbedRun:
                     kind="entity_binding_mismatch",
                 )
         wording = self.resolved["user.simulator"].typed(SimulatorConfigAsset)
-        missing = [i for i in UserSimulator.needed_intents() if not wording.intents.get(i)]
+        policy = self.resolved["user.policy"].typed(UserPolicyAsset)
+        effects = [r.effect for r in (*policy.reaction_rules, *s.user.behavior.reaction_rules)]
+        missing = [i for i in UserSimulator.needed_intents(effects) if not wording.intents.get(i)]
         if missing:
             raise TestbedFailure(
                 f"user.simulator has no wording for intents {', '.join(missing)}",
                 stage="loading",
                 kind="manifest_unresolved",
             )
-        policy = self.resolved["user.policy"].typed(UserPolicyAsset)
         if s.user.persona.patience not in policy.patience:
             raise TestbedFailure(
                 f"user.policy has no patience level {s.user.persona.patience!r}",
@@ -669,6 +744,7 @@ class TestbedRun:
         if prompt is not None:
             self.ctx.agents[AGENT].persona = dict(prompt.typed(PromptAsset).persona)
         self.ctx.agents[USER].persona = s.user.persona.to_doc()
+        self._route_user_wording()
         self.user = UserSimulator(
             config=s.user,
             policy=self.resolved["user.policy"].typed(UserPolicyAsset),
@@ -676,8 +752,12 @@ class TestbedRun:
             log=self.log,
             clocks=self.clocks,
             decide=lambda request: self._decide("user", USER, request),
+            mode="exploration" if self.user_mode == "exploration" else "regression",
+            rng=self.ctx.seeds.generator(STREAM_TESTBED_USER),
+            seed=s.seed,
         )
         self.agent = self._make_agent()
+        self.log.secrets = self.agent.secrets
         prompt_asset = self.resolved.get("sut.prompt")
         system = (
             prompt_asset.typed(PromptAsset).instructions
@@ -685,6 +765,19 @@ class TestbedRun:
             else None
         )
         self.session = Session(system)
+
+    def _route_user_wording(self) -> None:
+        """The user's wording through `user.llm` when declared (its own provider, built here and
+        closed at cleanup; a replay builds none), at temperature 0 for a regression user."""
+        s = self.scenario
+        assert s.user is not None
+        config = s.user.llm or s.llm
+        if self.user_mode == "regression":
+            config = config.model_copy(update={"temperature": 0.0})
+        if s.user.llm is not None and self.replay is None:
+            self.user_provider = make_provider(s.user.llm, path="user.llm.provider")
+        if s.user.llm is not None or self.user_mode == "regression":
+            self.ctx.route(USER, config, self.user_provider)
 
     def _make_agent(self) -> AgentAdapter:
         s = self.scenario
@@ -774,6 +867,7 @@ class TestbedRun:
             self.session.user(message.text)
         while message.text is not None and not message.ends:
             texts: list[str] = []
+            self._note_delivery(turn)
             for _ in range(per_turn):
                 if Clocks.monotonic_ns() - started > wall_limit_ns:
                     raise BudgetExhausted(f"wall clock over {wall_limit_ns / 1e9:g} s")
@@ -846,6 +940,23 @@ class TestbedRun:
             {"closedBy": closed_by, "goalReached": goal, "turns": turn},
         )
 
+    def _note_delivery(self, turn: int) -> None:
+        """The agent point of a linked event (t2): the user's message that opened it is handed
+        to the agent now, at the agent's next call."""
+        last = next((r for r in reversed(self.log.records) if r["type"] == "user.message"), None)
+        opened = last.get("linkage") if last is not None else None
+        if last is None or not isinstance(opened, dict) or opened.get("point") != "user":
+            return
+        link = self.log.linkage(str(opened["id"]), "agent")
+        if link is not None:
+            self.log.add(
+                "agent.received",
+                "agent",
+                "message",
+                {"turn": turn, "userRecord": last["recordId"], "event": opened["event"]},
+                linkage=link,
+            )
+
     def _agent_step(self) -> AgentStep:
         self.agent_calls += 1
         self.ctx.count("agentCalls")
@@ -892,6 +1003,10 @@ class TestbedRun:
             self.validity_problems.append(problem)
         for problem in self.user.violations:
             self.validity_problems.append("user simulator: " + problem)
+        for problem in linkage_record_faults(check_linkages(self.log.records)):
+            # The linkage ledger's own points out of order or doubled: the records cannot say
+            # when the event took effect.
+            self.validity_problems.append("event linkage: " + problem)
         for name, value in sorted(self.user.counters.items()):
             self.ctx.count(name, value)
 
@@ -910,11 +1025,14 @@ class TestbedRun:
             obs = Observations()
             obs.miss("*", f"extraction failed: {type(exc).__name__}: {exc}")
             self.ctx.count("extractionFailures")
+        self._assess_user(obs)
         complete = completeness(self.log.records, faults_planned=faults_planned)
         spec = self.resolved["evaluationRef.assertions"].typed(EvaluationSpecAsset)
         evidence = build_evidence(obs, [(c.key, c.check) for c in spec.criteria])
+        # The evaluation segment's share inside the run: evidence assembled per criterion (the
+        # verdicts are `simreport evaluate`'s, with their own cost in evaluation.json).
+        self.ctx.cost.charge(EVALUATION, operations=len(spec.criteria))
         write_layers(self.run_dir, obs, evidence, complete)
-        self.evidence_doc, self.completeness_doc = evidence, complete
         missing = completeness_missing(complete)
         for key in missing:
             self.ctx.count(f"missing:{key}")
@@ -922,9 +1040,42 @@ class TestbedRun:
         # (a lost decision is a missing check, so it leaves the evidence partial too).
         return obs, "partial" if missing or obs.missing else "complete"
 
+    def _assess_user(self, obs: Observations) -> None:
+        """The user simulator's quality control on this run's records (testbed/quality.py):
+        user-quality.json, `user.qc.*` observations, a counter per failed check, and the
+        thresholds' consequences for the run's validity."""
+        s = self.scenario
+        user: UserSimulator | None = getattr(self, "user", None)
+        if user is None or s.user is None:
+            return
+        try:
+            doc = assess_run(
+                self.log.records,
+                s.user,
+                rules=named_rules(user.policy.reaction_rules, s.user.behavior.reaction_rules),
+                give_up_ms=user.give_up_ms,
+                order_pattern=user.wording.order_number_pattern,
+                mode=user.mode,
+            )
+        except Exception as exc:  # quality control must not block the run: its facts are missing
+            obs.miss("user.qc.*", f"user quality control failed: {type(exc).__name__}: {exc}")
+            self.ctx.count("userQualityFailures")
+            return
+        write_quality(self.run_dir, doc)
+        add_quality_observations(obs, doc, self.log.records)
+        for check in doc["failed"]:
+            self.ctx.count(f"userQualityFailed:{check}")
+        disposition = doc["disposition"]
+        self.validity_problems += [f"user simulator QC: {p}" for p in disposition["violating"]]
+        self.qc_unchecked += [f"user simulator QC: {p}" for p in disposition["unchecked"]]
+
     def _cleanup(self) -> bool:
         """Close the agent's adapter, destroy the run's workspace and credentials. Whether that
         succeeded; a failure is recorded as an alert and makes the run violated."""
+        if self.user_provider is not None:
+            with suppress(Exception):  # the user's model connection must not stop cleanup
+                self.user_provider.close()
+            self.user_provider = None
         agent: AgentAdapter | None = getattr(self, "agent", None)
         if agent is not None:
             try:
@@ -961,22 +1112,6 @@ class TestbedRun:
                 {"alert": True, "workspace": "left in place", **detail},
             )
         return ok
-
-    def _evaluate(self, obs: Observations, validity: str) -> None:
-        asset = self.resolved["evaluationRef.assertions"]
-        spec = asset.typed(EvaluationSpecAsset)
-        doc = evaluate(
-            spec,
-            {"name": asset.name, "version": asset.version, "sha256": asset.sha256},
-            obs,
-            self.evidence_doc,
-            self.completeness_doc,
-            validity,
-        )
-        doc["validityProblems"] = list(self.validity_problems)
-        self.ctx.cost.charge(EVALUATION, operations=len(spec.criteria))
-        if self.run_dir is not None:
-            write_json(self.run_dir / EVALUATION_FILE, doc)
 
 
 def _binding_fact(key: str) -> str | None:

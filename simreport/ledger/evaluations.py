@@ -1,0 +1,95 @@
+"""Linking a recorded run to its evaluation: the run table's `quality_ref`.
+
+A run never sets its own quality_ref (it is recorded null). `simreport evaluate` writes the run's
+evaluation.json; `record_evaluation` then sets the run's `quality_ref` to the evaluation's
+`qualityRef` (`evaluation.json#sha256:<digest>`, see simreport.core.quality), once the
+evaluation has been checked: its qualityRef matches its content and it was made from the
+result.json the run folder holds. The run row keeps its first evaluation: an equal quality_ref
+is accepted again, another one is refused (RunConflict) rather than overwriting a judgement that
+others may already cite.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from ..core.canonical import sha256_bytes
+from ..core.errors import DocumentError, InputError
+from ..core.files import read_json
+from ..core.quality import EVALUATION_FILE, QUALITY_REF_KEY, quality_ref_problem
+from . import tables as t
+from .errors import NotRecorded, RunConflict
+from .migrate import prepare_for_writing
+from .rundir import RESULT_FILE, run_identity
+
+
+def evaluation_quality_ref(run_dir: str | Path) -> str | None:
+    """The quality_ref a run folder's evaluation.json links it to, checked; None when the folder
+    has no evaluation.json. An evaluation changed after it was written, or made from another
+    result.json than the folder's, raises InputError naming the file. (Ingest may call this to
+    set quality_ref when it records a run folder that was evaluated already.)"""
+    path = Path(run_dir) / EVALUATION_FILE
+    if not path.is_file():
+        return None
+    try:
+        evaluation = read_json(path)
+    except (OSError, ValueError) as exc:
+        raise DocumentError(f"cannot read: {exc}", file=path) from None
+    problem = quality_ref_problem(evaluation)
+    if problem is not None:
+        raise InputError(problem, file=path, path=QUALITY_REF_KEY)
+    inputs = (evaluation.get("run") or {}).get("inputs") or {}
+    result = Path(run_dir) / RESULT_FILE
+    found = sha256_bytes(result.read_bytes()) if result.is_file() else None
+    if inputs.get(RESULT_FILE) != found:
+        raise InputError(
+            "the evaluation was made from another result.json than the run folder holds",
+            file=path,
+            path="run.inputs.result.json",
+            expected=f"sha256 {found} (evaluate the run again)",
+        )
+    return str(evaluation[QUALITY_REF_KEY])
+
+
+def record_evaluation(engine: Engine, run_dir: str | Path) -> str:
+    """Set the recorded run's `quality_ref` from its folder's evaluation.json; returns it.
+    Refused: a folder without an evaluation (InputError), a run the ledger does not hold
+    (NotRecorded), a run already linked to another evaluation (RunConflict)."""
+    folder = Path(run_dir)
+    ref = evaluation_quality_ref(folder)
+    if ref is None:
+        raise InputError(
+            "the run has no evaluation to record",
+            file=folder / EVALUATION_FILE,
+            expected="run `simreport evaluate` first",
+        )
+    run_id = run_identity(folder).run_id
+    prepare_for_writing(engine)
+    with engine.begin() as conn:
+        current = conn.execute(
+            sa.select(t.run.c.quality_ref).where(t.run.c.run_id == run_id)
+        ).first()
+        if current is None:
+            raise NotRecorded(
+                f"run {run_id} is not in the ledger, so its evaluation cannot be linked",
+                file=folder,
+                expected="the run recorded first (`simreport ledger ingest`)",
+            )
+        if current.quality_ref not in (None, ref):
+            raise RunConflict(
+                f"run {run_id} is linked to another evaluation already ({current.quality_ref}); "
+                f"not replaced by {ref}",
+                file=folder / EVALUATION_FILE,
+            )
+        conn.execute(
+            sa.update(t.run)
+            .where(
+                t.run.c.run_id == run_id,
+                sa.or_(t.run.c.quality_ref.is_(None), t.run.c.quality_ref == ref),
+            )
+            .values(quality_ref=ref)
+        )
+    return ref
