@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
+from .core.arguments import positive_int
 from .core.errors import (
     EXIT_INPUT,
     EXIT_INTERNAL,
@@ -36,16 +37,6 @@ class _Parser(argparse.ArgumentParser):
 
 
 MAX_RUNS_HELP = "allow a plan of up to N runs (conditions × replications; raises the default limit)"
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
 
 
 def _check_options(args: argparse.Namespace) -> None:

@@ -304,7 +304,7 @@ class SimClient:
         )
 
     def run_status(self, run_id: str) -> dict[str, Any]:
-        """{execution_status, validity_status, evidence_status, quality_ref}."""
+        """{execution_status, validity_status, evidence_status, quality_ref, attempt}."""
         return self._read("run status", f"/v1/sim/runs/{_segment(run_id)}")
 
     def cancel(

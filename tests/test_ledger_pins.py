@@ -310,6 +310,7 @@ def test_a_ledger_of_the_previous_revision_is_upgraded_with_its_rows(
         with engine.connect() as conn:
             old = conn.execute(sa.select(t.run).where(t.run.c.run_id == "run-old")).one()
         assert old.purpose == "exploration"  # runs before purposes were exploration runs
+        assert (old.attempts, old.retries_allowed, old.retries, old.event_seq_base) == (0, 0, 0, 0)
     finally:
         engine.dispose()
     # The upgraded ledger records new runs as any other.

@@ -23,7 +23,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 import yaml
-from service_helpers import free_port, simreport_command
+from service_helpers import add_agent, free_port, simreport_command, write_agents
 
 from simreport.core.errors import InputError, SchemaError
 from simreport.ledger import connect
@@ -317,6 +317,7 @@ def test_every_endpoint_and_error(ledger_url: str, tmp_path: Path, library: Path
             "validity_status": "unchecked",
             "evidence_status": "unchecked",
             "quality_ref": None,
+            "attempt": 1,
         }
         manifest = ana.get(f"/v1/sim/manifests/{manifest_id}").json()
         assert set(manifest) == {"resolved", "manifest_sha256"}
@@ -433,6 +434,99 @@ def test_copies_of_a_request_sent_together_start_one_run(
         assert _count_runs(ledger_url) == before + 1
 
 
+def _worker(ledger: str, library: Path, worker_id: str, log: Path) -> subprocess.Popen[bytes]:
+    """`simreport worker` with a short lease (2 s), its output in `log`."""
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [
+                *simreport_command(),
+                "worker",
+                "--ledger",
+                ledger,
+                "--library",
+                str(library),
+                "--lease-seconds",
+                "2",
+                "--heartbeat-seconds",
+                "0.4",
+                "--worker-id",
+                worker_id,
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def _until(what: str, check: Any, timeout: float = RUN_TIMEOUT) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            pytest.fail(f"waited {timeout:g} s for {what}")
+        time.sleep(0.1)
+
+
+@pytest.mark.slow
+def test_a_run_whose_worker_was_killed_is_retried_once_as_configured(
+    ledger_url: str, tmp_path: Path, library: Path
+) -> None:
+    """`--retry-lost-runs 1`: the API's own reclaiming queues the lost run again, another worker
+    runs it to its end, and its events read as one sequence with the retry marked."""
+    write_agents(tmp_path, "service_agents", delay=0.4)
+    add_agent(library, "slow-agent", "service_agents:respond")
+    spec = _spec()
+    spec["sut"]["agent"] = "slow-agent@1.0.0"
+    options = ("--retry-lost-runs", "1", "--lease-seconds", "2")
+    with api(tmp_path, ledger_url, *options) as server, server.client() as ana:
+        scenario_id = _scenario(ana, "k-s")
+        version = {"version": "1.3.0", "spec": spec}
+        assert _post(ana, f"/v1/sim/scenarios/{scenario_id}/versions", version, "k-v").is_success
+        started = _post(ana, "/v1/sim/runs", _run_body(scenario_id), "k-run").json()
+        run = f"/v1/sim/runs/{started['run_id']}"
+
+        def events() -> list[dict[str, Any]]:
+            found: list[dict[str, Any]] = ana.get(f"{run}/events?after_seq=0&limit=1000").json()[
+                "events"
+            ]
+            return found
+
+        first = _worker(ledger_url, library, "w-first", tmp_path / "w-first.log")
+        try:
+            _until("the run under way", lambda: len(events()) >= 3)
+        finally:
+            first.kill()
+            first.wait(30)
+        _until(
+            "the API to queue the run again",
+            lambda: ana.get(run).json()["execution_status"] == "pending",
+            timeout=30,
+        )
+        assert ana.get(run).json()["attempt"] == 2
+        second = _worker(ledger_url, library, "w-second", tmp_path / "w-second.log")
+        try:
+            status = _wait_terminal(ana, started["run_id"])
+        finally:
+            second.send_signal(signal.SIGTERM)
+            second.wait(30)
+        assert status == {
+            "execution_status": "completed",
+            "validity_status": "valid",
+            "evidence_status": "complete",
+            "quality_ref": None,
+            "attempt": 2,
+        }
+        found = events()
+        assert [e["seq"] for e in found] == list(range(1, len(found) + 1))
+        kinds = [e["type"] for e in found]
+        assert kinds.count("run_retried") == 1 and kinds.count("run_finished") == 1
+        mark = found[kinds.index("run_retried")]
+        assert mark["actor"] == "harness" and mark["payload"]["lost"]["worker"] == "w-first"
+        assert kinds[mark["seq"]] == "run_started" and kinds[-1] == "run_finished"
+        package = ana.get(f"{run}/evidence").json()
+        assert package["records"] and package["evidence"]
+        assert len({r["record_id"] for r in package["records"]}) == len(package["records"])
+    assert "queued again for attempt 2" in server.log.read_text(errors="replace")
+
+
 def test_review_steps_over_http_are_the_ledgers(
     ledger_url: str, tmp_path: Path, library: Path
 ) -> None:
@@ -518,6 +612,12 @@ def test_settings_errors_name_the_option(tmp_path: Path) -> None:
         settings_from_options({"ledger": "mysql://h/db"})
     assert caught.value.issues[0].path == "--ledger"
     assert "unsupported" in caught.value.issues[0].message
+    assert settings_from_options({"ledger": "sqlite:///x.sqlite"}).retry_lost_runs == 0
+    assert settings_from_options({"ledger": "sqlite:///x.sqlite", "retry_lost_runs": 1})
+    for wrong in (2, -1, True, "1"):
+        with pytest.raises(SchemaError) as caught:
+            settings_from_options({"ledger": "sqlite:///x.sqlite", "retry_lost_runs": wrong})
+        assert [issue.path for issue in caught.value.issues] == ["--retry-lost-runs"], wrong
 
 
 def test_cli_refuses_bad_settings_before_serving(tmp_path: Path) -> None:
@@ -531,6 +631,15 @@ def test_cli_refuses_bad_settings_before_serving(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert "--port" in done.stderr
+    done = subprocess.run(
+        [*simreport_command(), "api", "--ledger", ledger, "--retry-lost-runs", "2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "--retry-lost-runs" in done.stderr and "1" in done.stderr
     tokens = tmp_path / "tokens.yaml"
     tokens.write_text("- name: ana\n  token: short-token-0123456789\n  tenat: x\n")
     done = subprocess.run(

@@ -10,7 +10,8 @@ processes (`--workers 0`) and `simreport worker` processes on 127.0.0.1.
 - An API killed (SIGKILL) and restarted mid-load (SQLite and PostgreSQL): clients retry with
   the same keys; no request is lost and none makes a second run.
 - A worker killed (SIGKILL) mid-run (PostgreSQL): the *other* worker process reclaims the run
-  (crashed, `worker_lost`); nobody calls `reclaim_expired` on its behalf.
+  (crashed, `worker_lost`); nobody calls `reclaim_expired` on its behalf. With
+  `--retry-lost-runs 1` it queues the run again and executes it to its end.
 - Cancelling over HTTP (PostgreSQL) while the run is RUNNING and while it is LOADING (claimed,
   its agent still being imported): the run ends cancelled with partial evidence.
 
@@ -529,6 +530,31 @@ def test_a_killed_worker_s_run_is_reclaimed_by_the_other_worker(cluster: Cluster
     after = _start(api, scenario_id, "r-after")
     _wait_until("the next run", lambda: _runs(cluster.ledger)[after].execution_status in TERMINAL)
     assert _runs(cluster.ledger)[after].lease_owner == "worker-2"
+
+
+@on_postgresql
+def test_with_a_retry_the_other_worker_runs_a_killed_worker_s_run_again(cluster: Cluster) -> None:
+    api = cluster.api("api", None, "--retry-lost-runs", "1")
+    scenario_id = _scenario(api, "refund-slow", agent="slow-agent@1.0.0")
+    cluster.worker("worker-1", lease=2.0, heartbeat=0.4)
+    run_id = _start(api, scenario_id, "r-retried")
+    _wait_until("the run under way", lambda: len(_seqs(cluster.ledger, run_id)) >= 3)
+    cluster.worker("worker-2", lease=2.0, heartbeat=0.4)
+    cluster.kill("worker-1")
+    streamed = len(_seqs(cluster.ledger, run_id))
+
+    def ended() -> bool:
+        status = _get(api, f"/v1/sim/runs/{run_id}").json()["execution_status"]
+        return status in TERMINAL
+
+    _wait_until("the other worker to run it again", ended, 2 * WAIT)
+    row = _runs(cluster.ledger)[run_id]
+    assert (row.execution_status, row.retries, row.attempts) == ("completed", 1, 2)
+    assert row.lease_owner == "worker-2" and f"{run_id} completed" in cluster.log("worker-2")
+    assert _get(api, f"/v1/sim/runs/{run_id}").json()["attempt"] == 2
+    found = _seqs(cluster.ledger, run_id)
+    assert found == list(range(1, len(found) + 1)) and len(found) > streamed + 1
+    assert row.event_seq_base == streamed + 1  # the retry mark follows what was streamed
 
 
 def test_the_api_alone_ends_a_run_whose_worker_was_killed(cluster: Cluster) -> None:

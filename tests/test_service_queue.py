@@ -175,6 +175,7 @@ def test_a_started_run_is_pending_with_its_manifest_frozen(engine: Engine, libra
         "validity_status": "unchecked",
         "evidence_status": "unchecked",
         "quality_ref": None,
+        "attempt": 1,
     }
     row = run_row(engine, run_id)
     assert (row.principal, row.purpose, row.attempts, row.seed_path) == (
@@ -329,9 +330,12 @@ def test_a_lost_lease_ends_the_run_crashed_and_the_worker_can_write_nothing(
     assert (beat.lease_lost, beat.cancel) == (False, False)
     q.append_events(engine, run_id, [event(1)], worker_id="w1")
     assert q.reclaim_expired(engine) == []  # the lease holds
-    assert q.reclaim_expired(engine, now=utc_now() + timedelta(seconds=60)) == [run_id]
+    assert q.reclaim_expired(engine, now=utc_now() + timedelta(seconds=60)) == [
+        q.Reclaimed(run_id, "crashed", 1)
+    ]
     row = run_row(engine, run_id)
     assert (row.execution_status, row.terminal_reason) == ("crashed", "worker_lost")
+    assert (row.retries_allowed, row.retries, row.attempts) == (0, 0, 1)
     assert row.evidence_status == "partial" and row.ended_at is not None
     assert q.heartbeat(engine, run_id, "w1", lease_seconds=30).lease_lost
     with pytest.raises(q.LeaseLost):
@@ -341,6 +345,232 @@ def test_a_lost_lease_ends_the_run_crashed_and_the_worker_can_write_nothing(
     with pytest.raises(q.LeaseLost):
         q.finish(engine, run_id, "w1", finished_run(library, tmp_path / "run"))
     assert run_row(engine, run_id).execution_status == "crashed"
+
+
+LATER = timedelta(seconds=60)
+"""Past any lease these tests take (30 s)."""
+
+
+def ledger_events(engine: Engine, run_id: str) -> list[dict[str, Any]]:
+    page = q.events_after(engine, run_id, 0, tenant=TENANT, limit=5000, retention_seconds=None)
+    events: list[dict[str, Any]] = page["events"]
+    return events
+
+
+def count_rows(engine: Engine, table: sa.Table, run_id: str) -> int:
+    with engine.connect() as conn:
+        return int(
+            conn.execute(
+                sa.select(sa.func.count()).select_from(table).where(table.c.run_id == run_id)
+            ).scalar_one()
+        )
+
+
+def test_a_lost_run_with_a_retry_goes_back_to_pending_once(engine: Engine, library: Path) -> None:
+    run_id, manifest_id = start(engine, scenario(engine), library, seed=11, retries=1)
+    first = q.claim(engine, "w1", lease_seconds=30)
+    assert first is not None and first.attempts == 1
+    started = run_row(engine, run_id).started_at
+    q.append_events(engine, run_id, [event(s) for s in (1, 2, 3)], worker_id="w1")
+
+    assert q.reclaim_expired(engine, now=utc_now() + LATER) == [q.Reclaimed(run_id, "pending", 2)]
+    row = run_row(engine, run_id)
+    assert (row.execution_status, row.retries, row.attempts, row.event_seq_base) == (
+        "pending",
+        1,
+        1,
+        4,
+    )
+    assert (row.lease_owner, row.lease_expires_at, row.ended_at) == (None, None, None)
+    assert q.get_run(engine, run_id, tenant=TENANT) == {
+        "execution_status": "pending",
+        "validity_status": "unchecked",
+        "evidence_status": "unchecked",
+        "quality_ref": None,
+        "attempt": 2,
+    }
+    events = ledger_events(engine, run_id)
+    assert [e["seq"] for e in events] == [1, 2, 3, 4]
+    mark = events[-1]
+    assert (mark["type"], mark["actor"]) == ("run_retried", "harness")
+    assert mark["payload"]["attempt"] == 2 and mark["payload"]["reason"] == "worker_lost"
+    assert mark["payload"]["lost"]["worker"] == "w1"
+    assert mark["payload"]["lost"]["eventsRecorded"] == 3
+    assert count_rows(engine, t.record, run_id) == 0  # records come only with a finished run
+    # The lost worker writes nothing more.
+    assert q.heartbeat(engine, run_id, "w1", lease_seconds=30).lease_lost
+    with pytest.raises(q.LeaseLost):
+        q.append_events(engine, run_id, [event(4)], worker_id="w1")
+    with pytest.raises(q.LeaseLost):
+        q.fail(engine, run_id, "w1", "late")
+
+    second = q.claim(engine, "w2", lease_seconds=30)
+    assert second is not None and second.run_id == run_id and second.attempts == 2
+    assert second.manifest_id == manifest_id == first.manifest_id  # the same experiment
+    assert second.scenario == first.scenario and second.scenario["seed"] == 11
+    assert run_row(engine, run_id).started_at == started  # the first attempt's start stays
+    assert q.run_detail(engine, run_id, tenant=TENANT)["attempt"] == 2
+    # The retry's events, numbered by its kernel from 1, follow the mark; a batch sent again
+    # changes nothing, and one that leaves a gap is refused.
+    q.append_events(engine, run_id, [event(1), event(2)], worker_id="w2")
+    q.append_events(engine, run_id, [event(2), event(3)], worker_id="w2")
+    with pytest.raises(q.Conflict) as gap:
+        q.append_events(engine, run_id, [event(5)], worker_id="w2")
+    assert gap.value.code == "event_gap"
+    events = ledger_events(engine, run_id)
+    assert [e["seq"] for e in events] == list(range(1, 8))
+    assert [e["payload"] for e in events[4:]] == [{"n": 1}, {"n": 2}, {"n": 3}]
+
+    # Lost again: no retry is left.
+    assert q.reclaim_expired(engine, now=utc_now() + LATER) == [q.Reclaimed(run_id, "crashed", 2)]
+    row = run_row(engine, run_id)
+    assert (row.execution_status, row.evidence_status) == ("crashed", "partial")
+    assert row.terminal_reason == "worker_lost: attempt 2, the retry, lost its worker too"
+    assert (row.retries, row.attempts, row.lease_owner) == (1, 2, "w2")
+    assert [e["seq"] for e in ledger_events(engine, run_id)] == list(range(1, 8))
+    assert q.claim(engine, "w3", lease_seconds=30) is None
+    assert q.get_run(engine, run_id, tenant=TENANT)["attempt"] == 2
+
+
+def test_a_retried_run_records_its_retry_whole_after_the_mark(
+    engine: Engine, library: Path, tmp_path: Path
+) -> None:
+    run_id, _ = start(engine, scenario(engine), library, retries=1)
+    first = q.claim(engine, "w1", lease_seconds=30)
+    assert first is not None
+    lost: list[dict[str, Any]] = []
+    run_scenario(
+        validate_scenario(first.scenario),
+        tmp_path / "lost",
+        condition="service",
+        replication=0,
+        asset_root=library.parent,
+        checks=first.checks,
+        on_event=lost.append,
+    )
+    q.append_events(engine, run_id, lost[:10], worker_id="w1")  # then the worker died
+    assert [r.outcome for r in q.reclaim_expired(engine, now=utc_now() + LATER)] == ["pending"]
+    second = q.claim(engine, "w2", lease_seconds=30)
+    assert second is not None
+    seen: list[dict[str, Any]] = []
+    out = tmp_path / "run"
+    run_scenario(
+        validate_scenario(second.scenario),
+        out,
+        condition="service",
+        replication=0,
+        asset_root=library.parent,
+        checks=second.checks,
+        on_event=seen.append,
+    )
+    q.append_events(engine, run_id, seen[:5], worker_id="w2")
+    q.finish(engine, run_id, "w2", out)
+    row = run_row(engine, run_id)
+    assert (row.execution_status, row.evidence_status, row.terminal_reason) == (
+        "completed",
+        "complete",
+        "resolved_by_user",
+    )
+    events = ledger_events(engine, run_id)
+    assert [e["seq"] for e in events] == list(range(1, 10 + 1 + len(seen) + 1))
+    assert [e["type"] for e in events] == (
+        [e["type"] for e in lost[:10]] + ["run_retried"] + [e["type"] for e in seen]
+    )
+    assert events[11]["type"] == "run_started" and events[-1]["type"] == "run_finished"
+    # The same seed ran the same run again: the retry's events are the lost attempt's.
+    assert [e["type"] for e in seen] == [e["type"] for e in lost]
+    written = (out / "records.jsonl").read_text(encoding="utf-8").splitlines()
+    assert count_rows(engine, t.record, run_id) == len(written)  # once: the retry's
+    assert q.evidence(engine, run_id, tenant=TENANT)["evidence"]
+
+
+def test_a_run_cancelled_while_waiting_for_its_retry_ends_cancelled(
+    engine: Engine, library: Path
+) -> None:
+    run_id, _ = start(engine, scenario(engine), library, retries=1)
+    q.claim(engine, "w1", lease_seconds=30)
+    q.reclaim_expired(engine, now=utc_now() + LATER)
+    assert q.request_cancel(engine, run_id, "not any more", tenant=TENANT) == "cancelled"
+    row = run_row(engine, run_id)
+    assert (row.execution_status, row.terminal_reason) == ("cancelled", "cancelled: not any more")
+    assert q.claim(engine, "w2", lease_seconds=30) is None
+    assert q.get_run(engine, run_id, tenant=TENANT)["attempt"] == 2
+    assert [e["type"] for e in ledger_events(engine, run_id)] == ["run_retried"]
+
+
+def test_a_lost_run_whose_cancellation_was_asked_is_not_retried(
+    engine: Engine, library: Path
+) -> None:
+    run_id, _ = start(engine, scenario(engine), library, retries=1)
+    q.claim(engine, "w1", lease_seconds=30)
+    q.request_cancel(engine, run_id, "stop", tenant=TENANT)
+    assert q.reclaim_expired(engine, now=utc_now() + LATER) == [q.Reclaimed(run_id, "crashed", 1)]
+    row = run_row(engine, run_id)
+    assert (row.execution_status, row.terminal_reason, row.retries) == ("crashed", "worker_lost", 0)
+    assert ledger_events(engine, run_id) == []
+
+
+def test_a_run_takes_one_retry_at_most(engine: Engine, library: Path) -> None:
+    with pytest.raises(ValueError, match="retries"):
+        start(engine, scenario(engine), library, retries=2)
+
+
+def test_a_running_run_of_a_ledger_before_retries_is_reclaimed_as_before(ledger_url: str) -> None:
+    """A ledger at revision 0003 with a run in progress, upgraded: the run has no retry (it
+    ends crashed as it would have) and the events it streamed stay as they were numbered."""
+    from simreport.ledger import connect
+    from simreport.ledger.migrate import current_revision, head_revision, upgrade
+
+    engine = connect(ledger_url)
+    try:
+        upgrade(engine, "0003")
+        expired = utc_now() - timedelta(seconds=5)
+        with engine.begin() as conn:
+            conn.execute(
+                sa.insert(t.manifest).values(
+                    manifest_id="manifest-old",
+                    tenant_id=TENANT,
+                    scenario_id="scn-old",
+                    scenario_version=VERSION,
+                    resolved={},
+                    manifest_sha256="0" * 64,
+                    document={},
+                )
+            )
+            conn.execute(
+                sa.insert(t.run).values(
+                    run_id="run-old",
+                    tenant_id=TENANT,
+                    manifest_id="manifest-old",
+                    mode="surrogate",
+                    execution_status="running",
+                    validity_status="unchecked",
+                    evidence_status="unchecked",
+                    trace_id="t",
+                    condition_id="service",
+                    replication=0,
+                    seed_path=[0],
+                    engine="refund_desk",
+                    result={},
+                    content_sha256="",
+                    lease_owner="w-old",
+                    lease_expires_at=expired,
+                    attempts=1,
+                )
+            )
+        done = upgrade(engine)
+        assert (done.before, done.after) == ("0003", head_revision())
+        with engine.connect() as conn:
+            assert current_revision(conn) == head_revision()
+        row = run_row(engine, "run-old")
+        assert (row.retries_allowed, row.retries, row.event_seq_base) == (0, 0, 0)
+        q.append_events(engine, "run-old", [event(1), event(2)])
+        assert q.reclaim_expired(engine) == [q.Reclaimed("run-old", "crashed", 1)]
+        row = run_row(engine, "run-old")
+        assert (row.execution_status, row.terminal_reason) == ("crashed", "worker_lost")
+        assert [e["seq"] for e in ledger_events(engine, "run-old")] == [1, 2]
+    finally:
+        engine.dispose()
 
 
 def test_streamed_events_are_idempotent_and_never_leave_a_gap(

@@ -1,7 +1,8 @@
 """Workers of the run service: claimed runs execute one after another in a run process of the
 worker's, each with its agents imported afresh; a run streams its events while it runs and ends
 in a terminal status however it goes — completed, cancelled while running (and only it),
-killed with its worker (reclaimed, `worker_lost`), crashed in its own process (the next run
+killed with its worker (reclaimed, `worker_lost`; or, queued with a retry, run again by another
+worker, and `worker_lost` when the retry is killed too), crashed in its own process (the next run
 gets a fresh one), or stopped with its worker. On SQLite and PostgreSQL; every wait is
 bounded."""
 
@@ -52,10 +53,16 @@ def library(tmp_path: Path) -> Path:
 
 
 def queued(
-    engine: Engine, library: Path, agent: str | None = None, *, name: str | None = None
+    engine: Engine,
+    library: Path,
+    agent: str | None = None,
+    *,
+    name: str | None = None,
+    retries: int = 0,
 ) -> str:
     """A run of the refund desk (with `agent` as the agent under test) queued, as a scenario
-    named `name` (default: the agent's); its id."""
+    named `name` (default: the agent's), with `retries` retries when its worker is lost; its
+    id."""
     data = load_document(EXAMPLE / "scenario.yaml").data
     assert isinstance(data, dict)
     name = name or agent or "reference"
@@ -84,6 +91,7 @@ def queued(
         budget=None,
         purpose="exploration",
         library=library,
+        retries=retries,
     )
     return run_id
 
@@ -165,6 +173,7 @@ def test_a_worker_executes_a_queued_run_to_completion(
         "validity_status": "valid",
         "evidence_status": "complete",
         "quality_ref": None,
+        "attempt": 1,
     }
     found = gapless(engine, run_id)
     assert len(found) > 50
@@ -348,12 +357,123 @@ def test_a_worker_killed_mid_run_loses_the_run_which_ends_crashed(
             proc.wait(timeout=WAIT)
     streamed = len(seqs(engine, run_id))
     assert q.reclaim_expired(engine) == []  # the lease has not run out yet
-    wait_until("the lease to run out", lambda: q.reclaim_expired(engine) == [run_id], timeout=10)
+    wait_until("the lease to run out", lambda: reclaimed(engine) == [run_id], timeout=10)
     ended = row(engine, run_id)
     assert (ended.execution_status, ended.terminal_reason) == ("crashed", "worker_lost")
-    assert ended.evidence_status == "partial"
+    assert ended.evidence_status == "partial" and ended.retries == 0
     time.sleep(0.5)  # the orphaned run process has exited: nothing more arrives
     assert len(gapless(engine, run_id)) == streamed
+    assert q.claim(engine, "w-later", lease_seconds=10) is None  # not retried
+
+
+def reclaimed(engine: Engine) -> list[str]:
+    return [lost.run_id for lost in q.reclaim_expired(engine)]
+
+
+def kill(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=WAIT)
+
+
+def records(engine: Engine, run_id: str) -> list[str]:
+    """The run's record ids, without the run's prefix."""
+    with engine.connect() as conn:
+        found = conn.execute(
+            sa.select(t.record.c.record_id).where(t.record.c.run_id == run_id)
+        ).scalars()
+        return sorted(str(record_id).removeprefix(run_id + "/") for record_id in found)
+
+
+def events_of(engine: Engine, run_id: str) -> list[dict[str, Any]]:
+    page = q.events_after(engine, run_id, 0, tenant=TENANT, limit=5000, retention_seconds=None)
+    events: list[dict[str, Any]] = page["events"]
+    return events
+
+
+def test_with_a_retry_a_killed_worker_s_run_is_claimed_again_and_completes(
+    engine: Engine, ledger_url: str, library: Path
+) -> None:
+    run_id = queued(engine, library, agent="slow-agent@1.0.0", retries=1)
+    manifest_id = row(engine, run_id).manifest_id
+    first = worker_process(ledger_url, library, "--worker-id", "w-first")
+    try:
+        wait_until("the run under way", lambda: len(seqs(engine, run_id)) >= 3)
+        kill(first)
+    finally:
+        kill(first)
+    streamed = len(seqs(engine, run_id))
+    assert records(engine, run_id) == []  # a run's records come only with its end
+    # Another worker reclaims the run once the lease runs out, claims it again and runs it.
+    second = worker_process(ledger_url, library, "--worker-id", "w-second")
+    try:
+        wait_until(
+            "the retry to complete", lambda: row(engine, run_id).execution_status == "completed"
+        )
+        # The same seed and manifest, run as an ordinary run for comparison.
+        reference = queued(engine, library, agent="slow-agent@1.0.0", name="reference")
+        wait_until(
+            "the reference run", lambda: row(engine, reference).execution_status == "completed"
+        )
+    finally:
+        second.send_signal(signal.SIGTERM)
+        output, _ = second.communicate(timeout=WAIT)
+    assert f"{run_id} completed" in output, output
+    done = row(engine, run_id)
+    assert (done.retries, done.attempts, done.lease_owner) == (1, 2, "w-second")
+    assert done.manifest_id == manifest_id and done.terminal_reason == "resolved_by_user"
+    assert q.get_run(engine, run_id, tenant=TENANT) == {
+        "execution_status": "completed",
+        "validity_status": "valid",
+        "evidence_status": "complete",
+        "quality_ref": None,
+        "attempt": 2,
+    }
+    events = events_of(engine, run_id)
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))  # one sequence
+    mark = events[streamed]
+    assert mark["type"] == "run_retried" and mark["seq"] == streamed + 1 == done.event_seq_base
+    assert mark["payload"]["attempt"] == 2 and mark["payload"]["lost"]["worker"] == "w-first"
+    assert [e["type"] for e in events].count("run_retried") == 1
+    retry, whole = events[streamed + 1 :], events_of(engine, reference)
+    assert [e["type"] for e in retry] == [e["type"] for e in whole]  # the retry is whole
+    assert retry[0]["type"] == "run_started" and retry[-1]["type"] == "run_finished"
+    assert records(engine, run_id) == records(engine, reference) != []  # recorded once
+    assert q.evidence(engine, run_id, tenant=TENANT)["evidence"]
+
+
+def test_a_retry_whose_worker_is_killed_too_ends_crashed(
+    engine: Engine, ledger_url: str, library: Path
+) -> None:
+    run_id = queued(engine, library, agent="slow-agent@1.0.0", retries=1)
+    first = worker_process(ledger_url, library, "--worker-id", "w-first")
+    try:
+        wait_until("the run under way", lambda: len(seqs(engine, run_id)) >= 3)
+    finally:
+        kill(first)
+    wait_until("the lease to run out", lambda: reclaimed(engine) == [run_id], timeout=10)
+    base = row(engine, run_id).event_seq_base
+    assert row(engine, run_id).execution_status == "pending" and base > 3
+    second = worker_process(ledger_url, library, "--worker-id", "w-second")
+    try:
+        wait_until("the retry under way", lambda: len(seqs(engine, run_id)) >= base + 3)
+        assert (row(engine, run_id).execution_status, row(engine, run_id).attempts) == (
+            "running",
+            2,
+        )
+    finally:
+        kill(second)
+    wait_until("the retry's lease to run out", lambda: reclaimed(engine) == [run_id], timeout=10)
+    ended = row(engine, run_id)
+    assert (ended.execution_status, ended.evidence_status) == ("crashed", "partial")
+    assert ended.terminal_reason == "worker_lost: attempt 2, the retry, lost its worker too"
+    time.sleep(0.5)  # the orphaned run process has exited: nothing more arrives
+    events = events_of(engine, run_id)
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    assert [e["type"] for e in events].count("run_retried") == 1
+    assert events[base - 1]["type"] == "run_retried"
+    assert records(engine, run_id) == []
+    assert q.claim(engine, "w-later", lease_seconds=10) is None
 
 
 def test_sigterm_stops_a_worker_after_recording_its_run(

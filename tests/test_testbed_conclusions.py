@@ -218,6 +218,17 @@ def test_fault_steps_name_the_step_that_never_happened() -> None:
     assert fault_problems(fault_steps(unverified)) == [
         f"fault {FAULT} hit, its recovery not verified"
     ]
+    # A recovery whose check found the fact model inconsistent says what it found.
+    inconsistent = [_fault_record(s) for s in ("planned", "armed", "hit")]
+    inconsistent.append(
+        _fault_record(
+            "failed", reason="inconsistent", problems=["refund rf-1 left processing", "order x"]
+        )
+    )
+    assert fault_problems(fault_steps(inconsistent)) == [
+        f"fault {FAULT} hit, its recovery left the state inconsistent "
+        "(refund rf-1 left processing; order x)"
+    ]
     # A fault the scenario plans that no record mentions never happened either.
     assert fault_problems(fault_steps([], declared=["late"])) == [
         "fault late planned in the scenario, no step recorded"

@@ -46,6 +46,9 @@ FAULT_STEPS = ("planned", "armed", "hit", "recovered")
 """The four steps a planned fault must show before its run may enter a conclusion."""
 UNVERIFIED = "recovered_unverified"
 """A `fault.recovered` record that says its recovery was not verified."""
+INCONSISTENT = "failed_inconsistent: "
+"""The start of the step of a `fault.failed` record whose recovery check found the state
+inconsistent; the problems it names follow."""
 
 FaultSteps = Mapping[str, Sequence[str]]
 """Fault id → the steps its records show, in order (planned, armed, hit, recovered, failed)."""
@@ -70,7 +73,9 @@ def fault_steps(
 ) -> dict[str, tuple[str, ...]]:
     """The steps each fault's `fault.*` records show, faults in plan order. `declared` names the
     faults the run's scenario plans, so a fault no record mentions is still listed (with no
-    step). A recovery recorded as not verified is the step `recovered_unverified`."""
+    step). A recovery recorded as not verified is the step `recovered_unverified`; a failure
+    whose recovery check found the state inconsistent is `failed_inconsistent: ` followed by
+    the problems it names."""
     steps: dict[str, list[str]] = {str(fault): [] for fault in declared}
     for record in records:
         kind = str(record.get("type", ""))
@@ -80,6 +85,9 @@ def fault_steps(
         stage = kind[len("fault.") :]
         if stage == "recovered" and payload.get("verified") is False:
             stage = UNVERIFIED
+        elif stage == "failed" and payload.get("reason") == "inconsistent":
+            problems = [str(p) for p in payload.get("problems") or []]
+            stage = INCONSISTENT + "; ".join(problems)
         steps.setdefault(str(payload.get("faultId")), []).append(stage)
     return {fault: tuple(stages) for fault, stages in steps.items()}
 
@@ -100,11 +108,16 @@ def fault_problems(steps: FaultSteps) -> list[str]:
         elif "hit" not in stages:
             out.append(f"fault {fault} planned, never hit")
         elif "recovered" not in stages:
-            out.append(
-                f"fault {fault} hit, its recovery not verified"
-                if UNVERIFIED in stages
-                else f"fault {fault} hit, never recovered"
-            )
+            inconsistent = [s[len(INCONSISTENT) :] for s in stages if s.startswith(INCONSISTENT)]
+            if inconsistent:
+                out.append(
+                    f"fault {fault} hit, its recovery left the state inconsistent"
+                    + (f" ({inconsistent[0]})" if inconsistent[0] else "")
+                )
+            elif UNVERIFIED in stages:
+                out.append(f"fault {fault} hit, its recovery not verified")
+            else:
+                out.append(f"fault {fault} hit, never recovered")
     return out
 
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from ..cli import positive_int
+from ..core.arguments import positive_int
 from ..core.errors import EXIT_INPUT, EXIT_OK
 
 if TYPE_CHECKING:

@@ -224,6 +224,12 @@ run = sa.Table(
     sa.Column("request", JSONDoc),
     sa.Column("principal", sa.Text),  # the name of the token that started it, never the token
     sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
+    # Added for the service's retry of a run whose worker was lost: how many times it may go
+    # back to pending, how many times it did, and the seq its current attempt's events are
+    # numbered after.
+    sa.Column("retries_allowed", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("retries", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("event_seq_base", sa.Integer, nullable=False, server_default="0"),
     _one_of("mode", RUN_MODES),
     _one_of("purpose", PURPOSES),
     _one_of("execution_status", EXECUTION_STATUSES),

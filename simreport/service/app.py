@@ -139,6 +139,10 @@ class RunStatus(BaseModel):
     validity_status: Literal["unchecked", "valid", "violated"]
     evidence_status: Literal["unchecked", "complete", "partial"]
     quality_ref: str | None = Field(description="set by an evaluator, never by the run")
+    attempt: int = Field(
+        description="the attempt the run is on: 1, or 2 once it was queued again after its "
+        "worker was lost (--retry-lost-runs)"
+    )
 
 
 class EventPage(BaseModel):
@@ -575,6 +579,7 @@ def create_app(
                 library=settings.library_dir,
                 idempotency=idempotency,
                 capacity=service.capacity(principal),
+                retries=settings.retry_lost_runs,
             )
             return {"run_id": run_id, "manifest_id": manifest_id}
 
@@ -676,8 +681,15 @@ def _reclaim_until(engine: "Engine", stop: threading.Event, every: float) -> Non
 
     while not stop.wait(every):
         try:
-            for run_id in queue.reclaim_expired(engine):
-                log.warning("run %s lost its worker: ended crashed (worker_lost)", run_id)
+            for lost in queue.reclaim_expired(engine):
+                if lost.outcome == "pending":
+                    log.warning(
+                        "run %s lost its worker: queued again for attempt %d",
+                        lost.run_id,
+                        lost.attempt,
+                    )
+                else:
+                    log.warning("run %s lost its worker: ended crashed (worker_lost)", lost.run_id)
         except Exception:
             log.exception("reclaiming expired leases failed; trying again in %.0f s", every)
 
@@ -802,6 +814,13 @@ def register_cli(sub: Any) -> None:
     p.add_argument(
         "--retry-after", type=int, metavar="S", help="the Retry-After of 429 and 503 (default: 5)"
     )
+    p.add_argument(
+        "--retry-lost-runs",
+        type=int,
+        metavar="N",
+        help="times a run whose worker was lost is queued again before it ends crashed "
+        "(0 or 1; default: 0)",
+    )
     p.set_defaults(func=cmd_api)
 
 
@@ -822,6 +841,7 @@ def cmd_api(args: argparse.Namespace) -> int:
             "events_retention_seconds": args.events_retention,
             "lease_seconds": args.lease_seconds,
             "retry_after_seconds": args.retry_after,
+            "retry_lost_runs": args.retry_lost_runs,
         }
     )
     serve(settings)

@@ -34,6 +34,7 @@ OPTIONS: Final = {
     "events_retention_seconds": "--events-retention",
     "lease_seconds": "--lease-seconds",
     "retry_after_seconds": "--retry-after",
+    "retry_lost_runs": "--retry-lost-runs",
 }
 """The `simreport api` option behind each setting, named in errors."""
 
@@ -82,6 +83,14 @@ class ServiceSettings(BaseModel):
     )
     retry_after_seconds: int = Field(
         5, ge=1, le=3600, description="the Retry-After of a 429 or 503 answer"
+    )
+    retry_lost_runs: int = Field(
+        0,
+        ge=0,
+        le=1,
+        strict=True,
+        description="how many times a run whose worker was lost goes back to pending before it "
+        "ends crashed (worker_lost); kept with each run when it is queued",
     )
 
     @field_validator("ledger")

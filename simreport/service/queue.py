@@ -9,7 +9,11 @@ as `simreport review import` pins it. A worker `claim`s the oldest pending run (
 BEGIN), holds a lease it renews with `heartbeat`, streams the run's events with `append_events`
 and ends the run with `finish`, which records everything else in one transaction and only while
 the worker still holds the lease. A run whose lease expired is ended `crashed` ("worker_lost") by
-`reclaim_expired`, which every worker calls on the others' behalf: no run stays `running`.
+`reclaim_expired`, which every worker calls on the others' behalf: no run stays `running`. A run
+queued with a retry allowed (`start_run(retries=1)`) goes back to `pending` instead, once, with
+the same manifest and seed: its events so far stay, a harness event `run_retried` follows them,
+and the retry's events are numbered after it (the run's `event_seq_base`), so the run's events
+are one sequence without a gap.
 
 Every function takes an Engine and raises ServiceError (404, 409, 410, 422, …) for what the
 caller asked wrongly; the HTTP app maps those to responses in one place.
@@ -66,6 +70,11 @@ CONDITION: Final = "service"
 TERMINAL: Final = ("completed", "crashed", "cancelled")
 ACTIVE: Final = ("pending", "running")
 WORKER_LOST: Final = "worker_lost"
+MAX_RETRIES: Final = 1
+"""How many times a run whose worker was lost may go back to pending, at most."""
+RETRIED: Final = "run_retried"
+"""The harness event that marks a retry in a run's events: the attempt that follows, why, and
+what became of the lost one."""
 
 T = TypeVar("T")
 
@@ -208,6 +217,16 @@ class Heartbeat:
     lease_lost: bool
     cancel: bool
     cancel_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class Reclaimed:
+    """A run whose worker was lost: `outcome` "crashed" (ended, "worker_lost") or "pending"
+    (queued again for attempt `attempt`)."""
+
+    run_id: str
+    outcome: str
+    attempt: int
 
 
 # --------------------------------------------------------------------------- transactions
@@ -613,6 +632,7 @@ def start_run(
     library: Path,
     idempotency: IdempotencyKey | None = None,
     capacity: Capacity | None = None,
+    retries: int = 0,
 ) -> tuple[str, str]:
     """Queue a run of `scenario_id@version`: its manifest frozen now (every asset reference
     resolved in `library` and pinned), the run `pending` with the request and who made it.
@@ -621,7 +641,10 @@ def start_run(
     version, and — purpose regression — a scenario version or resolved asset version that is
     not online (each named). With `capacity`, 429 when `principal`'s runs pending or running
     reach its quota and 503 when the queue's reach its limit, counted in the transaction that
-    queues the run (requests sent together never overshoot them)."""
+    queues the run (requests sent together never overshoot them). `retries`: how many times
+    (0 to MAX_RETRIES) the run goes back to pending when its worker is lost."""
+    if not 0 <= retries <= MAX_RETRIES:
+        raise ValueError(f"retries must be 0 to {MAX_RETRIES}, not {retries}")
     issues = []
     if mode not in t.RUN_MODES:
         issues.append(_issue("mode", f"unknown mode {mode!r}", _one_of(t.RUN_MODES)))
@@ -739,6 +762,7 @@ def start_run(
                 request=request,
                 principal=principal,
                 attempts=0,
+                retries_allowed=retries,
             )
         )
         _store(conn, idempotency, 202, {"run_id": run_id, "manifest_id": manifest_id})
@@ -883,7 +907,8 @@ def claim(engine: Engine, worker_id: str, *, lease_seconds: float) -> Claim | No
                 lease_owner=worker_id,
                 lease_expires_at=now + timedelta(seconds=lease_seconds),
                 heartbeat_at=now,
-                started_at=now,
+                # The first attempt's start stays; a retry's is its run_started event.
+                started_at=sa.func.coalesce(r.started_at, now),
                 attempts=r.attempts + 1,
             )
         )
@@ -1001,9 +1026,10 @@ def append_events(
     worker_id: str | None = None,
 ) -> None:
     """Record events of a running run as the kernel emitted them ({seq, type, actor, t, wall,
-    payload}), in seq order. Events recorded already are skipped, so sending a batch again
-    changes nothing; a batch that would leave a gap is refused (409). With `worker_id`, only
-    while that worker holds the run's lease (LeaseLost otherwise)."""
+    payload}), in seq order; a retried run's are numbered after its retry mark (the kernel's
+    seq n is recorded as the run's event_seq_base + n). Events recorded already are skipped, so
+    sending a batch again changes nothing; a batch that would leave a gap is refused (409).
+    With `worker_id`, only while that worker holds the run's lease (LeaseLost otherwise)."""
     if not events:
         return
     ordered = sorted(events, key=lambda e: int(e["seq"]))
@@ -1014,7 +1040,7 @@ def append_events(
             raise NotFound(f"there is no run {run_id}", code="unknown_run")
         if worker_id is not None:
             _holds_lease(row, worker_id)
-        _append(conn, run_id, ordered)
+        _append(conn, run_id, ordered, base=int(row.event_seq_base))
 
     _write(engine, write)
 
@@ -1024,8 +1050,13 @@ def _append(
     run_id: str,
     events: Sequence[Mapping[str, Any]],
     payloads: Sequence[str | None] = (),
+    *,
+    base: int = 0,
 ) -> int:
-    """Insert the events after the last one recorded; the first must follow it."""
+    """Insert the events after the last one recorded; the first must follow it. The events
+    are numbered as the kernel numbered them: each is recorded at seq `base` + its seq."""
+    if base:
+        events = [{**e, "seq": base + int(e["seq"])} for e in events]
     present = conn.execute(
         sa.select(sa.func.max(t.event.c.seq)).where(t.event.c.run_id == run_id)
     ).scalar()
@@ -1077,7 +1108,8 @@ def finish(
 ) -> str:
     """Record the finished run in `run_dir` under `run_id`, in one transaction and only while
     `worker_id` holds its lease (LeaseLost otherwise): its statuses, end, terminal reason,
-    result and content hash on the run row, the events not streamed yet, and its records,
+    result and content hash on the run row, the events not streamed yet (a retry's numbered
+    after its retry mark, as `append_events` numbers them), and its records,
     fault plans and steps, observations, evidence and completeness. `reason` replaces the
     terminal reason the files give. Returns the execution status recorded. Raises InputError
     for a run directory that breaks its contract (then nothing is written)."""
@@ -1093,7 +1125,7 @@ def finish(
             raise NotFound(f"there is no run {run_id}", code="unknown_run")
         _holds_lease(row, worker_id)
         now = utc_now()
-        _append(conn, run_id, run.events, run.event_payloads)
+        _append(conn, run_id, run.events, run.event_payloads, base=int(row.event_seq_base))
         if run.records is not None:
             insert_records(conn, run_id, run.records, now, run.record_lines)
             plans, steps = _faults(run_id, run.records, now)
@@ -1159,9 +1191,13 @@ def fail(
     _write(engine, write)
 
 
-def reclaim_expired(engine: Engine, *, now: datetime | None = None) -> list[str]:
-    """End every running run whose lease expired before `now`: `crashed`, terminal reason
-    "worker_lost", evidence partial. Returns their ids."""
+def reclaim_expired(engine: Engine, *, now: datetime | None = None) -> list[Reclaimed]:
+    """Reclaim every running run whose lease expired before `now`. A run with a retry left
+    (queued with `retries`, not retried as often yet, and no cancellation requested) goes back
+    to `pending` for the next claim: a `run_retried` event follows the events it recorded and
+    the retry's are numbered after it. Any other ends `crashed`, terminal reason "worker_lost"
+    (for a retry lost too: "worker_lost: …" saying so), evidence partial. Returns them, by
+    run id."""
     moment = now if now is not None else utc_now()
     r = t.run.c
     expired = (r.execution_status == "running") & (r.lease_expires_at < moment)
@@ -1170,22 +1206,79 @@ def reclaim_expired(engine: Engine, *, now: datetime | None = None) -> list[str]
         if conn.execute(sa.select(r.run_id).where(expired).limit(1)).first() is None:
             return []
 
-    def write(conn: Connection) -> list[str]:
-        rows = conn.execute(
-            t.run.update()
-            .where(expired)
-            .values(
-                execution_status="crashed",
-                evidence_status="partial",
-                ended_at=moment,
-                terminal_reason=WORKER_LOST,
-                lease_expires_at=None,
+    def write(conn: Connection) -> list[Reclaimed]:
+        query = sa.select(t.run).where(expired).order_by(r.run_id)
+        if conn.dialect.name == "postgresql":
+            query = query.with_for_update()  # another reclaimer's runs are then no longer expired
+        done = []
+        for row in conn.execute(query).all():
+            attempt = int(row.retries) + 1
+            if row.retries < row.retries_allowed and row.cancel_requested_at is None:
+                _retry(conn, row, moment)
+                done.append(Reclaimed(row.run_id, "pending", attempt + 1))
+                continue
+            reason = WORKER_LOST
+            if row.retries:
+                reason += f": attempt {attempt}, the retry, lost its worker too"
+            conn.execute(
+                t.run.update()
+                .where(r.run_id == row.run_id)
+                .values(
+                    execution_status="crashed",
+                    evidence_status="partial",
+                    ended_at=moment,
+                    terminal_reason=reason,
+                    lease_expires_at=None,
+                )
             )
-            .returning(r.run_id)
-        )
-        return sorted(str(run_id) for (run_id,) in rows)
+            done.append(Reclaimed(row.run_id, "crashed", attempt))
+        return done
 
     return _write(engine, write)
+
+
+def _retry(conn: Connection, row: Any, moment: datetime) -> None:
+    """Queue the run `row` again for its next attempt: a `run_retried` event after the last
+    one recorded, saying which attempt follows and what became of the lost one (its worker,
+    last heartbeat and lease, which the next claim replaces), and the next attempt's events
+    numbered after it."""
+    last = conn.execute(
+        sa.select(sa.func.max(t.event.c.seq)).where(t.event.c.run_id == row.run_id)
+    ).scalar()
+    seq = int(last or 0) + 1
+    lost = int(row.retries) + 1
+    mark = {
+        "seq": seq,
+        "type": RETRIED,
+        "actor": "harness",
+        "t": None,
+        "wall": moment.timestamp(),
+        "payload": {
+            "attempt": lost + 1,
+            "of": int(row.retries_allowed) + 1,
+            "reason": WORKER_LOST,
+            "lost": {
+                "attempt": lost,
+                "worker": row.lease_owner,
+                "heartbeatAt": _iso(row.heartbeat_at),
+                "leaseExpiredAt": _iso(row.lease_expires_at),
+                "eventsRecorded": seq - 1 - int(row.event_seq_base),
+            },
+        },
+    }
+    insert_events(conn, row.run_id, [mark])
+    conn.execute(
+        t.run.update()
+        .where(t.run.c.run_id == row.run_id)
+        .values(
+            execution_status="pending",
+            lease_owner=None,
+            lease_expires_at=None,
+            heartbeat_at=None,
+            retries=t.run.c.retries + 1,
+            event_seq_base=seq,
+        )
+    )
 
 
 # --------------------------------------------------------------------------- cancelling
@@ -1305,7 +1398,8 @@ def _run_row(conn: Connection, run_id: str, tenant: str) -> Any:
 
 
 def get_run(engine: Engine, run_id: str, *, tenant: str) -> dict[str, Any]:
-    """The run's four statuses."""
+    """The run's four statuses, and the attempt it is on: 1, or 2 once it was queued again
+    after its worker was lost."""
     _prepare(engine)
     with reading(engine) as conn:
         row = _run_row(conn, run_id, tenant)
@@ -1314,11 +1408,13 @@ def get_run(engine: Engine, run_id: str, *, tenant: str) -> dict[str, Any]:
         "validity_status": row.validity_status,
         "evidence_status": row.evidence_status,
         "quality_ref": row.quality_ref,
+        "attempt": int(row.retries) + 1,
     }
 
 
 def run_detail(engine: Engine, run_id: str, *, tenant: str) -> dict[str, Any]:
-    """The run's statuses with its times, terminal reason, lease, attempts and request."""
+    """The run's statuses with its times, terminal reason, lease, attempt (`attempts`: how
+    many times it was claimed) and retries allowed, and request."""
     _prepare(engine)
     with reading(engine) as conn:
         row = _run_row(conn, run_id, tenant)
@@ -1335,7 +1431,9 @@ def run_detail(engine: Engine, run_id: str, *, tenant: str) -> dict[str, Any]:
         "ended_at": _iso(row.ended_at),
         "terminal_reason": row.terminal_reason,
         "lease_owner": row.lease_owner,
+        "attempt": int(row.retries) + 1,
         "attempts": row.attempts,
+        "retries_allowed": row.retries_allowed,
         "cancel_reason": row.cancel_reason,
         "request": row.request,
         "principal": row.principal,
@@ -1565,6 +1663,7 @@ __all__ = [
     "IdempotencyKey",
     "LeaseLost",
     "NotFound",
+    "Reclaimed",
     "ServiceError",
     "Stored",
     "StoredAnswer",

@@ -19,7 +19,9 @@ kills the run process and drops the run (another has ended it). A run process th
 a result (killed, or an error outside the run) ends its run `crashed` with why. Either way the
 next run gets a fresh run process. A worker killed outright loses its lease: its run process
 notices it is orphaned and exits, and the next worker's `reclaim_expired` ends the run `crashed`
-("worker_lost").
+("worker_lost"), or queues it again when it was queued with a retry (`simreport api
+--retry-lost-runs 1`): a worker claims it as any pending run, and the ledger numbers the retry's
+events after those recorded.
 
 `simreport worker --ledger URL --library DIR` runs one worker until SIGINT or SIGTERM, which let
 the current run finish (for up to --drain-seconds, then cancel it) and record it before exiting.
