@@ -714,6 +714,7 @@ def record_in_ledger(
     runs: Sequence[Path] = (),
     build: Path | None = None,
     recorder: LedgerRecorder | None = None,
+    evaluations: Sequence[Path] = (),
 ) -> None:
     """Record a job's runs (each in its own transaction) and its analysis in the workflow's
     ledger, with `recorder` when the job has one already. What the ledger cannot record is said
@@ -725,6 +726,8 @@ def record_in_ledger(
         return
     with recorder:
         recorder.record_runs(runs)
+        if evaluations:
+            recorder.record_evaluations(evaluations)
         if build is not None:
             recorder.record_build(build)
     recorder.raise_if_incomplete()
@@ -943,16 +946,23 @@ def analyse_plan(workflow: Workflow, plan_id: str) -> None:
 
         write_audit_summary(plan.out_dir)
     analyse_dir(plan.out_dir, include_incomplete=plan.include_incomplete)
-    record_in_ledger(workflow, build=plan.out_dir)
+    evaluated = [
+        Path(output).parent
+        for target in plan.conditions
+        if target.evaluated
+        for output in target.outputs
+    ]
+    record_in_ledger(workflow, build=plan.out_dir, evaluations=evaluated)
 
 
 def evaluate_condition(
     workflow: Workflow, plan_id: str, condition_dir: str, log: str | Path | None = None
 ) -> dict[str, Any]:
     """The evaluation job of one condition: every run of it judged in this one job (a job per run
-    would cost Snakemake more than the judging), its summary written last, each evaluated run's
-    quality_ref set in the workflow's ledger. A run that could not be evaluated (its manifest
-    altered, its evaluation spec changed since it ran) fails the job, naming the run."""
+    would cost Snakemake more than the judging), its summary written last (the plan's analysis
+    job links the evaluations in the workflow's ledger, all in one transaction). A run that
+    could not be evaluated (its manifest altered, its evaluation spec changed since it ran) fails
+    the job, naming the run."""
     from .evaluation import evaluate_batch, evaluator_named
 
     plan = workflow.plan(plan_id)
@@ -968,11 +978,6 @@ def evaluate_condition(
     )
     if log is not None:
         write_atomic(Path(log), line + "".join(f"{e['reason']}\n" for e in summary["notEvaluated"]))
-    recorder = _ledger_recorder(workflow)
-    if recorder is not None:
-        with recorder:
-            recorder.record_evaluations(runs)
-        recorder.raise_if_incomplete()
     errors = [item for item in summary["notEvaluated"] if item["outcome"] == "error"]
     if errors:
         raise InputError(

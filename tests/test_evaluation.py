@@ -22,7 +22,6 @@ from simreport.core.quality import QUALITY_REF_PREFIX, quality_ref, quality_ref_
 from simreport.evaluation import DEFAULT_EVALUATOR, EVALUATORS
 from simreport.ledger import connect
 from simreport.ledger import tables as t
-from simreport.ledger.errors import RunConflict
 from simreport.ledger.evaluations import record_evaluation
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -357,9 +356,9 @@ def test_the_ledger_links_a_run_to_its_evaluation(
     assert record_evaluation(engine, run) == ref  # the same link again: accepted
     with engine.begin() as conn:
         conn.execute(sa.update(t.run).values(quality_ref=QUALITY_REF_PREFIX + "0" * 64))
-    with pytest.raises(RunConflict, match="linked to another evaluation already"):
-        record_evaluation(engine, run)
-    assert quality_refs() == [QUALITY_REF_PREFIX + "0" * 64]
+    # A link to an earlier evaluation (another evaluator version) follows the folder's.
+    assert record_evaluation(engine, run) == ref
+    assert quality_refs() == [ref]
     # A run the ledger does not hold: the evaluation is written, the ledger says it missed it.
     other = copy_run(run_dir, tmp_path / "unrecorded")
     capsys.readouterr()

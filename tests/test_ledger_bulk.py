@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from hypothesis import given
+from hypothesis import strategies as st
 
 import simreport
 from simreport.cli import main
@@ -24,10 +26,10 @@ from simreport.core.errors import InputError
 from simreport.ledger import RunConflict, connect, ingest_run
 from simreport.ledger import tables as t
 from simreport.ledger.db import as_utc
-from simreport.ledger.ingest import RunIngest, ingest_runs
+from simreport.ledger.ingest import RunIngest, _datetime_text, epoch_text, ingest_runs
 from simreport.ledger.migrate import upgrade
 from simreport.ledger.queries import counts
-from simreport.ledger.rundir import record_digest
+from simreport.ledger.rundir import record_digest, wall_time
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -335,3 +337,13 @@ def test_an_observation_names_the_criterion_it_is_evidence_for(
         k: v for k, v in expected.items() if v is not None
     }
     assert any(v is None for v in keys.values()), "plain facts name no criterion"
+
+
+@given(st.floats(min_value=0, max_value=4e9, allow_nan=False, allow_infinity=False))
+def test_an_event_time_is_stored_as_the_datetime_path_stores_it(seconds: float) -> None:
+    assert epoch_text(seconds) == _datetime_text(wall_time(seconds))
+
+
+@pytest.mark.parametrize("seconds", [0.0, 0.5e-6, 1.5e-6, 2.5e-6, 1796078747.9999995, 1e9 + 5e-7])
+def test_event_times_round_their_microseconds_half_to_even(seconds: float) -> None:
+    assert epoch_text(seconds) == _datetime_text(wall_time(seconds))

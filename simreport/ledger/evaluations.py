@@ -4,25 +4,27 @@ A run never sets its own quality_ref (it is recorded null). `simreport evaluate`
 evaluation.json; `record_evaluation` then sets the run's `quality_ref` to the evaluation's
 `qualityRef` (`evaluation.json#sha256:<digest>`, see simreport.core.quality), once the
 evaluation has been checked: its qualityRef matches its content and it was made from the
-result.json the run folder holds. The run row keeps its first evaluation: an equal quality_ref
-is accepted again, another one is refused (RunConflict) rather than overwriting a judgement that
-others may already cite.
+result.json the run folder holds. The run row points at the evaluation its folder holds now:
+judging the run again (another evaluator version, another spec) replaces the evaluation.json
+and so the link, since a link to a file that is gone would cite nothing. The run itself — its
+records, observations, evidence — never changes.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 
 from ..core.canonical import sha256_bytes
 from ..core.errors import DocumentError, InputError
 from ..core.files import read_json
 from ..core.quality import EVALUATION_FILE, QUALITY_REF_KEY, quality_ref_problem
 from . import tables as t
-from .errors import NotRecorded, RunConflict
-from .migrate import prepare_for_writing
+from .errors import NotRecorded
+from .migrate import prepare_once
 from .rundir import RESULT_FILE, run_identity
 
 
@@ -57,7 +59,7 @@ def evaluation_quality_ref(run_dir: str | Path) -> str | None:
 def record_evaluation(engine: Engine, run_dir: str | Path) -> str:
     """Set the recorded run's `quality_ref` from its folder's evaluation.json; returns it.
     Refused: a folder without an evaluation (InputError), a run the ledger does not hold
-    (NotRecorded), a run already linked to another evaluation (RunConflict)."""
+    (NotRecorded). A link to an earlier evaluation of the run is replaced."""
     folder = Path(run_dir)
     ref = evaluation_quality_ref(folder)
     if ref is None:
@@ -67,29 +69,56 @@ def record_evaluation(engine: Engine, run_dir: str | Path) -> str:
             expected="run `simreport evaluate` first",
         )
     run_id = run_identity(folder).run_id
-    prepare_for_writing(engine)
+    prepare_once(engine)
     with engine.begin() as conn:
-        current = conn.execute(
-            sa.select(t.run.c.quality_ref).where(t.run.c.run_id == run_id)
-        ).first()
-        if current is None:
-            raise NotRecorded(
-                f"run {run_id} is not in the ledger, so its evaluation cannot be linked",
-                file=folder,
-                expected="the run recorded first (`simreport ledger ingest`)",
-            )
-        if current.quality_ref not in (None, ref):
-            raise RunConflict(
-                f"run {run_id} is linked to another evaluation already ({current.quality_ref}); "
-                f"not replaced by {ref}",
-                file=folder / EVALUATION_FILE,
-            )
-        conn.execute(
-            sa.update(t.run)
-            .where(
-                t.run.c.run_id == run_id,
-                sa.or_(t.run.c.quality_ref.is_(None), t.run.c.quality_ref == ref),
-            )
-            .values(quality_ref=ref)
-        )
+        _link(conn, folder, run_id, ref)
     return ref
+
+
+def record_evaluations(
+    engine: Engine, run_dirs: Iterable[str | Path]
+) -> list[tuple[Path, str | Exception]]:
+    """`record_evaluation` for many run folders in one transaction, each link in a savepoint
+    of its own (a refused one is left out alone); folders without an evaluation are skipped.
+    Returns each folder with its quality_ref, or the error that refused it."""
+    found: list[tuple[Path, str, str] | tuple[Path, InputError]] = []
+    for run_dir in run_dirs:
+        folder = Path(run_dir)
+        try:
+            ref = evaluation_quality_ref(folder)
+            if ref is not None:
+                found.append((folder, run_identity(folder).run_id, ref))
+        except InputError as exc:
+            found.append((folder, exc))
+    if not found:
+        return []
+    prepare_once(engine)
+    done: list[tuple[Path, str | Exception]] = []
+    with engine.begin() as conn:
+        for item in found:
+            if isinstance(item[1], InputError):
+                done.append((item[0], item[1]))
+                continue
+            folder, run_id, ref = item
+            savepoint = conn.begin_nested()
+            try:
+                _link(conn, folder, run_id, ref)
+            except InputError as exc:
+                savepoint.rollback()
+                done.append((folder, exc))
+                continue
+            savepoint.commit()
+            done.append((folder, ref))
+    return done
+
+
+def _link(conn: Connection, folder: Path, run_id: str, ref: str) -> None:
+    current = conn.execute(sa.select(t.run.c.quality_ref).where(t.run.c.run_id == run_id)).first()
+    if current is None:
+        raise NotRecorded(
+            f"run {run_id} is not in the ledger, so its evaluation cannot be linked",
+            file=folder,
+            expected="the run recorded first (`simreport ledger ingest`)",
+        )
+    if current.quality_ref != ref:
+        conn.execute(sa.update(t.run).where(t.run.c.run_id == run_id).values(quality_ref=ref))

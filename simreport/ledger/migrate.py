@@ -9,6 +9,8 @@ simreport is refused by both.
 
 from __future__ import annotations
 
+import functools
+import weakref
 from dataclasses import dataclass
 
 import sqlalchemy as sa
@@ -36,7 +38,10 @@ def alembic_config(connection: Connection | None = None) -> Config:
     return config
 
 
+@functools.cache
 def head_revision() -> str:
+    """The newest revision this simreport ships (read once: the files do not change while it
+    runs)."""
     head = ScriptDirectory.from_config(alembic_config()).get_current_head()
     assert head is not None
     return head
@@ -121,6 +126,17 @@ def prepare_for_writing(engine: Engine) -> None:
         current = current_revision(conn)
     if current != head_revision():
         upgrade(engine)
+
+
+_prepared: weakref.WeakSet[Engine] = weakref.WeakSet()
+
+
+def prepare_once(engine: Engine) -> None:
+    """`prepare_for_writing`, once per engine: a writer that records many things checks the
+    schema before the first."""
+    if engine not in _prepared:
+        prepare_for_writing(engine)
+        _prepared.add(engine)
 
 
 def check_for_reading(engine: Engine) -> None:

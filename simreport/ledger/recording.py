@@ -182,25 +182,28 @@ class LedgerRecorder:
 
     def record_evaluations(self, run_dirs: Iterable[str | Path]) -> None:
         """Link each recorded run to its evaluation.json (`run.quality_ref`, see
-        ledger/evaluations.py); folders without an evaluation are skipped. Waits for the runs
-        handed over with `record_soon` first, so the runs are there to link."""
+        ledger/evaluations.py), all in one transaction; folders without an evaluation are
+        skipped. Waits for the runs handed over with `record_soon` first, so the runs are
+        there to link."""
         if self.url is None:
             return
-        from ..core.quality import EVALUATION_FILE
-        from .evaluations import record_evaluation
+        from .evaluations import record_evaluations
 
         self._wait_soon()
-        for run_dir in run_dirs:
-            path = Path(run_dir)
-            if not (path / EVALUATION_FILE).is_file():
-                continue
-            engine = self._connected(f"the evaluation of {path}")
-            if engine is None:
-                continue
-            try:
-                self._serially(record_evaluation, engine, path)
-            except Exception as exc:
-                self._problem(f"the evaluation of {path}", exc)
+        paths = [Path(run_dir) for run_dir in run_dirs]
+        if not paths:
+            return
+        engine = self._connected(f"the evaluations of {paths[0].parent}")
+        if engine is None:
+            return
+        try:
+            done = self._serially(record_evaluations, engine, paths)
+        except Exception as exc:
+            self._problem(f"the evaluations of {paths[0].parent}", exc)
+            return
+        for path, outcome in done:
+            if isinstance(outcome, Exception):
+                self._problem(f"the evaluation of {path}", outcome)
             else:
                 self.evaluations_recorded += 1
 

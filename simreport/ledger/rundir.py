@@ -199,9 +199,13 @@ def _event_lines(data: bytes, path: Path) -> Iterator[tuple[int, dict[str, Any],
         if fast is not None and type(payload := fast.get("payload")) is dict:
             text = orjson.dumps(payload)
             # A float spelled with an exponent may be an integer orjson could not keep; a
-            # float anywhere but the clock is not what the kernel writes: json decides both.
-            if b"e+" not in text and not any(
-                type(value) is float for key, value in fast.items() if key != "wall"
+            # float where the kernel writes an integer (seq, step, agent index) may be one
+            # too: json decides both.
+            if (
+                b"e+" not in text
+                and type(fast.get("seq")) is not float
+                and type(fast.get("t")) is not float
+                and type(fast.get("actor")) is not float
             ):
                 yield number, fast, text.decode("utf-8")
                 continue
