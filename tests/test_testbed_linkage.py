@@ -41,9 +41,12 @@ def test_the_withdraw_scenario_records_one_event_at_three_points_in_order(
     withdraw_run: Path,
 ) -> None:
     result = json.loads((withdraw_run / "result.json").read_text())
-    # The linkage holds, so it adds no validity problem (the user-simulator quality checks judge
-    # the run's validity on their own).
-    assert result["status"]["validity"] != "violated"
+    # The linkage holds, and the user simulator's quality checks know a withdrawal: it comes
+    # before the other reactions, and after it the user closes on the agent's confirmation.
+    assert result["status"]["validity"] == "valid"
+    quality = json.loads((withdraw_run / "user-quality.json").read_text())
+    assert quality["checks"]["termination"]["status"] == "pass", quality["checks"]["termination"]
+    assert quality["checks"]["reactionCompliance"]["status"] in ("pass", "not_applicable")
     records = read_records(withdraw_run / "records.jsonl")
     linked = [r for r in records if "linkage" in r]
     assert {r["linkage"]["id"] for r in linked} == {"lk-0001"}

@@ -60,10 +60,16 @@ boundaries); `user.qualityControl.styleContradictions` replaces the list of a va
 # What each effect's intent may be pre-empted by: intents the simulator rightly puts first
 # (a confirmed refund, giving up, a higher-priority effect, an answer to an order-number question).
 _ANSWERS_REFUND = ("confirm_and_close", "point_out_wrong_amount")
+# A withdrawal comes before every other effect, and once the user has withdrawn the request the
+# goal is no refund: effects about the refund are pre-empted by it (the simulator asks again, or
+# closes when the agent confirms the withdrawal).
+_WITHDRAWS = "withdraw_request"
 PRE_EMPTED_BY: Mapping[str, frozenset[str]] = {
-    "give_up": frozenset(_ANSWERS_REFUND),
-    "threaten_complaint": frozenset({*_ANSWERS_REFUND, "give_up"}),
-    "disclose_order_number": frozenset({*_ANSWERS_REFUND, "give_up", "threaten_complaint"}),
+    "give_up": frozenset({*_ANSWERS_REFUND, _WITHDRAWS}),
+    "threaten_complaint": frozenset({*_ANSWERS_REFUND, "give_up", _WITHDRAWS}),
+    "disclose_order_number": frozenset(
+        {*_ANSWERS_REFUND, "give_up", "threaten_complaint", _WITHDRAWS}
+    ),
     "ask_status": frozenset(
         {
             *_ANSWERS_REFUND,
@@ -71,6 +77,7 @@ PRE_EMPTED_BY: Mapping[str, frozenset[str]] = {
             "threaten_complaint",
             "provide_order_number",
             "withhold_order_number",
+            _WITHDRAWS,
         }
     ),
 }
@@ -402,10 +409,19 @@ def termination(
         for r in records
         if r.get("type") == "user.reaction" and r["payload"].get("effect") == "give_up"
     }
+    withdraw_fired = min(
+        (
+            int(r["payload"].get("turn", 0))
+            for r in records
+            if r.get("type") == "user.reaction" and r["payload"].get("effect") == _WITHDRAWS
+        ),
+        default=None,
+    )
     belief = config.private_facts.paid_amount_minor
     opened = turns[0].logical_ms
     problems: list[str] = []
     reason = None
+    withdrawn = False
     for turn in turns[1:]:
         confirming = [
             r
@@ -413,20 +429,29 @@ def termination(
             if "agent.confirms_refund" in r["payload"].get("signals", [])
         ]
         claimed = set(amounts_in(" ".join(str(r["payload"].get("text", "")) for r in confirming)))
-        if confirming and (belief is None or not claimed or belief in claimed):
-            due: str | None = "confirm_and_close"
-            why = "the agent confirmed the refund"
+        waited = turn.logical_ms - opened
+        gave_up = any(t <= turn.turn for t in gave_up_rule)
+        due: str | None
+        if withdrawn:
+            # The goal is now that no refund stands: the user closes once the agent confirms the
+            # withdrawal, gives up as before, and otherwise asks again.
+            if "agent.confirms_withdrawal" in _signals(turn.agent_before):
+                due, why = "confirm_and_close", "the agent confirmed the withdrawal"
+            elif waited > give_up_ms or gave_up:
+                due, why = "give_up", _give_up_why(gave_up, waited, give_up_ms)
+            else:
+                due, why = None, ""
+        elif withdraw_fired is not None and turn.turn >= withdraw_fired:
+            due, why = _WITHDRAWS, "a withdraw rule fired"
+        elif confirming and (belief is None or not claimed or belief in claimed):
+            due, why = "confirm_and_close", "the agent confirmed the refund"
         elif confirming:
             due, why = "point_out_wrong_amount", "the agent confirmed a wrong amount"
-        elif turn.logical_ms - opened > give_up_ms or any(t <= turn.turn for t in gave_up_rule):
-            due = "give_up"
-            why = (
-                "a give-up rule fired"
-                if any(t <= turn.turn for t in gave_up_rule)
-                else f"patience ran out ({turn.logical_ms - opened} ms waited > {give_up_ms} ms)"
-            )
+        elif waited > give_up_ms or gave_up:
+            due, why = "give_up", _give_up_why(gave_up, waited, give_up_ms)
         else:
             due, why = None, ""
+        withdrawn = withdrawn or turn.intent == _WITHDRAWS
         if turn.text is None:
             problems.append(
                 f"turn {turn.turn}: the user fell silent (no wording passed the checks)"
@@ -447,6 +472,12 @@ def termination(
         "problems": problems,
         "detail": reason or (f"closed by {closed_by}" if not problems else problems[0]),
     }
+
+
+def _give_up_why(rule: bool, waited: int, give_up_ms: int) -> str:
+    if rule:
+        return "a give-up rule fired"
+    return f"patience ran out ({waited} ms waited > {give_up_ms} ms)"
 
 
 # --------------------------------------------------------------------------- one run
