@@ -4,12 +4,13 @@ conditions, in audit.json with its empty cells named, and in the report."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
+from browser import needs_chromium, render
+from test_html_validity import VNU, needs_vnu
 
 from simreport.analysis.coverage import (
     ConditionSpec,
@@ -128,11 +129,8 @@ def test_other_audits_have_no_coverage_key(tmp_path: Path) -> None:
     assert "coverage" not in json.loads((out / "audit.json").read_text())
 
 
+@needs_vnu
 def test_the_report_with_the_coverage_matrix_is_valid_html(audit_dir: Path) -> None:
-    from test_html_validity import VNU
-
-    if VNU is None or shutil.which("java") is None:
-        pytest.skip("java and the Nu checker (vnu.jar)")
     proc = subprocess.run(
         [
             "java",
@@ -150,3 +148,21 @@ def test_the_report_with_the_coverage_matrix_is_valid_html(audit_dir: Path) -> N
     )
     messages = json.loads(proc.stderr or '{"messages": []}')["messages"]
     assert messages == [], json.dumps(messages, indent=1)[:3000]
+
+
+@pytest.mark.slow
+@needs_chromium
+def test_chromium_shows_the_testbed_sections_of_the_report(audit_dir: Path, tmp_path: Path) -> None:
+    """User-simulator quality, cost by segment and the coverage matrix, as a reader sees them:
+    rendered offline, each with its heading and table."""
+    page = render((audit_dir / "report.html").resolve().as_uri(), tmp_path / "chromium")
+    page.check_screenshot(min_bytes=50_000, size=(1280, 2000))
+    assert page.network_requests == []
+    for heading in (
+        "User-simulator quality",
+        "Cost by segment: the system under test and the simulation",
+        "Coverage matrix: stage × behaviour × permission × fault",
+    ):
+        assert heading in page.dom
+    coverage = page.dom[page.dom.index('id="coverage"') :]
+    assert "<table" in coverage and "withdrawal" in coverage

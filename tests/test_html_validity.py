@@ -21,12 +21,10 @@ CANDIDATES = [
 ]
 VNU = next((c for c in CANDIDATES if c and Path(c).is_file()), None)
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.requires(
-        VNU is not None and shutil.which("java") is not None, "java and the Nu checker (vnu.jar)"
-    ),
-]
+needs_vnu = pytest.mark.requires(
+    VNU is not None and shutil.which("java") is not None, "java and the Nu checker (vnu.jar)"
+)
+pytestmark = [pytest.mark.slow, needs_vnu]
 
 
 def _edited(audit_dir: Path, out: Path) -> Path:
