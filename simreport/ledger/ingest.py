@@ -171,8 +171,7 @@ def _insert_statement(
     schema: str | None,
     keys: tuple[str, ...],
     ignore_duplicates: bool,
-    bound: frozenset[str],
-) -> tuple[str, _Processors]:
+) -> str:
     quote = dialect.identifier_preparer.quote
     sql = (
         f"INSERT INTO {_name(dialect, table, schema)} ({', '.join(quote(k) for k in keys)}) "
@@ -180,12 +179,29 @@ def _insert_statement(
     )
     if ignore_duplicates:
         sql += " ON CONFLICT DO NOTHING"  # SQLite ≥ 3.24 and PostgreSQL alike
-    processors = []
-    for index, key in enumerate(keys):
-        process = None if key in bound else _processor(dialect, table, key)
-        if process is not None:
-            processors.append((index, process))
-    return sql, tuple(processors)
+    return sql
+
+
+@functools.lru_cache(maxsize=256)
+def _processors(
+    dialect: sa.Dialect, table: sa.Table, keys: tuple[str, ...], bound: frozenset[str]
+) -> _Processors:
+    """(index, processor) of each of `keys` not in `bound` whose type processes what is bound."""
+    return tuple(
+        (index, process)
+        for index, key in enumerate(keys)
+        if key not in bound and (process := _processor(dialect, table, key)) is not None
+    )
+
+
+def _processed(values: list[tuple[Any, ...]], processors: _Processors) -> list[tuple[Any, ...]]:
+    """`values` (rows) with the columns `processors` name put through them."""
+    if not processors or not values:
+        return values
+    columns = list(zip(*values, strict=True))
+    for index, process in processors:
+        columns[index] = tuple(map(process, columns[index]))
+    return list(zip(*columns, strict=True))
 
 
 @functools.lru_cache(maxsize=256)
@@ -263,13 +279,8 @@ def _insert_rows(
     if not rows:
         return 0
     dialect, schema = conn.dialect, _schema(conn, table)
-    sql, processors = _insert_statement(dialect, table, schema, keys, ignore_duplicates, bound)
-    values: list[tuple[Any, ...]] = list(rows)
-    if processors:
-        columns = list(zip(*values, strict=True))
-        for index, process in processors:
-            columns[index] = tuple(map(process, columns[index]))
-        values = list(zip(*columns, strict=True))
+    sql = _insert_statement(dialect, table, schema, keys, ignore_duplicates)
+    values = _processed(list(rows), _processors(dialect, table, keys, bound))
     if dialect.name == "postgresql" and not ignore_duplicates and len(values) >= COPY_ROWS:
         _copy(conn, _copy_statement(dialect, table, schema, keys), values)
     else:
@@ -722,17 +733,7 @@ def _bind(
     bound: frozenset[str] = frozenset(),
 ) -> TableRows:
     """`values` with each column not in `bound` through its type's bind processing."""
-    processors = [
-        (index, process)
-        for index, key in enumerate(keys)
-        if key not in bound and (process := _processor(dialect, table, key)) is not None
-    ]
-    if processors and values:
-        columns = list(zip(*values, strict=True))
-        for index, process in processors:
-            columns[index] = tuple(map(process, columns[index]))
-        values = list(zip(*columns, strict=True))
-    return TableRows(table.name, keys, values)
+    return TableRows(table.name, keys, _processed(values, _processors(dialect, table, keys, bound)))
 
 
 def _bind_mappings(
