@@ -211,6 +211,17 @@ def parse_condition(text: str) -> tuple[str, str | None, int | None]:
     return match.group("var"), match.group("op"), int(match.group("num"))
 
 
+def condition_holds_for(value: int, op: str, number: int) -> bool:
+    """Whether `value <op> number` holds, for a condition `parse_condition` read."""
+    return {
+        ">": value > number,
+        ">=": value >= number,
+        "<": value < number,
+        "<=": value <= number,
+        "==": value == number,
+    }[op]
+
+
 class ReactionRule(Model):
     """When something happens (`when`), the user reacts (`effect`) on its `times`-th occurrence."""
 

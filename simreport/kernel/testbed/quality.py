@@ -33,7 +33,13 @@ from pathlib import Path
 from typing import Any
 
 from ...core.files import write_json
-from ...core.testbed import ReactionRule, UserConfig, UserMode, parse_condition
+from ...core.testbed import (
+    ReactionRule,
+    UserConfig,
+    UserMode,
+    condition_holds_for,
+    parse_condition,
+)
 from .records import Observations
 from .user import EFFECT_INTENT, ENDING, amounts_in, format_amount
 
@@ -145,16 +151,6 @@ def _phrase(text: str, phrase: str) -> bool:
     return re.search(rf"(?<!\w){re.escape(phrase)}(?!\w)", text, re.IGNORECASE) is not None
 
 
-def _compare(value: int, op: str, number: int) -> bool:
-    return {
-        ">": value > number,
-        ">=": value >= number,
-        "<": value < number,
-        "<=": value <= number,
-        "==": value == number,
-    }[op]
-
-
 def _rate(good: int, total: int) -> float | None:
     return good / total if total else None
 
@@ -232,7 +228,11 @@ def reaction_compliance(
             if named.id in fired_at:
                 continue
             subject, op, number = parse_condition(named.rule.when)
-            holds = subject in signals if op is None else _compare(values[subject], op, number or 0)
+            holds = (
+                subject in signals
+                if op is None
+                else condition_holds_for(values[subject], op, number or 0)
+            )
             if not holds:
                 continue
             seen[named.id] += 1

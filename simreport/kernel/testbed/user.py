@@ -35,7 +35,13 @@ from typing import Any
 import numpy as np
 
 from ...core.canonical import sha256_text
-from ...core.testbed import ReactionRule, UserConfig, UserMode, parse_condition
+from ...core.testbed import (
+    ReactionRule,
+    UserConfig,
+    UserMode,
+    condition_holds_for,
+    parse_condition,
+)
 from ..world import Decision, DecisionRequest
 from .assets import SimulatorConfigAsset, UserPolicyAsset
 from .clock import Clocks
@@ -228,7 +234,7 @@ class UserSimulator:
                 holds = subject in signals
             else:
                 assert number is not None
-                holds = _compare(values[subject], op, number)
+                holds = condition_holds_for(values[subject], op, number)
             if not holds or entry.fired:
                 continue
             entry.seen += 1
@@ -489,13 +495,3 @@ class UserSimulator:
         """A regression user's wording seed: the scenario's seed, the turn and the intent only,
         never the replication."""
         return int(sha256_text(f"user-wording|{self.seed}|{self.turn}|{intent}")[:15], 16)
-
-
-def _compare(value: int, op: str, number: int) -> bool:
-    return {
-        ">": value > number,
-        ">=": value >= number,
-        "<": value < number,
-        "<=": value <= number,
-        "==": value == number,
-    }[op]
