@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -250,6 +251,62 @@ def test_checks_hold_the_seed_values_and_refuse_others(engine: sa.Engine) -> Non
             conn.execute(sa.insert(table).values(**row))
     with pytest.raises(sa.exc.IntegrityError), engine.begin() as conn:  # foreign key
         conn.execute(sa.insert(t.run).values(**_run_row("orphan", manifest_id="nope")))
+
+
+def _check_texts(conn: sa.Connection) -> dict[str, str]:
+    """Each CHECK constraint of the ledger as the database holds it, by name."""
+    if conn.dialect.name == "postgresql":
+        rows = conn.exec_driver_sql(
+            "SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint "
+            "WHERE contype = 'c' AND connamespace = 'sim'::regnamespace"
+        )
+        return {name: text for name, text in rows}
+    found = {}
+    for (sql,) in conn.exec_driver_sql("SELECT sql FROM sqlite_schema WHERE type = 'table'"):
+        for name, text in re.findall(r"CONSTRAINT (ck_\w+) CHECK \((.*)\)", sql or ""):
+            found[name] = text
+    return found
+
+
+def test_checks_become_comparisons_from_the_previous_revision_and_back(
+    engine: sa.Engine,
+) -> None:
+    """Revision 0005 rewrites every `IN (…)` check as comparisons (SQLite evaluates an IN list
+    in a CHECK at a cost on every row): rows written before stay, the same values are allowed
+    and refused, and a downgrade brings the IN lists back."""
+    upgrade(engine, "0004")
+    with engine.connect() as conn:
+        before = _check_texts(conn)
+    assert len(before) == 19 and all(" IN " in v or "ANY" in v for v in before.values())
+    with engine.begin() as conn:
+        conn.execute(sa.insert(t.event).values(_event_row(1)))
+    upgrade(engine)
+    with engine.connect() as conn:
+        after = _check_texts(conn)
+        assert conn.execute(sa.select(sa.func.count()).select_from(t.event)).scalar() == 1
+    assert after.keys() == before.keys()
+    assert not any(" IN " in v or "ANY" in v for v in after.values()), after
+    assert "actor = 'user'" in after["ck_event_actor"].replace("'user'::text", "'user'")
+    with engine.begin() as conn:
+        conn.execute(sa.insert(t.event).values(_event_row(2, actor="harness")))
+    with pytest.raises(sa.exc.IntegrityError), engine.begin() as conn:
+        conn.execute(sa.insert(t.event).values(_event_row(3, actor="someone")))
+    downgrade(engine, "0004")
+    with engine.connect() as conn:
+        assert _check_texts(conn) == before
+    with pytest.raises(sa.exc.IntegrityError), engine.begin() as conn:
+        conn.execute(sa.insert(t.event).values(_event_row(3, actor="someone")))
+
+
+def _event_row(seq: int, actor: str = "agent") -> dict[str, Any]:
+    return {
+        "run_id": "r",
+        "seq": seq,
+        "event_type": "step",
+        "actor": actor,
+        "payload": {},
+        "wall_time": sa.func.current_timestamp(),
+    }
 
 
 def _run_row(run_id: str, **changes: Any) -> dict[str, Any]:

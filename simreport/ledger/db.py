@@ -9,6 +9,7 @@ for each other instead of failing half-way; on PostgreSQL the tables live in the
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from typing import Any, Final
 
 import sqlalchemy as sa
 from sqlalchemy import event
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine, make_url
 
 from ..core.redaction import redact_secrets, redact_url, url_secrets
@@ -229,3 +231,47 @@ def utc_now() -> datetime:
 def describe(url: str) -> str:
     """The URL as it may be shown: credentials redacted."""
     return redact_url(url)
+
+
+# --------------------------------------------------------------------------- insert if new
+
+
+class _SqliteNothing(sqlite.dml.OnConflictDoNothing):
+    # Target-less DO NOTHING renders the same for every statement, so it adds nothing to the
+    # cache key (SQLAlchemy leaves ON CONFLICT clauses out of its statement cache).
+    _traverse_internals = []  # noqa: RUF012 (SQLAlchemy reads it from the class)
+
+
+class _PostgresNothing(postgresql.dml.OnConflictDoNothing):
+    _traverse_internals = []  # noqa: RUF012 (SQLAlchemy reads it from the class)
+
+
+class _SqliteInsert(sqlite.Insert):
+    inherit_cache = True
+
+
+class _PostgresInsert(postgresql.Insert):
+    inherit_cache = True
+
+
+@functools.cache
+def _insert_new_statement(dialect: str, table: sa.Table) -> sa.Insert:
+    """INSERT INTO table … ON CONFLICT DO NOTHING RETURNING its primary key, built once and
+    compiled once per engine (the dialects' own ON CONFLICT statements are compiled anew on
+    every execution)."""
+    insert: sa.Insert
+    if dialect == "postgresql":
+        insert = _PostgresInsert(table)
+        insert._post_values_clause = _PostgresNothing()
+    else:
+        insert = _SqliteInsert(table)
+        insert._post_values_clause = _SqliteNothing()
+    return insert.returning(*table.primary_key)
+
+
+def insert_new(conn: Connection, table: sa.Table, row: dict[str, Any]) -> bool:
+    """INSERT … ON CONFLICT DO NOTHING; True when the row is new. A row another writer
+    recorded first stays as it was (on PostgreSQL this waits for that writer to commit).
+    RETURNING says whether it was written: psycopg reports no row count for an INSERT."""
+    statement = _insert_new_statement(conn.dialect.name, table)
+    return conn.execute(statement, row).first() is not None

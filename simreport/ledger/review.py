@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, cast
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
 
 from ..core.canonical import sha256_bytes
@@ -33,7 +32,7 @@ from ..core.redaction import redact_document
 from ..core.testbed import SEMVER
 from ..core.versions import design_document, design_sha256
 from . import tables as t
-from .db import as_utc, reading, utc_now
+from .db import as_utc, insert_new, reading, utc_now
 from .errors import (
     AssetVersionChanged,
     NotRecorded,
@@ -180,7 +179,7 @@ def import_loaded(
     prepare_for_writing(engine)
     now = utc_now()
     with engine.begin() as conn:
-        _insert_new(
+        insert_new(
             conn,
             t.scenario,
             {
@@ -193,7 +192,7 @@ def import_loaded(
                 "created_at": now,
             },
         )
-        new = _insert_new(
+        new = insert_new(
             conn,
             t.scenario_version,
             {
@@ -255,7 +254,7 @@ def _import_asset(
     conn: Connection, asset: AssetFile, tenant: str, reviewer: str, now: datetime
 ) -> ImportedVersion:
     asset_id = f"{tenant}:{asset.asset_type}:{asset.name}"
-    _insert_new(
+    insert_new(
         conn,
         t.asset,
         {
@@ -266,7 +265,7 @@ def _import_asset(
             "owner": asset.owner,
         },
     )
-    new = _insert_new(
+    new = insert_new(
         conn,
         t.asset_version,
         {
@@ -395,15 +394,6 @@ def _asset_file(path: Path, name: str, version: str) -> AssetFile:
         owner=owner if isinstance(owner, str) and owner.strip() else UNKNOWN_OWNER,
         sha256=sha256_bytes(data),
     )
-
-
-def _insert_new(conn: Connection, table: sa.Table, row: dict[str, Any]) -> bool:
-    """INSERT … ON CONFLICT DO NOTHING; True when the row is new. A row another writer
-    recorded first stays as it was (on PostgreSQL this waits for that writer to commit).
-    RETURNING says whether it was written: psycopg reports no row count for an INSERT."""
-    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
-    insert = dialect.insert(table).on_conflict_do_nothing().returning(*table.primary_key)
-    return conn.execute(insert, row).first() is not None
 
 
 # --------------------------------------------------------------------------- transitions

@@ -67,8 +67,10 @@ APPEND_ONLY = ("manifest", "manifest_asset", "event", "record", "review_transiti
 
 
 def _one_of(column: str, values: tuple[str, ...], name: str | None = None) -> sa.CheckConstraint:
-    listed = ",".join(f"'{v}'" for v in values)
-    return sa.CheckConstraint(f"{column} IN ({listed})", name=name or column)
+    """`column` holds one of `values`, written as comparisons: SQLite builds a temporary index
+    for an IN list in a CHECK on every row it writes (migration 0005)."""
+    allowed = " OR ".join(f"{column} = '{v}'" for v in values)
+    return sa.CheckConstraint(allowed, name=name or column)
 
 
 def _now() -> sa.TextClause:

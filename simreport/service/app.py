@@ -18,7 +18,7 @@ import os
 import socket
 import sys
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from fastapi import FastAPI, Request
     from sqlalchemy.engine import Engine
     from starlette.responses import JSONResponse
+    from starlette.types import ASGIApp, Receive, Scope, Send
 
     from .auth import Principal, Refused, Tokens
     from .config import ServiceSettings
@@ -405,18 +406,7 @@ def create_app(
         # Starlette raises it again after this answer, and uvicorn logs it with its traceback.
         return _error_response(500, "internal", "internal error")
 
-    @app.middleware("http")
-    async def authenticate_first(
-        request: Request, call_next: Callable[[Request], Awaitable[Response]]
-    ) -> Response:
-        # Before routing and body parsing: every path but the open ones answers 401 first.
-        if request.url.path not in OPEN_PATHS:
-            try:
-                principal = service.tokens.authenticate(request.headers.get("authorization"))
-            except Refused as exc:
-                return _error_response(exc.status, exc.code, exc.message, headers=exc.headers)
-            request.state.principal = principal
-        return await call_next(request)
+    app.add_middleware(_AuthenticateFirst, tokens=service.tokens)
 
     def authenticated(request: Request, _: Annotated[Any, Depends(bearer)]) -> Principal:
         principal: Principal = request.state.principal
@@ -610,7 +600,7 @@ def create_app(
         limit: Annotated[int, Query(ge=1, le=1000, description="at most this many events")] = 500,
     ) -> Response:
         check_namespace(engine, principal, "run", run_id)
-        page = queue.events_after(
+        page = queue.events_page(
             engine,
             run_id,
             after_seq,
@@ -618,7 +608,7 @@ def create_app(
             limit=limit,
             retention_seconds=settings.events_retention_seconds,
         )
-        return JSONResponse(page)
+        return Response(page, media_type="application/json")
 
     @app.get(
         f"{PREFIX}/runs/{{run_id}}/evidence",
@@ -672,6 +662,31 @@ def create_app(
         return JSONResponse(queue.get_manifest(engine, manifest_id, tenant=principal.tenant))
 
     return app
+
+
+class _AuthenticateFirst:
+    """Before routing and body parsing: every path but the open ones answers 401 without a
+    valid token; the principal goes to `request.state.principal`. A plain ASGI middleware:
+    Starlette's `@app.middleware("http")` costs a task and a stream per request."""
+
+    def __init__(self, app: "ASGIApp", tokens: "Tokens") -> None:
+        self.app = app
+        self.tokens = tokens
+
+    async def __call__(self, scope: "Scope", receive: "Receive", send: "Send") -> None:
+        from starlette.datastructures import Headers
+
+        from .auth import Refused
+
+        if scope["type"] == "http" and scope["path"] not in OPEN_PATHS:
+            try:
+                principal = self.tokens.authenticate(Headers(scope=scope).get("authorization"))
+            except Refused as exc:
+                refusal = _error_response(exc.status, exc.code, exc.message, headers=exc.headers)
+                await refusal(scope, receive, send)
+                return
+            scope.setdefault("state", {})["principal"] = principal
+        await self.app(scope, receive, send)
 
 
 def _reclaim_until(engine: "Engine", stop: threading.Event, every: float) -> None:

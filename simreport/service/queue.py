@@ -30,6 +30,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
+import orjson
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
@@ -39,7 +40,7 @@ from ..core.redaction import redact_document
 from ..core.testbed import SEMVER
 from ..core.versions import RunChecks, VersionState, design_document, design_sha256, version_key
 from ..ledger import tables as t
-from ..ledger.db import as_utc, describe, reading, utc_now
+from ..ledger.db import as_utc, describe, insert_new, reading, utc_now
 from ..ledger.errors import AssetVersionChanged
 from ..ledger.ingest import (
     ATTEMPTS,
@@ -55,7 +56,7 @@ from ..ledger.ingest import (
     insert_events,
     insert_records,
 )
-from ..ledger.review import _asset_file, _import_asset, _insert_new, _record
+from ..ledger.review import _asset_file, _import_asset, _record
 from ..ledger.rundir import RunDirectory, read_run_dir, wall_time
 
 if TYPE_CHECKING:
@@ -270,7 +271,7 @@ def _keyed(conn: Connection, idem: IdempotencyKey | None, tenant: str) -> Stored
         "response": {},
         "created_at": utc_now(),
     }
-    if _insert_new(conn, t.idempotency_key, placeholder):
+    if insert_new(conn, t.idempotency_key, placeholder):
         return None
     return _stored(conn, idem.principal, idem.key, tenant, idem.request_sha256)
 
@@ -359,7 +360,7 @@ def create_scenario(
             "risk_level": risk_level,
             "created_at": utc_now(),
         }
-        if not _insert_new(conn, t.scenario, row):
+        if not insert_new(conn, t.scenario, row):
             raise Conflict(
                 f"the namespace {namespace!r} holds a scenario named {name!r} already",
                 code="duplicate_scenario",
@@ -424,7 +425,7 @@ def submit_version(
             "created_by": created_by,
             "created_at": now,
         }
-        if not _insert_new(conn, t.scenario_version, row):
+        if not insert_new(conn, t.scenario_version, row):
             raise Conflict(
                 f"scenario {scenario_id} has a version {version} already: a changed spec is "
                 "a new version",
@@ -712,7 +713,7 @@ def start_run(
         if purpose == "regression":
             _all_online(conn, scenario_id, version, resolved, tenant)
         now = utc_now()
-        _insert_new(
+        insert_new(
             conn,
             t.manifest,
             {
@@ -728,7 +729,7 @@ def start_run(
             },
         )
         for r in resolved:
-            _insert_new(
+            insert_new(
                 conn,
                 t.manifest_asset,
                 {
@@ -1388,10 +1389,10 @@ def review_version(
 # --------------------------------------------------------------------------- reading
 
 
-def _run_row(conn: Connection, run_id: str, tenant: str) -> Any:
-    row = conn.execute(
-        sa.select(t.run).where(t.run.c.run_id == run_id, t.run.c.tenant_id == tenant)
-    ).first()
+def _run_row(conn: Connection, run_id: str, tenant: str, *columns: Any) -> Any:
+    """The run's row in `tenant` (only `columns`, when named), or 404."""
+    query = sa.select(*columns) if columns else sa.select(t.run)
+    row = conn.execute(query.where(t.run.c.run_id == run_id, t.run.c.tenant_id == tenant)).first()
     if row is None:
         raise NotFound(f"there is no run {run_id}", code="unknown_run")
     return row
@@ -1401,8 +1402,18 @@ def get_run(engine: Engine, run_id: str, *, tenant: str) -> dict[str, Any]:
     """The run's four statuses, and the attempt it is on: 1, or 2 once it was queued again
     after its worker was lost."""
     _prepare(engine)
+    r = t.run.c
     with reading(engine) as conn:
-        row = _run_row(conn, run_id, tenant)
+        row = _run_row(
+            conn,
+            run_id,
+            tenant,
+            r.execution_status,
+            r.validity_status,
+            r.evidence_status,
+            r.quality_ref,
+            r.retries,
+        )
     return {
         "execution_status": row.execution_status,
         "validity_status": row.validity_status,
@@ -1458,10 +1469,34 @@ def events_after(
     cursor to ask with next (the last seq returned, or `after_seq` when none is new). Events
     older than `retention_seconds` are no longer served: a cursor before the newest of them is
     gone (410)."""
+    page: dict[str, Any] = orjson.loads(
+        events_page(
+            engine,
+            run_id,
+            after_seq,
+            tenant=tenant,
+            limit=limit,
+            retention_seconds=retention_seconds,
+        )
+    )
+    return page
+
+
+def events_page(
+    engine: Engine,
+    run_id: str,
+    after_seq: int,
+    *,
+    tenant: str,
+    limit: int = 500,
+    retention_seconds: float | None,
+) -> bytes:
+    """`events_after` as the JSON the service answers, each payload the text the ledger holds
+    (a page of events is not decoded only to be encoded again)."""
     _prepare(engine)
     e = t.event.c
     with reading(engine) as conn:
-        _run_row(conn, run_id, tenant)
+        _run_row(conn, run_id, tenant, t.run.c.run_id)
         if retention_seconds is not None:
             cutoff = utc_now() - timedelta(seconds=retention_seconds)
             expired = conn.execute(
@@ -1475,27 +1510,39 @@ def events_after(
                     fields={"next_seq": int(expired)},
                 )
         rows = conn.execute(
-            sa.select(t.event)
+            sa.select(
+                e.seq,
+                e.event_type,
+                e.actor,
+                e.actor_ref,
+                e.step,
+                e.logical_time,
+                e.wall_time,
+                e.trace_id,
+                e.span_id,
+                sa.cast(e.payload, sa.Text),
+            )
             .where(e.run_id == run_id, e.seq > after_seq)
             .order_by(e.seq)
             .limit(max(1, min(limit, 5000)))
         ).all()
     events = [
         {
-            "seq": row.seq,
-            "type": row.event_type,
-            "actor": row.actor,
-            "actor_ref": row.actor_ref,
-            "step": row.step,
-            "logical_time": row.logical_time,
-            "wall_time": _iso(row.wall_time),
-            "trace_id": row.trace_id,
-            "span_id": row.span_id,
-            "payload": row.payload,
+            "seq": seq,
+            "type": kind,
+            "actor": actor,
+            "actor_ref": actor_ref,
+            "step": step,
+            "logical_time": logical_time,
+            "wall_time": _iso(wall),
+            "trace_id": trace,
+            "span_id": span,
+            "payload": orjson.Fragment(payload),
         }
-        for row in rows
+        for seq, kind, actor, actor_ref, step, logical_time, wall, trace, span, payload in rows
     ]
-    return {"events": events, "next_seq": events[-1]["seq"] if events else after_seq}
+    next_seq = events[-1]["seq"] if events else after_seq
+    return orjson.dumps({"events": events, "next_seq": next_seq})
 
 
 def evidence(
@@ -1645,7 +1692,7 @@ def remember(
             "response": response,
             "created_at": utc_now(),
         }
-        _insert_new(conn, t.idempotency_key, row)
+        insert_new(conn, t.idempotency_key, row)
         stored = _stored(conn, principal, key, tenant, request_sha256)
         assert stored is not None
         return stored
@@ -1673,6 +1720,7 @@ __all__ = [
     "count_active",
     "create_scenario",
     "events_after",
+    "events_page",
     "evidence",
     "fail",
     "finish",

@@ -398,10 +398,15 @@ class AssetLibrary:
         labels_file = folder / LABELS_FILE
         if not labels_file.is_file():
             raise AssetError(ref, f"label {label!r} cannot resolve: {labels_file} does not exist")
-        try:
-            labels = parse_document(labels_file.read_text(encoding="utf-8"), labels_file).data
-        except (UnicodeDecodeError, DocumentError) as exc:
-            raise AssetError(ref, f"{labels_file.name} cannot be read: {exc}") from None
+        data = labels_file.read_bytes()
+        digest = sha256_bytes(data)
+        labels = _LABELS.get(digest)
+        if labels is None:
+            try:
+                labels = parse_document(data.decode("utf-8"), labels_file).data
+            except (UnicodeDecodeError, DocumentError) as exc:
+                raise AssetError(ref, f"{labels_file.name} cannot be read: {exc}") from None
+            _remember(_LABELS, digest, labels)
         if not isinstance(labels, Mapping) or label not in labels:
             raise AssetError(ref, f"label {label!r} is not defined in {labels_file.name}")
         version = str(labels[label])
@@ -450,11 +455,13 @@ def resolved_asset_files(scenario: Scenario, library: Path) -> dict[str, Path | 
     return found
 
 
-# Parsed asset files by the sha256 of their bytes: the same bytes always parse the same, so a
-# process that resolves an asset again (a service, a worker, a long audit) reads the YAML once.
+# Parsed asset and label files by the sha256 of their bytes: the same bytes always parse the
+# same, so a process that resolves an asset again (a service, a worker, a long audit) reads the
+# YAML once.
 _CACHED_FILES: Final = 256
 _HEADERS: dict[str, AssetHeader] = {}
 _CONTENTS: dict[tuple[str, str], Any] = {}
+_LABELS: dict[str, Any] = {}
 K = TypeVar("K")
 
 
