@@ -24,6 +24,7 @@ from __future__ import annotations
 import copy
 import re
 import uuid
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
@@ -247,9 +248,21 @@ def _write(engine: Engine, work: Callable[[Connection], T]) -> T:
     raise AssertionError("unreachable")
 
 
+_LEASE_COLUMNS = (
+    t.run.c.run_id,
+    t.run.c.execution_status,
+    t.run.c.lease_owner,
+    t.run.c.event_seq_base,
+    t.run.c.cancel_requested_at,
+    t.run.c.cancel_reason,
+)
+"""What a worker's or a cancellation's write reads of the run it changes."""
+
+
 def _locked_run(conn: Connection, run_id: str, tenant: str | None = None) -> Any:
-    """The run's row, locked until the transaction ends (SQLite: the write lock holds it)."""
-    query = sa.select(t.run).where(t.run.c.run_id == run_id)
+    """The run's lease and state (`_LEASE_COLUMNS`), locked until the transaction ends
+    (SQLite: the write lock holds it)."""
+    query = sa.select(*_LEASE_COLUMNS).where(t.run.c.run_id == run_id)
     if tenant is not None:
         query = query.where(t.run.c.tenant_id == tenant)
     if conn.dialect.name == "postgresql":
@@ -491,7 +504,7 @@ def run_document(
 ) -> dict[str, Any]:
     """The scenario document a run executes: the version's spec with the request's seed, mode
     and budget (merged into the spec's) in place."""
-    doc = copy.deepcopy(dict(spec))
+    doc: dict[str, Any] = _json_copy(dict(spec))
     execution = doc.get("execution")
     if seed is not None:
         doc["seed"] = seed
@@ -512,6 +525,18 @@ def run_document(
     if issues:
         raise Unprocessable(f"{issues[0]['path']}: {issues[0]['message']}", issues=issues)
     return doc
+
+
+def _json_copy(value: Any) -> Any:
+    """A copy of a JSON document's containers (its strings and numbers are immutable): what
+    copy.deepcopy gives it, several times faster."""
+    if type(value) is dict:
+        return {k: _json_copy(v) for k, v in value.items()}
+    if type(value) is list:
+        return [_json_copy(v) for v in value]
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return copy.deepcopy(value)
 
 
 def _request_path(path: str) -> str:
@@ -575,6 +600,10 @@ def _resolve(scenario: Scenario, library: Path) -> list[_Resolved]:
     return found
 
 
+_PINS: weakref.WeakKeyDictionary[Engine, dict[tuple[str, str], str]] = weakref.WeakKeyDictionary()
+"""The pins (asset id, version) → sha256 each ledger was seen to hold, by its engine."""
+
+
 def _pin(engine: Engine, resolved: Sequence[_Resolved], tenant: str) -> dict[str, str]:
     """Record every resolved asset version the ledger has not seen (with its header's status),
     in a transaction of its own, so that a refused regression run leaves them there to be
@@ -583,22 +612,26 @@ def _pin(engine: Engine, resolved: Sequence[_Resolved], tenant: str) -> dict[str
     if not resolved:
         return {}
     ids = {r.slot: _asset_id(tenant, r.kind, r.name) for r in resolved}
-    with reading(engine) as conn:
-        held = _pinned(conn, list(ids.values()))
+    # A pin never changes once recorded: those seen before need no query.
+    held = _PINS.setdefault(engine, {})
+    if any((ids[r.slot], r.version) not in held for r in resolved):
+        with reading(engine) as conn:
+            held.update(_pinned(conn, list(ids.values())))
     unseen = [r for r in resolved if (ids[r.slot], r.version) not in held]
 
-    def write(conn: Connection) -> None:
-        now = utc_now()
+    def write(conn: Connection) -> dict[tuple[str, str], str]:
+        now, pinned = utc_now(), {}
         for r in unseen:
             try:
                 asset = _asset_file(r.path, r.name, r.version)
                 done = _import_asset(conn, asset, tenant, SERVICE_REVIEWER, now)
             except AssetVersionChanged as exc:
                 raise _changed(r, exc.message) from None
-            held[(ids[r.slot], r.version)] = done.sha256
+            pinned[(ids[r.slot], r.version)] = done.sha256
+        return pinned
 
     if unseen:
-        _write(engine, write)
+        held.update(_write(engine, write))  # once committed
     for r in resolved:
         pinned = held[(ids[r.slot], r.version)]
         if pinned != r.sha256:
@@ -874,17 +907,21 @@ def _active(conn: Connection, principal: str | None = None) -> int:
 # --------------------------------------------------------------------------- workers
 
 
-def claim(engine: Engine, worker_id: str, *, lease_seconds: float) -> Claim | None:
+def claim(
+    engine: Engine, worker_id: str, *, lease_seconds: float, look_first: bool = True
+) -> Claim | None:
     """The oldest pending run, now `running` under a lease of `worker_id` for `lease_seconds`
-    (None when nothing is pending). Two workers never claim the same run."""
+    (None when nothing is pending). Two workers never claim the same run. `look_first`: see
+    whether any run is pending before taking the write lock (an idle worker's poll, which on
+    SQLite then costs no write lock; a worker that has just claimed one expects more)."""
     _prepare(engine)
-    with reading(engine) as conn:
-        # Idle workers poll: on SQLite, looking costs no write lock.
-        waiting = conn.execute(
-            sa.select(t.run.c.run_id).where(t.run.c.execution_status == "pending").limit(1)
-        ).first()
-    if waiting is None:
-        return None
+    if look_first:
+        with reading(engine) as conn:
+            waiting = conn.execute(
+                sa.select(t.run.c.run_id).where(t.run.c.execution_status == "pending").limit(1)
+            ).first()
+        if waiting is None:
+            return None
 
     def write(conn: Connection) -> Claim | None:
         r = t.run.c

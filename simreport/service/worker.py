@@ -191,6 +191,8 @@ class _Worker:
         self.next_reclaim = 0.0
         self.ledger_away = False
         """Whether the ledger failed to answer the last claim."""
+        self.claimed_last = False
+        """Whether the last claim found a run (the next one need not look first)."""
         self.executions: set[_Execution] = set()
         """The runs claimed and not yet recorded."""
 
@@ -205,13 +207,19 @@ class _Worker:
             if time.monotonic() >= self.next_reclaim:
                 reclaim_expired(self.engine)
                 self.next_reclaim = time.monotonic() + self.heartbeat_seconds
-            claimed = claim(self.engine, self.worker_id, lease_seconds=self.lease_seconds)
+            claimed = claim(
+                self.engine,
+                self.worker_id,
+                lease_seconds=self.lease_seconds,
+                look_first=not self.claimed_last,
+            )
         except sa.exc.OperationalError as exc:
             # The database is away for a moment (restarting, failing over): wait for it.
             _say(f"the ledger did not answer: {type(exc).__name__}: {exc.orig}")
             self.ledger_away = True
             return None
         self.ledger_away = False
+        self.claimed_last = claimed is not None
         if claimed is None:
             return None
         if self.process is not None and self.process.runs >= RUNS_PER_PROCESS:
