@@ -370,8 +370,9 @@ def ingest_run(
     RunConflict, an AssetVersionChanged, or a file that breaks the run directory contract)
     when the run cannot be recorded as it is; then nothing of it was written."""
     _prepare(engine)
-    rows = run_rows(read_run_dir(run_dir), dialect=engine.dialect, tenant=tenant)
-    return _record_run(engine, rows, tenant)
+    with few_collections():
+        rows = run_rows(read_run_dir(run_dir), dialect=engine.dialect, tenant=tenant)
+        return _record_run(engine, rows, tenant)
 
 
 def _record_run(engine: Engine, run: RunRows, tenant: str) -> RunIngest:
@@ -453,7 +454,7 @@ def ingest_runs(
     if jobs > 1 and _can_fork():
         _ingest_in_workers(engine, paths, tenant, jobs, max(1, group), report)
         return
-    with _few_collections(group > 1):
+    with few_collections(group > 1):
         for batch in _chunks(paths, RUNS_AT_ONCE):
             report(_ingest_batch(engine, batch, tenant, group))
 
@@ -654,18 +655,34 @@ def _pickles(outcome: RunIngest | Exception) -> bool:
 _BULK_THRESHOLDS = (100_000, 50, 100)
 
 
+_collecting_rarely = 0
+_collection_lock = threading.Lock()
+_thresholds_before: tuple[int, int, int] = gc.get_threshold()
+
+
 @contextmanager
-def _few_collections(bulk: bool) -> Iterator[None]:
-    """In bulk, the cyclic garbage collector runs rarely (see `_start_worker`)."""
-    if not bulk:
+def few_collections(rarely: bool = True) -> Iterator[None]:
+    """While reading and recording runs, the cyclic garbage collector runs rarely: parsed run
+    files hold no reference cycles, and collecting while thousands of their objects are alive
+    (in a process whose heap is large, as a workflow's is, each full collection walks all of
+    it) costs a third of reading them and finds nothing. Threads may nest this: the
+    thresholds come back when the last one leaves."""
+    global _collecting_rarely, _thresholds_before
+    if not rarely:
         yield
         return
-    before = gc.get_threshold()
-    gc.set_threshold(*_BULK_THRESHOLDS)
+    with _collection_lock:
+        if _collecting_rarely == 0:
+            _thresholds_before = gc.get_threshold()
+            gc.set_threshold(*_BULK_THRESHOLDS)
+        _collecting_rarely += 1
     try:
         yield
     finally:
-        gc.set_threshold(*before)
+        with _collection_lock:
+            _collecting_rarely -= 1
+            if _collecting_rarely == 0:
+                gc.set_threshold(*_thresholds_before)
 
 
 def _recorded_contents(engine: Engine, run_ids: Sequence[str]) -> dict[str, str]:

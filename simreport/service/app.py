@@ -12,6 +12,7 @@ the `simreport` command does.
 # the routes are defined inside create_app, whose local names a string annotation cannot see.
 
 import argparse
+import gc
 import logging
 import multiprocessing
 import os
@@ -892,6 +893,9 @@ def serve(settings: "ServiceSettings") -> None:
         file=sys.stderr,
     )
     pool = start_workers(settings)
+    # The application and what it imported live as long as the service: full collections
+    # need not walk them.
+    gc.freeze()
     try:
         uvicorn.run(app, host=settings.host, port=settings.port, server_header=False)
     except KeyboardInterrupt:

@@ -54,6 +54,7 @@ from ..ledger.ingest import (
     _sqlstate,
     _task_and_session,
     _terminal_reason,
+    few_collections,
     insert_events,
     insert_records,
 )
@@ -691,8 +692,7 @@ def start_run(
     if issues:
         raise Unprocessable(f"{issues[0]['path']}: {issues[0]['message']}", issues=issues)
     _prepare(engine)
-    with reading(engine) as conn:
-        spec, spec_sha = _version_spec(conn, scenario_id, version, tenant)
+    spec, spec_sha = _frozen_spec(engine, scenario_id, version, tenant)
     doc = run_document(spec, seed=seed, budget=budget, mode=mode)
     scenario = _validated(doc, _request_path)
     if purpose == "regression" and scenario.identity is None:
@@ -807,6 +807,26 @@ def start_run(
 
 def _asset_id(tenant: str, kind: str, name: str) -> str:
     return f"{tenant}:{kind}:{name}"  # as ingest and review name asset rows
+
+
+_SPECS: weakref.WeakKeyDictionary[
+    Engine, dict[tuple[str, str, str], tuple[dict[str, Any], str]]
+] = weakref.WeakKeyDictionary()
+"""The spec and sha256 of each scenario version a ledger was seen to hold, by its engine."""
+
+
+def _frozen_spec(
+    engine: Engine, scenario_id: str, version: str, tenant: str
+) -> tuple[dict[str, Any], str]:
+    """`_version_spec`, remembered: a version's spec never changes once submitted (only its
+    review status does, which is read where it matters). The spec is shared: copy it before
+    changing it (run_document does)."""
+    known = _SPECS.setdefault(engine, {})
+    key = (tenant, scenario_id, version)
+    if key not in known:
+        with reading(engine) as conn:
+            known[key] = _version_spec(conn, scenario_id, version, tenant)
+    return known[key]
 
 
 def _version_spec(
@@ -1151,6 +1171,11 @@ def finish(
     fault plans and steps, observations, evidence and completeness. `reason` replaces the
     terminal reason the files give. Returns the execution status recorded. Raises InputError
     for a run directory that breaks its contract (then nothing is written)."""
+    with few_collections():
+        return _finish(engine, run_id, worker_id, run_dir, reason)
+
+
+def _finish(engine: Engine, run_id: str, worker_id: str, run_dir: Path, reason: str | None) -> str:
     read = read_run_dir(run_dir)
     run = _ServiceRun(
         **{f.name: getattr(read, f.name) for f in fields(RunDirectory)}, service_run_id=run_id

@@ -10,8 +10,8 @@ it can (scratch: the ledger keeps the run), and hands this process the run's eve
 as they are emitted; this process streams them into the ledger and renews the lease every
 `heartbeat_seconds`. As soon as a run has ended in the run process, the worker claims the next
 run and sends it there, then records the ended run (`finish`, one transaction with its events
-not streamed yet) while the next one executes: a second lease is held only while that
-recording lasts.
+not streamed yet, read from its run directory: a run that ended whole does not hand them over)
+while the next one executes: a second lease is held only while that recording lasts.
 
 A cancellation seen at a heartbeat reaches the run process as SIGINT, which its run takes as a
 stop request: it ends `cancelled` at its next step, with what it recorded so far. A lost lease
@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import os
 import shutil
 import signal
@@ -122,6 +123,8 @@ def run_worker(
     try:
         prepare_for_writing(engine)
         worker.start_process()  # ready before the first run is claimed
+        # What is loaded by now lives as long as the worker: full collections need not walk it.
+        gc.freeze()
         done = idle = 0
         running: _Execution | None = None
         while True:
@@ -614,7 +617,8 @@ def _run_process(conn: Connection) -> None:
                 on_event=sender.add,
             )
             _forget_imports(loaded, Path(asset_root).resolve())
-            sender.send(("done", None))
+            # The events not handed over yet are in the run directory the worker records.
+            sender.send(("done", None), drop_events=(Path(run_dir) / "result.json").is_file())
         except BaseException as exc:
             with contextlib.suppress(OSError):
                 sender.send(("error", f"{type(exc).__name__}: {exc}"))
@@ -650,9 +654,12 @@ class _EventSender:
             if len(self.pending) >= BATCH_EVENTS:
                 self._hand_over()
 
-    def send(self, message: tuple[str, Any]) -> None:
-        """Send `message` after the events still waiting (OSError when the worker is gone)."""
+    def send(self, message: tuple[str, Any], *, drop_events: bool = False) -> None:
+        """Send `message` after the events still waiting, or without them (`drop_events`);
+        OSError when the worker is gone."""
         with self.lock:
+            if drop_events:
+                self.pending = []
             self._hand_over()
             self.conn.send(message)
 
