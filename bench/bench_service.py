@@ -20,7 +20,7 @@ load by `--pollers` client threads, each asking about a random started run every
 alternating, and the best of each is compared. Wall time on a shared machine is noisy: compare
 numbers from one run of this script.
 
-    python bench/bench_service.py [--runs 60] [--repeat 1] [--pollers 2] [--poll-interval 0.1]
+    python bench/bench_service.py [--runs 200] [--repeat 3] [--pollers 2] [--poll-interval 0.1]
 """
 
 from __future__ import annotations
@@ -305,8 +305,8 @@ def percentile(values: list[float], q: float) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--runs", type=int, default=60, help="runs per measurement (60)")
-    parser.add_argument("--repeat", type=int, default=1, help="measurements per side (1)")
+    parser.add_argument("--runs", type=int, default=200, help="runs per measurement (200)")
+    parser.add_argument("--repeat", type=int, default=3, help="measurements per side (3)")
     parser.add_argument("--pollers", type=int, default=2, help="polling client threads (2)")
     parser.add_argument("--poll-interval", type=float, default=0.1, help="seconds (0.1)")
     args = parser.parse_args()

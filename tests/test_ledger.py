@@ -624,6 +624,45 @@ def test_eight_parallel_writers_lose_nothing(
         engine.dispose()
 
 
+def test_a_sqlite_writer_waits_for_the_lock_in_short_steps_then_with_sqlite(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer tries for SQLite's write lock in short steps for LOCK_POLL_SECONDS, then waits
+    with SQLite's own busy handler: either way it gets the lock once the holder commits, and
+    its connection keeps its busy timeout."""
+    import threading
+
+    from simreport.ledger import db
+
+    monkeypatch.setattr(db, "LOCK_POLL_SECONDS", 0.1)
+    engine = connect(f"sqlite:///{tmp_path / 'ledger.sqlite'}")
+    try:
+        upgrade(engine)
+        for hold in (0.05, 0.4):  # released while polling, then after it
+            holding, released = threading.Event(), threading.Event()
+            holder = threading.Thread(target=_hold_the_lock, args=(engine, hold, holding, released))
+            holder.start()
+            assert holding.wait(10)
+            with engine.begin() as conn:
+                assert released.is_set()  # the lock came only once the holder let it go
+                conn.execute(sa.insert(t.event).values(_event_row(int(hold * 100) + 1)))
+                timeout = conn.exec_driver_sql("PRAGMA busy_timeout").scalar()
+            holder.join()
+            assert timeout == int(db.BUSY_TIMEOUT_SECONDS * 1000)
+        with engine.connect() as conn:
+            assert conn.execute(sa.select(sa.func.count()).select_from(t.event)).scalar() == 4
+    finally:
+        engine.dispose()
+
+
+def _hold_the_lock(engine: sa.Engine, seconds: float, holding: Any, released: Any) -> None:
+    with engine.begin() as conn:
+        conn.execute(sa.insert(t.event).values(_event_row(int(seconds * 100))))
+        holding.set()
+        time.sleep(seconds)
+        released.set()
+
+
 @pytest.mark.parametrize("table", ["manifest", "event", "record"])
 def test_the_database_refuses_to_change_what_is_append_only(
     engine: sa.Engine, results: Results, table: str

@@ -39,6 +39,13 @@ BUSY_TIMEOUT_SECONDS: Final = 60.0
 CACHE_KIB: Final = 32 * 1024
 """SQLite's page cache per connection, in KiB."""
 
+LOCK_POLL_SECONDS: Final = 1.0
+"""How long a SQLite writer tries for the write lock in short steps before it waits with
+SQLite's own busy handler (for BUSY_TIMEOUT_SECONDS more)."""
+LOCK_POLL_FIRST: Final = 0.0002
+LOCK_POLL_LONGEST: Final = 0.002
+"""The first and the longest pause between two tries (seconds)."""
+
 READ_ONLY: Final = "simreport_read_only"
 """Execution option marking a connection that only reads (SQLite: a deferred transaction)."""
 
@@ -188,7 +195,42 @@ def _sqlite_pragmas(engine: Engine) -> None:
         # A deferred transaction that reads first and writes later cannot wait for the lock
         # (SQLite answers "database is locked" at once), so writers take it at BEGIN.
         read_only = conn.get_execution_options().get(READ_ONLY, False)
-        conn.exec_driver_sql("BEGIN DEFERRED" if read_only else "BEGIN IMMEDIATE")
+        if read_only:
+            conn.exec_driver_sql("BEGIN DEFERRED")
+            return
+        if not _begin_immediate_soon(conn.connection.dbapi_connection, timeout_ms):
+            conn.exec_driver_sql("BEGIN IMMEDIATE")  # SQLite's own wait from here on
+
+
+def _begin_immediate_soon(dbapi_connection: Any, timeout_ms: int) -> bool:
+    """Try BEGIN IMMEDIATE every fraction of a millisecond, backing off to a few, for up to
+    LOCK_POLL_SECONDS; False when the write lock stayed taken that long. SQLite's own busy
+    handler sleeps 1, 2, 5, 10 … 100 ms between tries, so a writer waiting on a transaction
+    of a few milliseconds (a run service's writes) often slept long after it had ended."""
+    import sqlite3
+    import time
+
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute("PRAGMA busy_timeout = 0")
+        try:
+            deadline = time.monotonic() + LOCK_POLL_SECONDS
+            pause = LOCK_POLL_FIRST
+            while True:
+                try:
+                    cursor.execute("BEGIN IMMEDIATE")
+                    return True
+                except sqlite3.OperationalError as exc:
+                    if "locked" not in str(exc):
+                        return False  # BEGIN IMMEDIATE again, through SQLAlchemy, says why
+                if time.monotonic() > deadline:
+                    return False
+                time.sleep(pause)
+                pause = min(2 * pause, LOCK_POLL_LONGEST)
+        finally:
+            cursor.execute(f"PRAGMA busy_timeout = {timeout_ms}")
+    finally:
+        cursor.close()
 
 
 def _wal_mode(cursor: Any) -> None:
