@@ -49,8 +49,9 @@ class LedgerIncomplete(SimreportError):
 _SHARED: dict[str, Engine] = {}
 _SHARED_LOCK = threading.Lock()
 _WRITERS: dict[str, ThreadPoolExecutor] = {}
-"""One thread per ledger URL that writes what shared recorders hand it, in the order given: the
-workflow's jobs never wait for each other's SQLite write lock."""
+"""One thread per ledger URL that records the runs shared recorders hand it, in the order given.
+A job's build and evaluations are recorded in the job's own thread: they need only the job's
+runs (recorded before), not the runs other jobs queued meanwhile."""
 
 
 def _writer(url: str) -> ThreadPoolExecutor:
@@ -197,7 +198,7 @@ class LedgerRecorder:
         if engine is None:
             return
         try:
-            done = self._serially(record_evaluations, engine, paths)
+            done = record_evaluations(engine, paths)
         except Exception as exc:
             self._problem(f"the evaluations of {paths[0].parent}", exc)
             return
@@ -219,7 +220,7 @@ class LedgerRecorder:
         if engine is None:
             return
         try:
-            done = self._serially(ingest_build, engine, path)
+            done = ingest_build(engine, path)
         except Exception as exc:
             self._problem(f"the build of {path}", exc)
             return
@@ -330,7 +331,7 @@ class LedgerRecorder:
 
     def _serially(self, fn: Callable[..., T], *args: Any) -> T:
         """`fn(*args)`, after what was handed to the writer thread before (a shared recorder's
-        writes all go through it), else here."""
+        runs all go through it), else here."""
         if not self.shared:
             return fn(*args)
         assert self.url is not None
