@@ -497,3 +497,32 @@ def test_sigterm_stops_a_worker_after_recording_its_run(
         "cancelled: the worker stopped",
     )
     gapless(engine, run_id)
+
+
+def test_run_folders_left_by_a_killed_worker_are_removed_by_the_next(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker killed outright cannot remove its scratch run folders; the next worker to
+    start removes those whose worker is gone, and leaves a running worker's and anything
+    else alone."""
+    from simreport.service import worker as w
+
+    monkeypatch.setattr(w, "_scratch", lambda: str(tmp_path))
+    monkeypatch.setattr(w.tempfile, "gettempdir", lambda: str(tmp_path))
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    dead_pid = int(gone.stdout)
+    left = tmp_path / f"{w.SCRATCH_PREFIX}{dead_pid}-abc123"
+    (left / "run").mkdir(parents=True)
+    (left / "run" / "events.jsonl").write_text("{}\n")
+    live = tmp_path / f"{w.SCRATCH_PREFIX}{os.getpid()}-def456"
+    live.mkdir()
+    other = tmp_path / "simreport-run-unknownowner"
+    other.mkdir()
+    assert w.sweep_scratch() == 1
+    assert not left.exists() and live.exists() and other.exists()
+    assert w._scratch_prefix() == f"{w.SCRATCH_PREFIX}{os.getpid()}-"

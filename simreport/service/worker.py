@@ -21,7 +21,8 @@ next run gets a fresh run process. A worker killed outright loses its lease: its
 notices it is orphaned and exits, and the next worker's `reclaim_expired` ends the run `crashed`
 ("worker_lost"), or queues it again when it was queued with a retry (`simreport api
 --retry-lost-runs 1`): a worker claims it as any pending run, and the ledger numbers the retry's
-events after those recorded.
+events after those recorded. The scratch run folders a killed worker leaves are removed by the
+next worker to start (`sweep_scratch`).
 
 `simreport worker --ledger URL --library DIR` runs one worker until SIGINT or SIGTERM, which let
 the current run finish (for up to --drain-seconds, then cancel it) and record it before exiting.
@@ -122,6 +123,9 @@ def run_worker(
     )
     try:
         prepare_for_writing(engine)
+        swept = sweep_scratch()
+        if swept:
+            _say(f"removed {swept} run folder(s) left by workers that were killed")
         worker.start_process()  # ready before the first run is claimed
         # What is loaded by now lives as long as the worker: full collections need not walk it.
         gc.freeze()
@@ -324,7 +328,7 @@ class _Execution:
         self.claim = claimed
         self.worker_id = worker.worker_id
         self.process = process
-        self.work = Path(tempfile.mkdtemp(prefix="simreport-run-", dir=_scratch()))
+        self.work = Path(tempfile.mkdtemp(prefix=_scratch_prefix(), dir=_scratch()))
         self.run_dir = self.work / "run"
         self.pending: list[dict[str, Any]] = []
         self.started = False
@@ -538,6 +542,46 @@ def _scratch() -> str | None:
         return None
     roomy = found.f_bavail * found.f_frsize >= SCRATCH_ROOM
     return str(SCRATCH_IN_MEMORY) if roomy and os.access(SCRATCH_IN_MEMORY, os.W_OK) else None
+
+
+SCRATCH_PREFIX: Final = "simreport-run-"
+
+
+def _scratch_prefix() -> str:
+    """Run directories carry their worker's process id, so that one killed before it could
+    remove them is found and removed by the next worker (`sweep_scratch`)."""
+    return f"{SCRATCH_PREFIX}{os.getpid()}-"
+
+
+def sweep_scratch() -> int:
+    """Remove the run directories that workers no longer running left behind (killed outright:
+    they could not clean up), in both places run directories are made. Returns how many."""
+    import re
+
+    removed = 0
+    for folder in {_scratch(), tempfile.gettempdir()}:
+        if folder is None:
+            continue
+        with contextlib.suppress(OSError):
+            for entry in os.scandir(folder):
+                owner = re.fullmatch(re.escape(SCRATCH_PREFIX) + r"(\d+)-\w+", entry.name)
+                if owner is None or not entry.is_dir(follow_symlinks=False):
+                    continue
+                if _alive(int(owner.group(1))):
+                    continue
+                shutil.rmtree(entry.path, ignore_errors=True)
+                removed += 1
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's
+    return True
 
 
 def _execution(run_dir: Path) -> str | None:
@@ -767,4 +811,4 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-__all__ = ["StopEvent", "default_worker_id", "register_cli", "run_worker"]
+__all__ = ["StopEvent", "default_worker_id", "register_cli", "run_worker", "sweep_scratch"]
