@@ -16,8 +16,8 @@ killed process and only a power cut may lose the last ones.
 (ii) The wall time of a full `snakemake --cores N` build of the examples (config/config.yaml's
 plans, from an empty results folder and an empty run store) with the default ledger and with
 `ledger: null`, side by side (best of `--repeat`, the two alternating), and the share the
-ledger adds (goal ≤ 10 %). Wall time on a shared machine is noisy: compare numbers from one
-run of this script.
+ledger adds (goal ≤ 10 %), and the medians' ratio. Wall time on a shared machine is noisy:
+compare numbers from one run of this script, with --repeat 5 or more.
 
 Everything runs in temporary folders (`--keep DIR` keeps them).
 
@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -208,6 +209,8 @@ def part_ii(tmp: Path, cores: str, repeat: int) -> None:
         f"builds recorded): {best_on:.2f} s with the ledger, {best_off:.2f} s with ledger: null; "
         f"ratio {best_on / best_off:.3f} (+{100 * (best_on / best_off - 1):.1f} %, goal ≤ 10 %)"
         + (
+            f"; medians {statistics.median(on):.2f} s and {statistics.median(off):.2f} s, "
+            f"ratio {statistics.median(on) / statistics.median(off):.3f}"
             f"; every build: {', '.join(f'{t:.2f}' for t in on)} s with, "
             f"{', '.join(f'{t:.2f}' for t in off)} s without"
             if repeat > 1

@@ -17,7 +17,8 @@ Prints both throughputs and their ratio (goal ≥ 0.8), and the p50 and p99 late
 `GET /v1/sim/runs/{id}` and of `GET /v1/sim/runs/{id}/events?after_seq=0` measured under that
 load by `--pollers` client threads, each asking about a random started run every
 `--poll-interval` seconds (status, then events). With `--repeat K` both sides run K times,
-alternating, and the best of each is compared. Wall time on a shared machine is noisy: compare
+alternating, and the best of each is compared; each round's ratio and their median are printed
+too. Wall time on a shared machine is noisy: compare
 numbers from one run of this script.
 
     python bench/bench_service.py [--runs 200] [--repeat 3] [--pollers 2] [--poll-interval 0.1]
@@ -31,6 +32,7 @@ import random
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -337,6 +339,12 @@ def main() -> None:
     print(f"  in-process loop        {max(local):7.2f} runs/s")
     print(f"  through the service    {max(remote):7.2f} runs/s")
     print(f"  ratio                  {ratio:7.2f}   (goal ≥ {GOAL})")
+    if args.repeat > 1:
+        rounds = [there / here for there, here in zip(remote, local, strict=True)]
+        print(
+            f"  each round's ratio     {', '.join(f'{r:.2f}' for r in rounds)}  "
+            f"(median {statistics.median(rounds):.2f})"
+        )
     for name, times in (
         ("GET /v1/sim/runs/{id}       ", pollers.status),
         ("GET /v1/sim/runs/{id}/events", pollers.events),
