@@ -260,15 +260,23 @@ _LEASE_COLUMNS = (
 """What a worker's or a cancellation's write reads of the run it changes."""
 
 
+# The statements a run takes through the service are built once, here and beside the functions
+# that execute them, with their values bound at execution: SQLAlchemy then finds each compiled
+# statement in its cache without building the statement and its cache key again (which cost
+# more than SQLite's own work for most of them). SQLite renders no FOR UPDATE.
+
+_LOCKED_RUN: Final = (
+    sa.select(*_LEASE_COLUMNS).where(t.run.c.run_id == sa.bindparam("p_run_id")).with_for_update()
+)
+_LOCKED_RUN_OF_TENANT: Final = _LOCKED_RUN.where(t.run.c.tenant_id == sa.bindparam("p_tenant"))
+
+
 def _locked_run(conn: Connection, run_id: str, tenant: str | None = None) -> Any:
     """The run's lease and state (`_LEASE_COLUMNS`), locked until the transaction ends
     (SQLite: the write lock holds it)."""
-    query = sa.select(*_LEASE_COLUMNS).where(t.run.c.run_id == run_id)
-    if tenant is not None:
-        query = query.where(t.run.c.tenant_id == tenant)
-    if conn.dialect.name == "postgresql":
-        query = query.with_for_update()
-    return conn.execute(query).first()
+    if tenant is None:
+        return conn.execute(_LOCKED_RUN, {"p_run_id": run_id}).first()
+    return conn.execute(_LOCKED_RUN_OF_TENANT, {"p_run_id": run_id, "p_tenant": tenant}).first()
 
 
 def _keyed(conn: Connection, idem: IdempotencyKey | None, tenant: str) -> Stored | None:
@@ -290,28 +298,39 @@ def _keyed(conn: Connection, idem: IdempotencyKey | None, tenant: str) -> Stored
     return _stored(conn, idem.principal, idem.key, tenant, idem.request_sha256)
 
 
+_KEY_IS: Final = (t.idempotency_key.c.principal == sa.bindparam("p_principal")) & (
+    t.idempotency_key.c.key == sa.bindparam("p_key")
+)
+_ANSWERED: Final = t.idempotency_key.update().where(_KEY_IS)
+"""Executed with the key's status_code and response, beside the _KEY_IS parameters."""
+_KEY_ANSWER: Final = sa.select(
+    t.idempotency_key.c.tenant_id,
+    t.idempotency_key.c.request_sha256,
+    t.idempotency_key.c.status_code,
+    t.idempotency_key.c.response,
+).where(_KEY_IS)
+
+
 def _store(
     conn: Connection, idem: IdempotencyKey | None, status_code: int, response: dict[str, Any]
 ) -> None:
     if idem is None:
         return
-    k = t.idempotency_key.c
     conn.execute(
-        t.idempotency_key.update()
-        .where(k.principal == idem.principal, k.key == idem.key)
-        .values(status_code=status_code, response=response)
+        _ANSWERED,
+        {
+            "p_principal": idem.principal,
+            "p_key": idem.key,
+            "status_code": status_code,
+            "response": response,
+        },
     )
 
 
 def _stored(
     conn: Connection, principal: str, key: str, tenant: str, request_sha256: str
 ) -> Stored | None:
-    k = t.idempotency_key.c
-    row = conn.execute(
-        sa.select(k.tenant_id, k.request_sha256, k.status_code, k.response).where(
-            k.principal == principal, k.key == key
-        )
-    ).first()
+    row = conn.execute(_KEY_ANSWER, {"p_principal": principal, "p_key": key}).first()
     if row is None:
         return None
     if row.request_sha256 != request_sha256 or row.tenant_id != tenant:
@@ -775,34 +794,39 @@ def start_run(
             )
         run_id = "run-" + uuid.uuid4().hex[:24]
         conn.execute(
-            t.run.insert().values(
-                run_id=run_id,
-                tenant_id=tenant,
-                manifest_id=manifest_id,
-                mode=mode,
-                execution_status="pending",
-                validity_status="unchecked",
-                evidence_status="unchecked",
-                quality_ref=None,
-                trace_id=uuid.uuid4().hex,
-                created_at=now,
-                condition_id=CONDITION,
-                replication=0,
-                seed_path=[scenario.seed],
-                engine=scenario.world or "external",
-                result={},
-                content_sha256="",
-                purpose=purpose,
-                request=request,
-                principal=principal,
-                attempts=0,
-                retries_allowed=retries,
-            )
+            _QUEUED,
+            {
+                "run_id": run_id,
+                "tenant_id": tenant,
+                "manifest_id": manifest_id,
+                "mode": mode,
+                "execution_status": "pending",
+                "validity_status": "unchecked",
+                "evidence_status": "unchecked",
+                "quality_ref": None,
+                "trace_id": uuid.uuid4().hex,
+                "created_at": now,
+                "condition_id": CONDITION,
+                "replication": 0,
+                "seed_path": [scenario.seed],
+                "engine": scenario.world or "external",
+                "result": {},
+                "content_sha256": "",
+                "purpose": purpose,
+                "request": request,
+                "principal": principal,
+                "attempts": 0,
+                "retries_allowed": retries,
+            },
         )
         _store(conn, idempotency, 202, {"run_id": run_id, "manifest_id": manifest_id})
         return run_id, manifest_id
 
     return _write(engine, write)
+
+
+_QUEUED: Final = t.run.insert()
+"""A run queued: executed with its columns' values."""
 
 
 def _asset_id(tenant: str, kind: str, name: str) -> str:
@@ -915,16 +939,51 @@ def count_active(engine: Engine, *, principal: str | None = None) -> int:
         return _active(conn, principal)
 
 
-def _active(conn: Connection, principal: str | None = None) -> int:
-    query = (
-        sa.select(sa.func.count()).select_from(t.run).where(t.run.c.execution_status.in_(ACTIVE))
+_ACTIVE_RUNS: Final = (
+    sa.select(sa.func.count())
+    .select_from(t.run)
+    .where(
+        # OR, not IN: SQLite would build a temporary index of the list for every count.
+        sa.or_(*(t.run.c.execution_status == status for status in ACTIVE))
     )
-    if principal is not None:
-        query = query.where(t.run.c.principal == principal)
-    return int(conn.execute(query).scalar_one())
+)
+_ACTIVE_RUNS_OF: Final = _ACTIVE_RUNS.where(t.run.c.principal == sa.bindparam("p_principal"))
+
+
+def _active(conn: Connection, principal: str | None = None) -> int:
+    if principal is None:
+        return int(conn.execute(_ACTIVE_RUNS).scalar_one())
+    return int(conn.execute(_ACTIVE_RUNS_OF, {"p_principal": principal}).scalar_one())
 
 
 # --------------------------------------------------------------------------- workers
+
+
+_ANY_PENDING: Final = (
+    sa.select(t.run.c.run_id).where(t.run.c.execution_status == "pending").limit(1)
+)
+_OLDEST_PENDING: Final = (
+    sa.select(t.run.c.run_id)
+    .where(t.run.c.execution_status == "pending")
+    .order_by(t.run.c.created_at, t.run.c.run_id)
+    .limit(1)
+    .with_for_update(skip_locked=True)
+)
+_TAKE: Final = (
+    t.run.update()
+    .where(t.run.c.run_id == sa.bindparam("p_run_id"), t.run.c.execution_status == "pending")
+    .values(
+        execution_status="running",
+        lease_owner=sa.bindparam("p_owner"),
+        lease_expires_at=sa.bindparam("p_expires", type_=t.run.c.lease_expires_at.type),
+        heartbeat_at=sa.bindparam("p_now", type_=t.run.c.heartbeat_at.type),
+        # The first attempt's start stays; a retry's is its run_started event.
+        started_at=sa.func.coalesce(
+            t.run.c.started_at, sa.bindparam("p_now", type_=t.run.c.started_at.type)
+        ),
+        attempts=t.run.c.attempts + 1,
+    )
+)
 
 
 def claim(
@@ -937,38 +996,23 @@ def claim(
     _prepare(engine)
     if look_first:
         with reading(engine) as conn:
-            waiting = conn.execute(
-                sa.select(t.run.c.run_id).where(t.run.c.execution_status == "pending").limit(1)
-            ).first()
-        if waiting is None:
-            return None
+            if conn.execute(_ANY_PENDING).first() is None:
+                return None
 
     def write(conn: Connection) -> Claim | None:
         r = t.run.c
-        query = (
-            sa.select(r.run_id)
-            .where(r.execution_status == "pending")
-            .order_by(r.created_at, r.run_id)
-            .limit(1)
-        )
-        if conn.dialect.name == "postgresql":
-            query = query.with_for_update(skip_locked=True)
-        run_id = conn.execute(query).scalar()
+        run_id = conn.execute(_OLDEST_PENDING).scalar()
         if run_id is None:
             return None
         now = utc_now()
         conn.execute(
-            t.run.update()
-            .where(r.run_id == run_id, r.execution_status == "pending")
-            .values(
-                execution_status="running",
-                lease_owner=worker_id,
-                lease_expires_at=now + timedelta(seconds=lease_seconds),
-                heartbeat_at=now,
-                # The first attempt's start stays; a retry's is its run_started event.
-                started_at=sa.func.coalesce(r.started_at, now),
-                attempts=r.attempts + 1,
-            )
+            _TAKE,
+            {
+                "p_run_id": run_id,
+                "p_owner": worker_id,
+                "p_expires": now + timedelta(seconds=lease_seconds),
+                "p_now": now,
+            },
         )
         try:
             return _claim_of(conn, str(run_id), engine)
@@ -989,30 +1033,53 @@ def claim(
     return _write(engine, write)
 
 
+_CLAIMED_RUN: Final = sa.select(t.run).where(t.run.c.run_id == sa.bindparam("p_run_id"))
+_CLAIMED_MANIFEST: Final = sa.select(
+    t.manifest.c.manifest_id,
+    t.manifest.c.scenario_id,
+    t.manifest.c.scenario_version,
+    t.manifest.c.document,
+).where(t.manifest.c.manifest_id == sa.bindparam("p_manifest_id"))
+_VERSION_STATE: Final = sa.select(
+    t.scenario_version.c.spec_sha256, t.scenario_version.c.status
+).where(
+    t.scenario_version.c.scenario_id == sa.bindparam("p_scenario_id"),
+    t.scenario_version.c.version == sa.bindparam("p_version"),
+)
+_VERSION_SPEC: Final = sa.select(t.scenario_version.c.spec).where(
+    t.scenario_version.c.scenario_id == sa.bindparam("p_scenario_id"),
+    t.scenario_version.c.version == sa.bindparam("p_version"),
+)
+_ASSET_STATUSES: Final = (
+    sa.select(t.manifest_asset.c.slot, t.asset_version.c.status)
+    .join(
+        t.asset_version,
+        (t.asset_version.c.asset_id == t.manifest_asset.c.asset_id)
+        & (t.asset_version.c.version == t.manifest_asset.c.version),
+    )
+    .where(t.manifest_asset.c.manifest_id == sa.bindparam("p_manifest_id"))
+)
+
+
 def _claim_of(conn: Connection, run_id: str, engine: Engine) -> Claim:
-    run = conn.execute(sa.select(t.run).where(t.run.c.run_id == run_id)).one()
-    manifest = conn.execute(
-        sa.select(t.manifest).where(t.manifest.c.manifest_id == run.manifest_id)
-    ).one()
-    sv = t.scenario_version.c
-    version = conn.execute(
-        sa.select(sv.spec, sv.spec_sha256, sv.status).where(
-            sv.scenario_id == manifest.scenario_id, sv.version == manifest.scenario_version
-        )
-    ).one()
-    ma, av = t.manifest_asset.c, t.asset_version.c
+    run = conn.execute(_CLAIMED_RUN, {"p_run_id": run_id}).one()
+    manifest = conn.execute(_CLAIMED_MANIFEST, {"p_manifest_id": run.manifest_id}).one()
+    which = {"p_scenario_id": manifest.scenario_id, "p_version": manifest.scenario_version}
+    version = conn.execute(_VERSION_STATE, which).one()
+    # A version's spec never changes once submitted (see _frozen_spec); its status may.
+    known = _SPECS.setdefault(engine, {})
+    key = (run.tenant_id, manifest.scenario_id, manifest.scenario_version)
+    if key not in known:
+        spec = conn.execute(_VERSION_SPEC, which).scalar_one()
+        known[key] = (dict(spec), str(version.spec_sha256))
     statuses = {
         slot: status
-        for slot, status in conn.execute(
-            sa.select(ma.slot, av.status)
-            .join(t.asset_version, (av.asset_id == ma.asset_id) & (av.version == ma.version))
-            .where(ma.manifest_id == manifest.manifest_id)
-        )
+        for slot, status in conn.execute(_ASSET_STATUSES, {"p_manifest_id": manifest.manifest_id})
     }
     request = dict(run.request or {})
     document = dict(manifest.document)
     scenario = run_document(
-        version.spec,
+        known[key][0],
         seed=request.get("seed"),
         budget=request.get("budget"),
         mode=str(request.get("mode") or run.mode),
@@ -1056,18 +1123,37 @@ def _claim_of(conn: Connection, run_id: str, engine: Engine) -> Claim:
     )
 
 
+_HELD: Final = (
+    (t.run.c.run_id == sa.bindparam("p_run_id"))
+    & (t.run.c.lease_owner == sa.bindparam("p_owner"))
+    & (t.run.c.execution_status == "running")
+)
+"""The run, while the worker named holds its lease."""
+_RENEW: Final = (
+    t.run.update()
+    .where(_HELD)
+    .values(
+        lease_expires_at=sa.bindparam("p_expires", type_=t.run.c.lease_expires_at.type),
+        heartbeat_at=sa.bindparam("p_now", type_=t.run.c.heartbeat_at.type),
+    )
+    .returning(t.run.c.cancel_requested_at, t.run.c.cancel_reason)
+)
+
+
 def heartbeat(engine: Engine, run_id: str, worker_id: str, *, lease_seconds: float) -> Heartbeat:
     """Renew the worker's lease on the run for `lease_seconds` from now; says whether the lease
     is lost (another ended the run) and whether a cancellation was requested."""
 
     def write(conn: Connection) -> Heartbeat:
-        r = t.run.c
         now = utc_now()
         row = conn.execute(
-            t.run.update()
-            .where(r.run_id == run_id, r.lease_owner == worker_id, r.execution_status == "running")
-            .values(lease_expires_at=now + timedelta(seconds=lease_seconds), heartbeat_at=now)
-            .returning(r.cancel_requested_at, r.cancel_reason)
+            _RENEW,
+            {
+                "p_run_id": run_id,
+                "p_owner": worker_id,
+                "p_expires": now + timedelta(seconds=lease_seconds),
+                "p_now": now,
+            },
         ).first()
         if row is None:
             return Heartbeat(lease_lost=True, cancel=False)
@@ -1103,6 +1189,11 @@ def append_events(
     _write(engine, write)
 
 
+_LAST_SEQ: Final = sa.select(sa.func.max(t.event.c.seq)).where(
+    t.event.c.run_id == sa.bindparam("p_run_id")
+)
+
+
 def _append(
     conn: Connection,
     run_id: str,
@@ -1115,9 +1206,7 @@ def _append(
     are numbered as the kernel numbered them: each is recorded at seq `base` + its seq."""
     if base:
         events = [{**e, "seq": base + int(e["seq"])} for e in events]
-    present = conn.execute(
-        sa.select(sa.func.max(t.event.c.seq)).where(t.event.c.run_id == run_id)
-    ).scalar()
+    present = conn.execute(_LAST_SEQ, {"p_run_id": run_id}).scalar()
     last = int(present or 0)
     fresh = [i for i, e in enumerate(events) if int(e["seq"]) > last]
     if not fresh:
@@ -1175,6 +1264,10 @@ def finish(
         return _finish(engine, run_id, worker_id, run_dir, reason)
 
 
+_FINISHED: Final = t.run.update().where(_HELD)
+"""Executed with the values of the columns to set, beside the _HELD parameters."""
+
+
 def _finish(engine: Engine, run_id: str, worker_id: str, run_dir: Path, reason: str | None) -> str:
     read = read_run_dir(run_dir)
     run = _ServiceRun(
@@ -1201,20 +1294,20 @@ def _finish(engine: Engine, run_id: str, worker_id: str, run_dir: Path, reason: 
         cancelled = row.cancel_requested_at is not None and status.execution == "cancelled"
         if terminal is None and cancelled:
             terminal = f"cancelled: {row.cancel_reason or 'requested'}"
-        r = t.run.c
         conn.execute(
-            t.run.update()
-            .where(r.run_id == run_id, r.lease_owner == worker_id, r.execution_status == "running")
-            .values(
-                execution_status=status.execution,
-                validity_status=status.validity,
-                evidence_status=status.evidence,
-                ended_at=wall_time(float(finished[-1]["wall"])) if finished else now,
-                terminal_reason=terminal or _terminal_reason(run),
-                result=run.result_doc,
-                content_sha256=run.content_sha256,
-                lease_expires_at=None,
-            )
+            _FINISHED,
+            {
+                "p_run_id": run_id,
+                "p_owner": worker_id,
+                "execution_status": status.execution,
+                "validity_status": status.validity,
+                "evidence_status": status.evidence,
+                "ended_at": wall_time(float(finished[-1]["wall"])) if finished else now,
+                "terminal_reason": terminal or _terminal_reason(run),
+                "result": run.result_doc,
+                "content_sha256": run.content_sha256,
+                "lease_expires_at": None,
+            },
         )
 
     _write(engine, write)
@@ -1254,6 +1347,16 @@ def fail(
     _write(engine, write)
 
 
+_ANY_EXPIRED: Final = (
+    sa.select(t.run.c.run_id)
+    .where(
+        t.run.c.execution_status == "running",
+        t.run.c.lease_expires_at < sa.bindparam("p_moment", type_=t.run.c.lease_expires_at.type),
+    )
+    .limit(1)
+)
+
+
 def reclaim_expired(engine: Engine, *, now: datetime | None = None) -> list[Reclaimed]:
     """Reclaim every running run whose lease expired before `now`. A run with a retry left
     (queued with `retries`, not retried as often yet, and no cancellation requested) goes back
@@ -1266,7 +1369,7 @@ def reclaim_expired(engine: Engine, *, now: datetime | None = None) -> list[Recl
     expired = (r.execution_status == "running") & (r.lease_expires_at < moment)
     _prepare(engine)
     with reading(engine) as conn:
-        if conn.execute(sa.select(r.run_id).where(expired).limit(1)).first() is None:
+        if conn.execute(_ANY_EXPIRED, {"p_moment": moment}).first() is None:
             return []
 
     def write(conn: Connection) -> list[Reclaimed]:
@@ -1460,22 +1563,33 @@ def _run_row(conn: Connection, run_id: str, tenant: str, *columns: Any) -> Any:
     return row
 
 
+_RUN_OF_TENANT: Final = (t.run.c.run_id == sa.bindparam("p_run_id")) & (
+    t.run.c.tenant_id == sa.bindparam("p_tenant")
+)
+_RUN_STATUSES: Final = sa.select(
+    t.run.c.execution_status,
+    t.run.c.validity_status,
+    t.run.c.evidence_status,
+    t.run.c.quality_ref,
+    t.run.c.retries,
+).where(_RUN_OF_TENANT)
+_RUN_SEEN: Final = sa.select(t.run.c.run_id).where(_RUN_OF_TENANT)
+
+
+def _known_run(conn: Connection, query: sa.Select[Any], run_id: str, tenant: str) -> Any:
+    """The row `query` (one of the statements over _RUN_OF_TENANT) finds, or 404."""
+    row = conn.execute(query, {"p_run_id": run_id, "p_tenant": tenant}).first()
+    if row is None:
+        raise NotFound(f"there is no run {run_id}", code="unknown_run")
+    return row
+
+
 def get_run(engine: Engine, run_id: str, *, tenant: str) -> dict[str, Any]:
     """The run's four statuses, and the attempt it is on: 1, or 2 once it was queued again
     after its worker was lost."""
     _prepare(engine)
-    r = t.run.c
     with reading(engine) as conn:
-        row = _run_row(
-            conn,
-            run_id,
-            tenant,
-            r.execution_status,
-            r.validity_status,
-            r.evidence_status,
-            r.quality_ref,
-            r.retries,
-        )
+        row = _known_run(conn, _RUN_STATUSES, run_id, tenant)
     return {
         "execution_status": row.execution_status,
         "validity_status": row.validity_status,
@@ -1544,6 +1658,32 @@ def events_after(
     return page
 
 
+_EXPIRED_UP_TO: Final = sa.select(sa.func.max(t.event.c.seq)).where(
+    t.event.c.run_id == sa.bindparam("p_run_id"),
+    t.event.c.wall_time < sa.bindparam("p_cutoff", type_=t.event.c.wall_time.type),
+)
+_EVENTS_AFTER: Final = (
+    sa.select(
+        t.event.c.seq,
+        t.event.c.event_type,
+        t.event.c.actor,
+        t.event.c.actor_ref,
+        t.event.c.step,
+        t.event.c.logical_time,
+        t.event.c.wall_time,
+        t.event.c.trace_id,
+        t.event.c.span_id,
+        sa.cast(t.event.c.payload, sa.Text),
+    )
+    .where(
+        t.event.c.run_id == sa.bindparam("p_run_id"),
+        t.event.c.seq > sa.bindparam("p_after", type_=t.event.c.seq.type),
+    )
+    .order_by(t.event.c.seq)
+    .limit(sa.bindparam("p_limit", type_=sa.Integer))
+)
+
+
 def events_page(
     engine: Engine,
     run_id: str,
@@ -1556,13 +1696,12 @@ def events_page(
     """`events_after` as the JSON the service answers, each payload the text the ledger holds
     (a page of events is not decoded only to be encoded again)."""
     _prepare(engine)
-    e = t.event.c
     with reading(engine) as conn:
-        _run_row(conn, run_id, tenant, t.run.c.run_id)
+        _known_run(conn, _RUN_SEEN, run_id, tenant)
         if retention_seconds is not None:
             cutoff = utc_now() - timedelta(seconds=retention_seconds)
             expired = conn.execute(
-                sa.select(sa.func.max(e.seq)).where(e.run_id == run_id, e.wall_time < cutoff)
+                _EXPIRED_UP_TO, {"p_run_id": run_id, "p_cutoff": cutoff}
             ).scalar()
             if expired is not None and after_seq < int(expired):
                 raise Gone(
@@ -1572,21 +1711,8 @@ def events_page(
                     fields={"next_seq": int(expired)},
                 )
         rows = conn.execute(
-            sa.select(
-                e.seq,
-                e.event_type,
-                e.actor,
-                e.actor_ref,
-                e.step,
-                e.logical_time,
-                e.wall_time,
-                e.trace_id,
-                e.span_id,
-                sa.cast(e.payload, sa.Text),
-            )
-            .where(e.run_id == run_id, e.seq > after_seq)
-            .order_by(e.seq)
-            .limit(max(1, min(limit, 5000)))
+            _EVENTS_AFTER,
+            {"p_run_id": run_id, "p_after": after_seq, "p_limit": max(1, min(limit, 5000))},
         ).all()
     events = [
         {
