@@ -18,8 +18,10 @@ plans, from an empty results folder and an empty run store) with the default led
 `ledger: null`, side by side: `--repeat` rounds, each one build of both, in an order that
 alternates from round to round (a machine speeding up or slowing down during the script then
 favours neither). Prints every round's ratio and their median, the share the ledger adds (goal
-≤ 10 %, judged on that median), and the ratio of the best builds. Wall time on a shared
-machine is noisy: compare numbers from one run of this script, with --repeat 5 or more.
+≤ 10 %, judged on that median), and the ratio of the best builds; then the CPU time of each
+build's processes, which a disk that is slow to flush (the builds write thousands of files)
+does not make vary as it does the wall time. Wall time on a shared machine is noisy: compare
+numbers from one run of this script, with --repeat 5 or more.
 
 Everything runs in temporary folders (`--keep DIR` keeps them).
 
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -177,11 +180,14 @@ def workspace(tmp: Path, ledger: bool) -> Path:
     return dest
 
 
-def build(dest: Path, cores: str) -> float:
+def build(dest: Path, cores: str) -> tuple[float, float]:
+    """The wall time of one build from scratch, and the CPU time (user and system) of all its
+    processes."""
     env = {k: v for k, v in os.environ.items() if k != ENV_VAR}
     env["PYTHONPATH"] = str(ROOT)
     for folder in ("results", "site", ".snakemake"):
         shutil.rmtree(dest / folder, ignore_errors=True)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     subprocess.run(
         [str(BIN / "snakemake"), "--cores", cores],
@@ -190,22 +196,24 @@ def build(dest: Path, cores: str) -> float:
         check=True,
         capture_output=True,
     )
-    return time.perf_counter() - start
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu
 
 
 def part_ii(tmp: Path, cores: str, repeat: int) -> None:
     with_ledger, without = workspace(tmp, True), workspace(tmp, False)
-    on, off = [], []
+    on, off, cpu_on, cpu_off = [], [], [], []
     for k in range(repeat):
-        if k % 2 == 0:
-            off.append(build(without, cores))
-            on.append(build(with_ledger, cores))
-        else:
-            on.append(build(with_ledger, cores))
-            off.append(build(without, cores))
+        for ledger in (False, True) if k % 2 == 0 else (True, False):
+            wall, cpu = build(with_ledger if ledger else without, cores)
+            (on if ledger else off).append(wall)
+            (cpu_on if ledger else cpu_off).append(cpu)
         print(
             f"  round {k + 1}: {on[-1]:.2f} s with the ledger, {off[-1]:.2f} s without "
-            f"(+{100 * (on[-1] / off[-1] - 1):.1f} %)",
+            f"({100 * (on[-1] / off[-1] - 1):+.1f} %); CPU {cpu_on[-1]:.1f} s and "
+            f"{cpu_off[-1]:.1f} s ({100 * (cpu_on[-1] / cpu_off[-1] - 1):+.1f} %)",
             flush=True,
         )
     engine = connect(f"sqlite:///{with_ledger / 'results' / 'ledger.sqlite'}", must_exist=True)
@@ -219,10 +227,18 @@ def part_ii(tmp: Path, cores: str, repeat: int) -> None:
     print(
         f"(ii) snakemake --cores {cores} on the examples ({rows['run']} runs, {rows['build']} "
         f"builds recorded), {repeat} round(s): the ledger adds "
-        f"+{100 * (paired - 1):.1f} % (median of the rounds' ratios, goal ≤ 10 %); "
+        f"{100 * (paired - 1):+.1f} % (median of the rounds' ratios, goal ≤ 10 %); "
         f"best builds {best_on:.2f} s with the ledger, {best_off:.2f} s with ledger: null "
-        f"(+{100 * (best_on / best_off - 1):.1f} %); medians {statistics.median(on):.2f} s and "
+        f"({100 * (best_on / best_off - 1):+.1f} %); medians {statistics.median(on):.2f} s and "
         f"{statistics.median(off):.2f} s"
+    )
+    cpu_paired = statistics.median(
+        there / here for there, here in zip(cpu_on, cpu_off, strict=True)
+    )
+    print(
+        f"     CPU time of the build's processes: {statistics.median(cpu_on):.1f} s with the "
+        f"ledger, {statistics.median(cpu_off):.1f} s without (medians; the rounds' ratios' "
+        f"median {100 * (cpu_paired - 1):+.1f} %)"
     )
 
 

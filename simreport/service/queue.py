@@ -916,14 +916,15 @@ def _check_capacity(conn: Connection, capacity: Capacity, principal: str | None)
     if conn.dialect.name == "postgresql":
         conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({QUEUE_LOCK})")
     quota = capacity.quota
-    if quota is not None and principal is not None and _active(conn, principal) >= quota:
+    in_all, of_principal = conn.execute(_ACTIVE_COUNTS, {"p_principal": principal}).one()
+    if quota is not None and principal is not None and of_principal >= quota:
         raise ServiceError(
             f"the token {principal!r} has {quota} run(s) pending or running, its quota",
             status=429,
             code="quota_exceeded",
             retry_after=capacity.retry_after,
         )
-    if _active(conn) >= capacity.max_queue:
+    if in_all >= capacity.max_queue:
         raise ServiceError(
             f"the queue holds {capacity.max_queue} runs, its limit",
             status=503,
@@ -948,6 +949,10 @@ _ACTIVE_RUNS: Final = (
     )
 )
 _ACTIVE_RUNS_OF: Final = _ACTIVE_RUNS.where(t.run.c.principal == sa.bindparam("p_principal"))
+_ACTIVE_COUNTS: Final = _ACTIVE_RUNS.add_columns(
+    sa.func.count().filter(t.run.c.principal == sa.bindparam("p_principal"))
+)
+"""Runs pending or running: in all, and of one principal."""
 
 
 def _active(conn: Connection, principal: str | None = None) -> int:
@@ -983,6 +988,7 @@ _TAKE: Final = (
         ),
         attempts=t.run.c.attempts + 1,
     )
+    .returning(*t.run.columns)
 )
 
 
@@ -1005,7 +1011,7 @@ def claim(
         if run_id is None:
             return None
         now = utc_now()
-        conn.execute(
+        taken = conn.execute(
             _TAKE,
             {
                 "p_run_id": run_id,
@@ -1013,9 +1019,9 @@ def claim(
                 "p_expires": now + timedelta(seconds=lease_seconds),
                 "p_now": now,
             },
-        )
+        ).one()
         try:
-            return _claim_of(conn, str(run_id), engine)
+            return _claim_of(conn, taken, engine)
         except (ServiceError, LookupError, TypeError, ValueError, sa.exc.NoResultFound) as exc:
             # A run that cannot even be described to a worker must not be claimed forever.
             conn.execute(
@@ -1033,19 +1039,23 @@ def claim(
     return _write(engine, write)
 
 
-_CLAIMED_RUN: Final = sa.select(t.run).where(t.run.c.run_id == sa.bindparam("p_run_id"))
-_CLAIMED_MANIFEST: Final = sa.select(
-    t.manifest.c.manifest_id,
-    t.manifest.c.scenario_id,
-    t.manifest.c.scenario_version,
-    t.manifest.c.document,
-).where(t.manifest.c.manifest_id == sa.bindparam("p_manifest_id"))
-_VERSION_STATE: Final = sa.select(
-    t.scenario_version.c.spec_sha256, t.scenario_version.c.status
-).where(
-    t.scenario_version.c.scenario_id == sa.bindparam("p_scenario_id"),
-    t.scenario_version.c.version == sa.bindparam("p_version"),
+_CLAIMED_MANIFEST: Final = (
+    sa.select(
+        t.manifest.c.manifest_id,
+        t.manifest.c.scenario_id,
+        t.manifest.c.scenario_version,
+        t.manifest.c.document,
+        t.scenario_version.c.spec_sha256,
+        t.scenario_version.c.status,
+    )
+    .join(
+        t.scenario_version,
+        (t.scenario_version.c.scenario_id == t.manifest.c.scenario_id)
+        & (t.scenario_version.c.version == t.manifest.c.scenario_version),
+    )
+    .where(t.manifest.c.manifest_id == sa.bindparam("p_manifest_id"))
 )
+"""A claimed run's manifest, with the state of the scenario version it froze."""
 _VERSION_SPEC: Final = sa.select(t.scenario_version.c.spec).where(
     t.scenario_version.c.scenario_id == sa.bindparam("p_scenario_id"),
     t.scenario_version.c.version == sa.bindparam("p_version"),
@@ -1061,17 +1071,16 @@ _ASSET_STATUSES: Final = (
 )
 
 
-def _claim_of(conn: Connection, run_id: str, engine: Engine) -> Claim:
-    run = conn.execute(_CLAIMED_RUN, {"p_run_id": run_id}).one()
+def _claim_of(conn: Connection, run: Any, engine: Engine) -> Claim:
+    """What a worker needs to execute the claimed run (`run`: its row as the claim left it)."""
     manifest = conn.execute(_CLAIMED_MANIFEST, {"p_manifest_id": run.manifest_id}).one()
     which = {"p_scenario_id": manifest.scenario_id, "p_version": manifest.scenario_version}
-    version = conn.execute(_VERSION_STATE, which).one()
     # A version's spec never changes once submitted (see _frozen_spec); its status may.
     known = _SPECS.setdefault(engine, {})
     key = (run.tenant_id, manifest.scenario_id, manifest.scenario_version)
     if key not in known:
         spec = conn.execute(_VERSION_SPEC, which).scalar_one()
-        known[key] = (dict(spec), str(version.spec_sha256))
+        known[key] = (dict(spec), str(manifest.spec_sha256))
     statuses = {
         slot: status
         for slot, status in conn.execute(_ASSET_STATUSES, {"p_manifest_id": manifest.manifest_id})
@@ -1089,11 +1098,11 @@ def _claim_of(conn: Connection, run_id: str, engine: Engine) -> Claim:
     scenarios = {}
     if identity_id:
         scenarios[version_key(identity_id, manifest.scenario_version)] = VersionState(
-            sha256=version.spec_sha256, status=version.status
+            sha256=manifest.spec_sha256, status=manifest.status
         )
     checks = RunChecks(
         purpose=run.purpose,
-        spec_sha256=version.spec_sha256 if identity_id else None,
+        spec_sha256=manifest.spec_sha256 if identity_id else None,
         version=manifest.scenario_version if identity_id else None,
         scenarios=scenarios,
         assets={
@@ -1110,7 +1119,7 @@ def _claim_of(conn: Connection, run_id: str, engine: Engine) -> Claim:
     if isinstance(provenance, Mapping) and isinstance(provenance.get("assetLibrary"), str):
         library_dir = provenance["assetLibrary"]
     return Claim(
-        run_id=run_id,
+        run_id=str(run.run_id),
         tenant=run.tenant_id,
         manifest_id=manifest.manifest_id,
         manifest=document,
