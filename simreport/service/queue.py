@@ -48,6 +48,7 @@ from ..ledger.ingest import (
     RETRY_SQLSTATES,
     _faults,
     _insert,
+    _insert_ignoring_duplicates,
     _layers,
     _pinned,
     _prepare,
@@ -780,18 +781,21 @@ def start_run(
                 "document": frozen,
             },
         )
-        for r in resolved:
-            insert_new(
-                conn,
-                t.manifest_asset,
+        # All in one statement (a round trip to PostgreSQL each was most of queueing's).
+        _insert_ignoring_duplicates(
+            conn,
+            t.manifest_asset,
+            [
                 {
                     "manifest_id": manifest_id,
                     "slot": r.slot,
                     "asset_id": _asset_id(tenant, r.kind, r.name),
                     "version": r.version,
                     "content_sha256": pinned[r.slot],
-                },
-            )
+                }
+                for r in resolved
+            ],
+        )
         run_id = "run-" + uuid.uuid4().hex[:24]
         conn.execute(
             _QUEUED,
@@ -976,7 +980,10 @@ _OLDEST_PENDING: Final = (
 )
 _TAKE: Final = (
     t.run.update()
-    .where(t.run.c.run_id == sa.bindparam("p_run_id"), t.run.c.execution_status == "pending")
+    .where(
+        t.run.c.run_id == _OLDEST_PENDING.scalar_subquery(),
+        t.run.c.execution_status == "pending",
+    )
     .values(
         execution_status="running",
         lease_owner=sa.bindparam("p_owner"),
@@ -990,6 +997,8 @@ _TAKE: Final = (
     )
     .returning(*t.run.columns)
 )
+"""The oldest pending run, claimed in one statement (PostgreSQL: the queue's usual
+`UPDATE … WHERE run_id = (SELECT … FOR UPDATE SKIP LOCKED)`); its row as claimed."""
 
 
 def claim(
@@ -1007,19 +1016,18 @@ def claim(
 
     def write(conn: Connection) -> Claim | None:
         r = t.run.c
-        run_id = conn.execute(_OLDEST_PENDING).scalar()
-        if run_id is None:
-            return None
         now = utc_now()
         taken = conn.execute(
             _TAKE,
             {
-                "p_run_id": run_id,
                 "p_owner": worker_id,
                 "p_expires": now + timedelta(seconds=lease_seconds),
                 "p_now": now,
             },
-        ).one()
+        ).first()
+        if taken is None:
+            return None
+        run_id = taken.run_id
         try:
             return _claim_of(conn, taken, engine)
         except (ServiceError, LookupError, TypeError, ValueError, sa.exc.NoResultFound) as exc:
