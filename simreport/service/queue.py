@@ -1064,10 +1064,6 @@ _CLAIMED_MANIFEST: Final = (
     .where(t.manifest.c.manifest_id == sa.bindparam("p_manifest_id"))
 )
 """A claimed run's manifest, with the state of the scenario version it froze."""
-_VERSION_SPEC: Final = sa.select(t.scenario_version.c.spec).where(
-    t.scenario_version.c.scenario_id == sa.bindparam("p_scenario_id"),
-    t.scenario_version.c.version == sa.bindparam("p_version"),
-)
 _ASSET_STATUSES: Final = (
     sa.select(t.manifest_asset.c.slot, t.asset_version.c.status)
     .join(
@@ -1082,13 +1078,7 @@ _ASSET_STATUSES: Final = (
 def _claim_of(conn: Connection, run: Any, engine: Engine) -> Claim:
     """What a worker needs to execute the claimed run (`run`: its row as the claim left it)."""
     manifest = conn.execute(_CLAIMED_MANIFEST, {"p_manifest_id": run.manifest_id}).one()
-    which = {"p_scenario_id": manifest.scenario_id, "p_version": manifest.scenario_version}
-    # A version's spec never changes once submitted (see _frozen_spec); its status may.
-    known = _SPECS.setdefault(engine, {})
-    key = (run.tenant_id, manifest.scenario_id, manifest.scenario_version)
-    if key not in known:
-        spec = conn.execute(_VERSION_SPEC, which).scalar_one()
-        known[key] = (dict(spec), str(manifest.spec_sha256))
+    spec, _ = _frozen_spec(engine, manifest.scenario_id, manifest.scenario_version, run.tenant_id)
     statuses = {
         slot: status
         for slot, status in conn.execute(_ASSET_STATUSES, {"p_manifest_id": manifest.manifest_id})
@@ -1096,7 +1086,7 @@ def _claim_of(conn: Connection, run: Any, engine: Engine) -> Claim:
     request = dict(run.request or {})
     document = dict(manifest.document)
     scenario = run_document(
-        known[key][0],
+        spec,
         seed=request.get("seed"),
         budget=request.get("budget"),
         mode=str(request.get("mode") or run.mode),
