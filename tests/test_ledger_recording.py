@@ -29,6 +29,7 @@ from simreport.core.errors import EXIT_RUN_FAILED, InputError
 from simreport.ledger import EXIT_LEDGER, LedgerIncomplete, LedgerRecorder, connect
 from simreport.ledger.db import ENV_VAR
 from simreport.ledger.queries import counts, list_runs
+from simreport.ledger.recording import GATHER_SECONDS
 from simreport.workflow import load_workflow, retype_command_line
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -382,6 +383,53 @@ def test_runs_handed_over_as_they_end_are_recorded_once(tmp_path: Path, ledger_u
     assert again.complete, again.problems
     assert (again.runs_recorded, again.runs_present) == (0, 3)
     assert _rows(ledger_url)["run"] == 3
+
+
+def test_runs_handed_over_together_share_one_commit(tmp_path: Path, ledger_url: str) -> None:
+    """Runs handed over within GATHER_SECONDS of each other are recorded in one transaction
+    (each in a savepoint), and at once when their job waits for them."""
+    import time
+
+    import sqlalchemy as sa
+    from sqlalchemy.engine import Engine
+
+    runs = _refund_runs(tmp_path, [1, 2, 3, 4, 5])
+    commits: list[object] = []
+
+    def count(conn: object) -> None:
+        commits.append(conn)
+
+    with LedgerRecorder(ledger_url) as recorder:
+        recorder.record_runs(runs[:1])  # opens the ledger (its schema check commits too)
+        sa.event.listen(Engine, "commit", count)
+        try:
+            start = time.monotonic()
+            for run in runs[1:]:
+                recorder.record_soon(run)
+            recorder.record_runs(runs[1:])
+            waited = time.monotonic() - start
+        finally:
+            sa.event.remove(Engine, "commit", count)
+    assert recorder.complete, recorder.problems
+    assert (recorder.runs_recorded, recorder.runs_present) == (5, 0)
+    assert len(commits) == 1
+    assert waited < GATHER_SECONDS  # asked for: not kept waiting for more company
+    assert _rows(ledger_url)["run"] == 5
+
+
+def test_a_run_handed_over_is_recorded_when_nobody_waits(tmp_path: Path, ledger_url: str) -> None:
+    """A run handed over alone is recorded once GATHER_SECONDS have passed, without a wait."""
+    import time
+
+    (run,) = _refund_runs(tmp_path, [1])
+    with LedgerRecorder(ledger_url) as recorder:
+        recorder.record_soon(run)
+        deadline = time.monotonic() + GATHER_SECONDS + 20
+        while recorder.runs_recorded == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert recorder.runs_recorded == 1
+    assert recorder.complete, recorder.problems
+    assert _rows(ledger_url)["run"] == 1
 
 
 def test_payloads_and_records_read_back_as_the_run_files_hold_them(

@@ -1314,9 +1314,13 @@ def event_rows(
     events: Sequence[Mapping[str, Any]],
     payloads: Sequence[str | None] = (),
 ) -> TableRows:
-    """The rows of the run's events; `payloads`, the JSON text each payload was read from (None
-    where it is not known), spares encoding them again. Thousands of rows a run: bound here,
-    row by row, so they go to the driver as they are."""
+    """The rows of the run's events; `payloads`, the strict JSON text each payload was read
+    from (`RunDirectory.event_payloads`; None where it is not known), spares encoding them
+    again. Thousands of rows a run: bound here,
+    row by row, in one loop, so they go to the driver as they are.
+
+    `actor` is the seed's actor kind; `actor_ref` the exact actor where the kind alone does
+    not say it (an agent index, `3`, or an actor name outside the four kinds)."""
     process = _processor(dialect, t.event, "wall_time")
     timestamp: Callable[[float], Any]
     if process is _datetime_text:
@@ -1324,10 +1328,29 @@ def event_rows(
     else:
         process = process or _unchanged
         timestamp = lambda seconds: process(wall_time(seconds))  # noqa: E731
+    harness, actors, modf = HARNESS_EVENTS, _ACTOR_KINDS, math.modf
+    texts = payloads or [None] * len(events)
     rows = []
-    for index, event in enumerate(events):
+    for event, text in zip(events, texts, strict=True):
         payload = event["payload"]
-        actor_kind, actor_ref = _actor(event)
+        actor = event.get("actor")
+        if actor is None:
+            kind, ref = ("harness" if event["type"] in harness else "environment"), None
+        elif type(actor) is str and actor in actors:
+            kind, ref = actor, None
+        else:
+            kind, ref = "agent", str(actor)
+        wall = float(event["wall"])
+        if timestamp is epoch_text:  # written out: it is a third of the loop
+            fraction, whole = modf(wall)
+            micro = round(fraction * 1e6)
+            stamp = (
+                f"{_second_text(int(whole))}.{micro:06d}"
+                if 0 <= micro < 1_000_000
+                else epoch_text(wall)
+            )
+        else:
+            stamp = timestamp(wall)
         logical, trace, span = (
             payload.get("logicalMs"),
             payload.get("traceId"),
@@ -1339,17 +1362,20 @@ def event_rows(
                 run_id,
                 event["seq"],
                 event["type"],
-                actor_kind,
-                _json_as_read(payloads[index] if payloads else None, payload),
+                kind,
+                text if text is not None else _json_text(payload),
                 logical if type(logical) is int else None,
-                timestamp(float(event["wall"])),
+                stamp,
                 trace if type(trace) is str else None,
                 span if type(span) is str else None,
-                actor_ref,
+                ref,
                 step if type(step) is int else None,
             )
         )
     return _bind(dialect, t.event, EVENT_COLUMNS, rows, bound=_EVENT_BOUND)
+
+
+_ACTOR_KINDS = frozenset(t.ACTORS)
 
 
 def insert_events(
@@ -1375,17 +1401,6 @@ def _first_int(*values: Any) -> Any:
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _actor(event: Mapping[str, Any]) -> tuple[str, str | None]:
-    """The seed's actor kind, and the exact actor when the kind alone does not say it: an agent
-    index (`3`) or an actor name outside the four kinds."""
-    actor = event.get("actor")
-    if isinstance(actor, str) and actor in t.ACTORS:
-        return actor, None
-    if actor is None:
-        return ("harness" if event["type"] in HARNESS_EVENTS else "environment"), None
-    return "agent", str(actor)
 
 
 RECORD_COLUMNS = (

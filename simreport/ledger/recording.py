@@ -16,6 +16,7 @@ import contextlib
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
@@ -46,12 +47,22 @@ class LedgerIncomplete(SimreportError):
     exit_code = EXIT_LEDGER
 
 
+GATHER_SECONDS: Final = 0.5
+"""How long a run handed over with `record_soon` waits for others to share its transaction."""
+GATHER_RUNS: Final = 32
+"""Runs recorded in one transaction at most, each in a savepoint of its own (see
+`ingest_runs`): a commit writes the pages its runs changed, and runs recorded one after
+another change many of the same ones, so a workflow's runs, which end some tens a second,
+are recorded a batch at a time instead of one commit each. Whoever waits for its runs (a job
+that has run them all) has them recorded at once."""
+
 _SHARED: dict[str, Engine] = {}
 _SHARED_LOCK = threading.Lock()
 _WRITERS: dict[str, ThreadPoolExecutor] = {}
 """One thread per ledger URL that records the runs shared recorders hand it, in the order given.
 A job's build and evaluations are recorded in the job's own thread: they need only the job's
 runs (recorded before), not the runs other jobs queued meanwhile."""
+_GATHERINGS: dict[str, _Gathering] = {}
 
 
 def _writer(url: str) -> ThreadPoolExecutor:
@@ -59,6 +70,65 @@ def _writer(url: str) -> ThreadPoolExecutor:
         if url not in _WRITERS:
             _WRITERS[url] = ThreadPoolExecutor(1, thread_name_prefix="simreport-ledger")
         return _WRITERS[url]
+
+
+def _gathering(url: str) -> _Gathering:
+    with _SHARED_LOCK:
+        if url not in _GATHERINGS:
+            _GATHERINGS[url] = _Gathering()
+        return _GATHERINGS[url]
+
+
+class _Gathering:
+    """The runs handed over to one writer thread and not taken by it yet: each with the
+    recorder that handed it over, and the future that tells that recorder it is done. While
+    any run waits here, exactly one task of the writer thread is on its way to take them all
+    (`take`); the first run handed over to an empty gathering submits it."""
+
+    def __init__(self) -> None:
+        self.changed = threading.Condition()
+        self.runs: list[tuple[LedgerRecorder, Path, Future[None]]] = []
+        self.since = 0.0
+        self.hurry = False
+
+    def add(self, recorder: LedgerRecorder, path: Path, done: Future[None]) -> bool:
+        """Gather a run; True when the gathering was empty (then the caller submits `take`)."""
+        with self.changed:
+            self.runs.append((recorder, path, done))
+            if len(self.runs) == 1:
+                self.since = time.monotonic()
+                return True
+            if len(self.runs) >= GATHER_RUNS:
+                self.changed.notify_all()
+            return False
+
+    def take(self) -> list[tuple[LedgerRecorder, Path, Future[None]]]:
+        """The runs gathered, once GATHER_SECONDS have passed since the first, GATHER_RUNS
+        are here or someone is waiting for theirs (in the writer thread)."""
+        with self.changed:
+            while self.runs and len(self.runs) < GATHER_RUNS and not self.hurry:
+                left = self.since + GATHER_SECONDS - time.monotonic()
+                if left <= 0:
+                    break
+                self.changed.wait(left)
+            taken, self.runs, self.hurry = self.runs, [], False
+            return taken
+
+    def rush(self) -> None:
+        """Have the runs gathered recorded now: someone waits for theirs."""
+        with self.changed:
+            if self.runs:
+                self.hurry = True
+                self.changed.notify_all()
+
+    def drop(self, recorder: LedgerRecorder) -> None:
+        """Forget the runs `recorder` handed over that were not taken yet."""
+        with self.changed:
+            mine = [run for run in self.runs if run[0] is recorder]
+            self.runs = [run for run in self.runs if run[0] is not recorder]
+            self.changed.notify_all()
+        for _, _, done in mine:
+            done.cancel()
 
 
 def _key(path: Path) -> str:
@@ -92,6 +162,7 @@ class LedgerRecorder:
         self._soon: list[Future[None]] = []
         self._handed: set[str] = set()
         self._own_writer: ThreadPoolExecutor | None = None
+        self._own_gathering: _Gathering | None = None
 
     @classmethod
     def resolve(
@@ -134,15 +205,30 @@ class LedgerRecorder:
         self._serially(self._record_runs, [p for p in paths if _key(p) not in self._handed])
 
     def record_soon(self, run_dir: str | Path) -> None:
-        """Hand a finished run directory over to be recorded in the background, in its own
-        transaction, while the caller goes on: a workflow job's runs are recorded while its
-        other runs still run, not all after them. `record_runs` waits for them."""
+        """Hand a finished run directory over to be recorded in the background while the
+        caller goes on: a workflow job's runs are recorded while its other runs still run, not
+        all after them. The writer thread records the runs handed over within GATHER_SECONDS
+        of each other together, each in a savepoint of its own (whole or not at all, as with a
+        transaction each). `record_runs` waits for them."""
         if self.url is None:
             return
         path = Path(run_dir)
-        if _key(path) not in self._handed:
-            self._handed.add(_key(path))
-            self._soon.append(self._submit(self._record_runs, [path]))
+        if _key(path) in self._handed:
+            return
+        self._handed.add(_key(path))
+        gathering = self._gathering()
+        done: Future[None] = Future()
+        self._soon.append(done)
+        if gathering.add(self, path, done):
+            self._submit(_record_gathered, gathering)
+
+    def _gathering(self) -> _Gathering:
+        assert self.url is not None
+        if self.shared:
+            return _gathering(self.url)
+        if self._own_gathering is None:
+            self._own_gathering = _Gathering()
+        return self._own_gathering
 
     def _record_runs(self, paths: list[Path]) -> None:
         from .ingest import ingest_run, ingest_runs
@@ -155,7 +241,13 @@ class LedgerRecorder:
             return
         # Ours, or a database error the ingest does not map: said and counted, never raised.
         if len(paths) > 1:
-            ingest_runs(engine, paths, on_run=self._recorded, on_refused=self._refused)
+            ingest_runs(
+                engine,
+                paths,
+                on_run=self._recorded,
+                on_refused=self._refused,
+                group=GATHER_RUNS,
+            )
             return
         try:
             done = ingest_run(engine, paths[0])
@@ -174,6 +266,8 @@ class LedgerRecorder:
         self._problem(f"run {path}", exc)
 
     def _wait_soon(self) -> None:
+        if self._soon:
+            self._gathering().rush()
         wait(self._soon)
         for future in self._soon:
             exc = None if future.cancelled() else future.exception()
@@ -275,6 +369,8 @@ class LedgerRecorder:
     def close(self) -> None:
         """Done with the recorder. Runs handed over with `record_soon` and not started yet are
         dropped (a job that ends early, interrupted: the next build records them)."""
+        if self._soon:
+            self._gathering().drop(self)
         for future in self._soon:
             future.cancel()
         self._soon = []
@@ -335,6 +431,7 @@ class LedgerRecorder:
         if not self.shared:
             return fn(*args)
         assert self.url is not None
+        _gathering(self.url).rush()  # the writer thread is wanted: no run waits for company
         return _writer(self.url).submit(fn, *args).result()
 
     def _open(self) -> Engine:
@@ -363,6 +460,54 @@ class LedgerRecorder:
         self.problems.append(line)
         if not quiet:
             self._say(f"simreport: ledger: {line}")
+
+
+def _record_gathered(gathering: _Gathering) -> None:
+    """In the writer thread: record the runs gathered, in transactions of GATHER_RUNS at most,
+    and tell each recorder how its runs went."""
+    taken = gathering.take()
+    if not taken:
+        return
+    try:
+        _record_taken(taken)
+    except BaseException as exc:
+        for _, _, done in taken:
+            if done.set_running_or_notify_cancel():
+                done.set_exception(exc)  # a bug of ours: said by the recorder, not lost
+        if not isinstance(exc, Exception):
+            raise
+        return
+    for _, _, done in taken:
+        if done.set_running_or_notify_cancel():
+            done.set_result(None)
+
+
+def _record_taken(taken: list[tuple[LedgerRecorder, Path, Future[None]]]) -> None:
+    from .ingest import ingest_runs
+
+    handed = {_key(path): recorder for recorder, path, _ in taken}
+    complete = [
+        (recorder, path)
+        for recorder, path, _ in taken
+        if all((path / name).is_file() for name in REQUIRED_FILES)
+    ]
+    if not complete:
+        return
+    reachable = []
+    for recorder, path in complete:
+        if recorder._connected(f"run {path}") is not None:  # else counted, said once
+            reachable.append(path)
+    if not reachable:
+        return
+    engine = handed[_key(reachable[0])]._engine
+    assert engine is not None
+    ingest_runs(
+        engine,
+        reachable,
+        on_run=lambda done: handed[_key(done.path)]._recorded(done),
+        on_refused=lambda path, exc: handed[_key(path)]._refused(path, exc),
+        group=GATHER_RUNS,
+    )
 
 
 __all__ = ["EXIT_LEDGER", "LedgerIncomplete", "LedgerRecorder"]

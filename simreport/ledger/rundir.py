@@ -94,8 +94,9 @@ class RunDirectory:
     evidence: dict[str, Any] | None
     completeness: dict[str, Any] | None
     event_payloads: tuple[str | None, ...] = ()
-    """The JSON text of each event's payload as its line in events.jsonl spells it (None
-    where the line does not end with the payload)."""
+    """The JSON text of each event's payload as its line in events.jsonl spells it, strict
+    JSON with no white space around it (None where the line does not end with the payload, or
+    the payload spells a non-finite number, which strict JSON has not)."""
     record_lines: tuple[str, ...] | None = None
     """The text of each record's line in records.jsonl, as read (one per record)."""
     file_sha256: Mapping[str, str] = field(default_factory=dict)
@@ -191,29 +192,70 @@ def _line_value(line: str, path: Path, number: int) -> dict[str, Any] | None:
 _PAYLOAD = '"payload":'
 
 
-def _event_lines(data: bytes, path: Path) -> Iterator[tuple[int, dict[str, Any], str | None]]:
-    """`_lines` for events.jsonl, with the JSON text of each event's payload where its line
-    ends with it (as the kernel writes events), else None."""
+def _read_events(data: bytes, path: Path) -> tuple[list[dict[str, Any]], tuple[str | None, ...]]:
+    """The events of events.jsonl, checked, with the JSON text of each event's payload where
+    its line ends with it (as the kernel writes events; see `RunDirectory.event_payloads`),
+    else None. orjson encodes no NaN, so the text it gives is strict JSON. A line as the kernel
+    writes it is decoded and checked in one step here (a run has thousands); any other goes
+    through `_event_line` and `_event`, which give the verdict and the message."""
+    events: list[dict[str, Any]] = []
+    payloads: list[str | None] = []
+    loads, dumps, refused = orjson.loads, orjson.dumps, orjson.JSONDecodeError
     for number, line in enumerate(_text(data, path).split("\n"), start=1):
-        fast = _fast_object(line)
-        if fast is not None and type(payload := fast.get("payload")) is dict:
-            text = orjson.dumps(payload)
-            # A float spelled with an exponent may be an integer orjson could not keep; a
-            # float where the kernel writes an integer (seq, step, agent index) may be one
-            # too: json decides both.
-            if (
-                b"e+" not in text
-                and type(fast.get("seq")) is not float
-                and type(fast.get("t")) is not float
-                and type(fast.get("actor")) is not float
-            ):
-                yield number, fast, text.decode("utf-8")
-                continue
-        split = _split_event(line)
-        if split is not None:
-            yield number, split[0], split[1]
-        elif (value := _line_value(line, path, number)) is not None:
-            yield number, value, None
+        try:
+            event = loads(line)
+        except refused:
+            event = None
+        # A float where the kernel writes an integer (seq, step, agent index) may be an
+        # integer past 64 bits that orjson could not keep, as may a payload's float spelled
+        # with an exponent: `_event_line` lets json decide those.
+        if (
+            type(event) is dict
+            and type(payload := event.get("payload")) is dict
+            and type(event.get("seq")) is int
+            and type(event.get("type")) is str
+            and type(event.get("wall")) in _NUMBER
+            and ((actor := event.get("actor")) is None or type(actor) in _ACTOR)
+            and type(event.get("t")) is not float
+            and b"e+" not in (text := dumps(payload))
+        ):
+            events.append(event)
+            payloads.append(text.decode("utf-8"))
+            continue
+        read = _event_line(line, path, number)
+        if read is not None:
+            events.append(_event(read[0], path, number))
+            payloads.append(_strict(read[1]))
+    return events, tuple(payloads)
+
+
+def _strict(text: str | None) -> str | None:
+    """`text` without the white space around it, or None where it may spell a non-finite
+    number (json reads NaN and Infinity; strict JSON, which the ledger stores, has neither:
+    the ledger then encodes the value read, which says so)."""
+    if text is None or "NaN" in text or "Infinity" in text:
+        return None
+    return text.strip()
+
+
+def _event_line(line: str, path: Path, number: int) -> tuple[dict[str, Any], str | None] | None:
+    """The event on one line of events.jsonl, not checked yet, and its payload's JSON text
+    where the line ends with it (None for a blank line)."""
+    fast = _fast_object(line)
+    if fast is not None and type(payload := fast.get("payload")) is dict:
+        text = orjson.dumps(payload)
+        if (
+            b"e+" not in text
+            and type(fast.get("seq")) is not float
+            and type(fast.get("t")) is not float
+            and type(fast.get("actor")) is not float
+        ):
+            return fast, text.decode("utf-8")
+    split = _split_event(line)
+    if split is not None:
+        return split
+    value = _line_value(line, path, number)
+    return None if value is None else (value, None)
 
 
 def _split_event(line: str) -> tuple[dict[str, Any], str] | None:
@@ -365,13 +407,7 @@ def read_run_dir(source: str | Path | RunFiles) -> RunDirectory:
     result_doc = _object(_json(raw[RESULT_FILE], result_path), result_path, "a run result")
     result = validate_model(RunResult, result_doc, file=result_path)
 
-    events_path = run_dir / EVENTS_FILE
-    read = [
-        (_event(e, events_path, n), payload)
-        for n, e, payload in _event_lines(raw.get(EVENTS_FILE, b""), events_path)
-    ]
-    events = [event for event, _ in read]
-    event_payloads = tuple(payload for _, payload in read)
+    events, event_payloads = _read_events(raw.get(EVENTS_FILE, b""), run_dir / EVENTS_FILE)
     started = float(events[0]["wall"]) if events else None
     known = files.identity_if_known()  # made of the same bytes
     sha = known.manifest_sha256 if known is not None else manifest_sha256(manifest)
