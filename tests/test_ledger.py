@@ -445,6 +445,34 @@ def test_every_kind_of_run_is_recorded_with_the_tables_that_apply(
     )
 
 
+def test_rows_written_together_keep_every_row_once(engine: sa.Engine) -> None:
+    """Rows go to the database in one statement per batch (PostgreSQL: a COPY, or INSERTs of
+    many rows of VALUES, VALUES_PARAMETERS at most each; SQLite: one executemany): more rows
+    than one INSERT takes are all written, and those ignoring duplicates keep the first."""
+    from datetime import UTC, datetime
+
+    from simreport.ledger.ingest import COPY_ROWS, VALUES_PARAMETERS, _insert_rows, _prepare
+
+    _prepare(engine)
+    keys = ("scenario_id", "tenant_id", "namespace", "name", "owner", "risk_level", "created_at")
+    when = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
+
+    def rows(first: int, last: int, owner: str) -> list[tuple[Any, ...]]:
+        return [(f"s{i}", "default", "n", f"s{i}", owner, "low", when) for i in range(first, last)]
+
+    many = VALUES_PARAMETERS // len(keys) * 2 + 5  # three INSERTs on PostgreSQL
+    with engine.begin() as conn:
+        assert _insert_rows(conn, t.scenario, keys, rows(0, many, "first")) == many
+        _insert_rows(conn, t.scenario, keys, rows(0, many + 7, "again"), ignore_duplicates=True)
+        _insert_rows(conn, t.scenario, keys, rows(5000, 5000 + COPY_ROWS - 1, "few"))
+    with engine.connect() as conn:
+        owners = dict(conn.execute(sa.select(t.scenario.c.name, t.scenario.c.owner)).all())
+    assert len(owners) == many + 7 + COPY_ROWS - 1
+    assert {owners[f"s{i}"] for i in range(many)} == {"first"}
+    assert {owners[f"s{i}"] for i in range(many, many + 7)} == {"again"}
+    assert owners["s5000"] == "few"
+
+
 def test_ingest_is_idempotent(engine: sa.Engine, results: Results, tmp_path: Path) -> None:
     first = ingest_paths(engine, [results.root / "results"])
     before = counts(engine)
