@@ -716,7 +716,7 @@ def record_in_ledger(
     recorder: LedgerRecorder | None = None,
     evaluations: Sequence[Path] = (),
 ) -> None:
-    """Record a job's runs (each in its own transaction) and its analysis in the workflow's
+    """Record a job's runs (each whole or not at all) and its analysis in the workflow's
     ledger, with `recorder` when the job has one already. What the ledger cannot record is said
     in one line each (the run, the ledger's URL with credentials redacted) and then fails the
     job: its files are complete and stay, the finished runs are in the run store, and the next

@@ -2,8 +2,9 @@
 
 `simreport run`, `audit` and `analyse` and the workflow's jobs hand their finished run
 directories and analysed audits to a `LedgerRecorder` once the files are complete. It opens the
-ledger on first use (one engine, so one connection, per command or job) and records each run in
-its own transaction. What the ledger cannot record — it is unreachable, it refuses a run as a
+ledger on first use (one engine, so one connection, per command or job) and records each run
+whole or not at all: in a transaction of its own, or in a savepoint of its own when several
+share one (GATHER_RUNS). What the ledger cannot record — it is unreachable, it refuses a run as a
 conflict — is said in one line naming the run (or audit) and the ledger's URL with credentials
 redacted, and kept in `problems`, so the caller can end non-zero: a ledger that silently misses
 runs is worse than none. The files are never touched. A recorder without a URL (`ledger: null`,
@@ -193,7 +194,8 @@ class LedgerRecorder:
     # ------------------------------------------------------------------ recording
 
     def record_runs(self, run_dirs: Iterable[str | Path]) -> None:
-        """Record each finished run directory, one transaction each; the runs the ledger holds
+        """Record each finished run directory, whole or not at all (GATHER_RUNS to a
+        transaction, each in a savepoint of its own); the runs the ledger holds
         already are found with one query and cost none. A folder without the files a run record
         needs (a run refused before it wrote its manifest) is skipped: there is nothing the
         ledger could say about it. Waits for the runs handed over with `record_soon` first;
