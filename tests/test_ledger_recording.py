@@ -29,7 +29,6 @@ from simreport.core.errors import EXIT_RUN_FAILED, InputError
 from simreport.ledger import EXIT_LEDGER, LedgerIncomplete, LedgerRecorder, connect
 from simreport.ledger.db import ENV_VAR
 from simreport.ledger.queries import counts, list_runs
-from simreport.ledger.recording import GATHER_SECONDS
 from simreport.workflow import load_workflow, retype_command_line
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -385,15 +384,18 @@ def test_runs_handed_over_as_they_end_are_recorded_once(tmp_path: Path, ledger_u
     assert _rows(ledger_url)["run"] == 3
 
 
-def test_runs_handed_over_together_share_one_commit(tmp_path: Path, ledger_url: str) -> None:
-    """Runs handed over within GATHER_SECONDS of each other are recorded in one transaction
-    (each in a savepoint), and at once when their job waits for them."""
-    import time
+def test_runs_handed_over_while_the_writer_is_busy_share_one_commit(
+    tmp_path: Path, ledger_url: str
+) -> None:
+    """The writer thread takes every run handed over while it was busy at once, and records
+    them in one transaction (each in a savepoint); a run handed over to an idle writer is
+    recorded without waiting for company."""
+    import threading
 
     import sqlalchemy as sa
     from sqlalchemy.engine import Engine
 
-    runs = _refund_runs(tmp_path, [1, 2, 3, 4, 5])
+    runs = _refund_runs(tmp_path, [1, 2, 3, 4, 5, 6])
     commits: list[object] = []
 
     def count(conn: object) -> None:
@@ -403,32 +405,56 @@ def test_runs_handed_over_together_share_one_commit(tmp_path: Path, ledger_url: 
         recorder.record_runs(runs[:1])  # opens the ledger (its schema check commits too)
         sa.event.listen(Engine, "commit", count)
         try:
-            start = time.monotonic()
-            for run in runs[1:]:
+            busy = threading.Event()
+            recorder._submit(lambda: busy.wait(30))  # the writer thread is busy meanwhile
+            for run in runs[1:5]:
                 recorder.record_soon(run)
-            recorder.record_runs(runs[1:])
-            waited = time.monotonic() - start
+            busy.set()
+            recorder.record_runs(runs[1:5])
+            assert len(commits) == 1
+            recorder.record_soon(runs[5])
+            recorder.record_runs(runs[5:])
+            assert len(commits) == 2
         finally:
             sa.event.remove(Engine, "commit", count)
     assert recorder.complete, recorder.problems
-    assert (recorder.runs_recorded, recorder.runs_present) == (5, 0)
-    assert len(commits) == 1
-    assert waited < GATHER_SECONDS  # asked for: not kept waiting for more company
-    assert _rows(ledger_url)["run"] == 5
+    assert (recorder.runs_recorded, recorder.runs_present) == (6, 0)
+    assert _rows(ledger_url)["run"] == 6
 
 
 def test_a_run_handed_over_is_recorded_when_nobody_waits(tmp_path: Path, ledger_url: str) -> None:
-    """A run handed over alone is recorded once GATHER_SECONDS have passed, without a wait."""
+    """A run handed over is recorded by the writer thread without anyone waiting for it."""
     import time
 
     (run,) = _refund_runs(tmp_path, [1])
     with LedgerRecorder(ledger_url) as recorder:
         recorder.record_soon(run)
-        deadline = time.monotonic() + GATHER_SECONDS + 20
+        deadline = time.monotonic() + 30
         while recorder.runs_recorded == 0 and time.monotonic() < deadline:
-            time.sleep(0.05)
+            time.sleep(0.02)
         assert recorder.runs_recorded == 1
     assert recorder.complete, recorder.problems
+    assert _rows(ledger_url)["run"] == 1
+
+
+def test_runs_handed_over_and_not_taken_are_dropped_when_the_job_is_closed(
+    tmp_path: Path, ledger_url: str
+) -> None:
+    """An interrupted job closes its recorder: the runs it handed over that the writer thread
+    has not taken yet are dropped (the next build records them), and nothing is said."""
+    import threading
+
+    runs = _refund_runs(tmp_path, [1, 2])
+    said: list[str] = []
+    with LedgerRecorder(ledger_url, say=said.append) as recorder:
+        recorder.record_runs(runs[:1])
+        busy = threading.Event()
+        recorder._submit(lambda: busy.wait(30))
+        recorder.record_soon(runs[1])
+        # close() drops the run at once, then waits for the writer thread to be free.
+        threading.Timer(1.0, busy.set).start()
+        recorder.close()
+    assert recorder.complete and not said, said
     assert _rows(ledger_url)["run"] == 1
 
 

@@ -17,7 +17,6 @@ import contextlib
 import os
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
@@ -48,14 +47,12 @@ class LedgerIncomplete(SimreportError):
     exit_code = EXIT_LEDGER
 
 
-GATHER_SECONDS: Final = 0.5
-"""How long a run handed over with `record_soon` waits for others to share its transaction."""
 GATHER_RUNS: Final = 32
 """Runs recorded in one transaction at most, each in a savepoint of its own (see
-`ingest_runs`): a commit writes the pages its runs changed, and runs recorded one after
-another change many of the same ones, so a workflow's runs, which end some tens a second,
-are recorded a batch at a time instead of one commit each. Whoever waits for its runs (a job
-that has run them all) has them recorded at once."""
+`ingest_runs`). The writer thread takes every run handed over while it was busy at once: a
+commit writes the pages its runs changed, and runs recorded one after another change many of
+the same ones. It never holds a run back to wait for others: a job that has run all of its
+runs waits only for the last ones to be recorded."""
 
 _SHARED: dict[str, Engine] = {}
 _SHARED_LOCK = threading.Lock()
@@ -87,47 +84,26 @@ class _Gathering:
     (`take`); the first run handed over to an empty gathering submits it."""
 
     def __init__(self) -> None:
-        self.changed = threading.Condition()
+        self.lock = threading.Lock()
         self.runs: list[tuple[LedgerRecorder, Path, Future[None]]] = []
-        self.since = 0.0
-        self.hurry = False
 
     def add(self, recorder: LedgerRecorder, path: Path, done: Future[None]) -> bool:
         """Gather a run; True when the gathering was empty (then the caller submits `take`)."""
-        with self.changed:
+        with self.lock:
             self.runs.append((recorder, path, done))
-            if len(self.runs) == 1:
-                self.since = time.monotonic()
-                return True
-            if len(self.runs) >= GATHER_RUNS:
-                self.changed.notify_all()
-            return False
+            return len(self.runs) == 1
 
     def take(self) -> list[tuple[LedgerRecorder, Path, Future[None]]]:
-        """The runs gathered, once GATHER_SECONDS have passed since the first, GATHER_RUNS
-        are here or someone is waiting for theirs (in the writer thread)."""
-        with self.changed:
-            while self.runs and len(self.runs) < GATHER_RUNS and not self.hurry:
-                left = self.since + GATHER_SECONDS - time.monotonic()
-                if left <= 0:
-                    break
-                self.changed.wait(left)
-            taken, self.runs, self.hurry = self.runs, [], False
+        """Every run gathered (in the writer thread)."""
+        with self.lock:
+            taken, self.runs = self.runs, []
             return taken
-
-    def rush(self) -> None:
-        """Have the runs gathered recorded now: someone waits for theirs."""
-        with self.changed:
-            if self.runs:
-                self.hurry = True
-                self.changed.notify_all()
 
     def drop(self, recorder: LedgerRecorder) -> None:
         """Forget the runs `recorder` handed over that were not taken yet."""
-        with self.changed:
+        with self.lock:
             mine = [run for run in self.runs if run[0] is recorder]
             self.runs = [run for run in self.runs if run[0] is not recorder]
-            self.changed.notify_all()
         for _, _, done in mine:
             done.cancel()
 
@@ -209,9 +185,9 @@ class LedgerRecorder:
     def record_soon(self, run_dir: str | Path) -> None:
         """Hand a finished run directory over to be recorded in the background while the
         caller goes on: a workflow job's runs are recorded while its other runs still run, not
-        all after them. The writer thread records the runs handed over within GATHER_SECONDS
-        of each other together, each in a savepoint of its own (whole or not at all, as with a
-        transaction each). `record_runs` waits for them."""
+        all after them. The writer thread records the runs handed over while it was busy
+        together, GATHER_RUNS to a transaction, each in a savepoint of its own (whole or not at
+        all, as with a transaction each). `record_runs` waits for them."""
         if self.url is None:
             return
         path = Path(run_dir)
@@ -268,8 +244,6 @@ class LedgerRecorder:
         self._problem(f"run {path}", exc)
 
     def _wait_soon(self) -> None:
-        if self._soon:
-            self._gathering().rush()
         wait(self._soon)
         for future in self._soon:
             exc = None if future.cancelled() else future.exception()
@@ -433,7 +407,6 @@ class LedgerRecorder:
         if not self.shared:
             return fn(*args)
         assert self.url is not None
-        _gathering(self.url).rush()  # the writer thread is wanted: no run waits for company
         return _writer(self.url).submit(fn, *args).result()
 
     def _open(self) -> Engine:
