@@ -53,6 +53,7 @@ from .rundir import (
     read_run_dir,
     read_run_files,
     run_identity,
+    strict_json,
     wall_time,
 )
 
@@ -141,9 +142,8 @@ JSON null, as SQLAlchemy's JSON type stores it; PostgreSQL reads the text into j
 def _json_as_read(text: str | None, value: Any) -> str:
     """JSON text for `value`: `text`, what json parsed it from, unless there is none or it may
     spell a non-finite number, which strict JSON has not (then encoding `value` says so)."""
-    if text is None or "NaN" in text or "Infinity" in text:
-        return _json_text(value)
-    return text.strip()
+    strict = strict_json(text)
+    return _json_text(value) if strict is None else strict
 
 
 _Processors = tuple[tuple[int, Callable[[Any], Any]], ...]
@@ -1332,8 +1332,8 @@ def event_rows(
 ) -> TableRows:
     """The rows of the run's events; `payloads`, the strict JSON text each payload was read
     from (`RunDirectory.event_payloads`; None where it is not known), spares encoding them
-    again. Thousands of rows a run: bound here,
-    row by row, in one loop, so they go to the driver as they are.
+    again. Thousands of rows a run: bound here, row by row, in one loop, so they go to the
+    driver as they are.
 
     `actor` is the seed's actor kind; `actor_ref` the exact actor where the kind alone does
     not say it (an agent index, `3`, or an actor name outside the four kinds)."""
@@ -1344,7 +1344,7 @@ def event_rows(
     else:
         process = process or _unchanged
         timestamp = lambda seconds: process(wall_time(seconds))  # noqa: E731
-    harness, actors, modf = HARNESS_EVENTS, _ACTOR_KINDS, math.modf
+    harness, actors = HARNESS_EVENTS, _ACTOR_KINDS
     texts = payloads or [None] * len(events)
     rows = []
     for event, text in zip(events, texts, strict=True):
@@ -1356,17 +1356,6 @@ def event_rows(
             kind, ref = actor, None
         else:
             kind, ref = "agent", str(actor)
-        wall = float(event["wall"])
-        if timestamp is epoch_text:  # written out: it is a third of the loop
-            fraction, whole = modf(wall)
-            micro = round(fraction * 1e6)
-            stamp = (
-                f"{_second_text(int(whole))}.{micro:06d}"
-                if 0 <= micro < 1_000_000
-                else epoch_text(wall)
-            )
-        else:
-            stamp = timestamp(wall)
         logical, trace, span = (
             payload.get("logicalMs"),
             payload.get("traceId"),
@@ -1381,7 +1370,7 @@ def event_rows(
                 kind,
                 text if text is not None else _json_text(payload),
                 logical if type(logical) is int else None,
-                stamp,
+                timestamp(float(event["wall"])),
                 trace if type(trace) is str else None,
                 span if type(span) is str else None,
                 ref,

@@ -225,11 +225,11 @@ def _read_events(data: bytes, path: Path) -> tuple[list[dict[str, Any]], tuple[s
         read = _event_line(line, path, number)
         if read is not None:
             events.append(_event(read[0], path, number))
-            payloads.append(_strict(read[1]))
+            payloads.append(strict_json(read[1]))
     return events, tuple(payloads)
 
 
-def _strict(text: str | None) -> str | None:
+def strict_json(text: str | None) -> str | None:
     """`text` without the white space around it, or None where it may spell a non-finite
     number (json reads NaN and Infinity; strict JSON, which the ledger stores, has neither:
     the ledger then encodes the value read, which says so)."""
