@@ -49,7 +49,7 @@ class LedgerIncomplete(SimreportError):
 
 GATHER_RUNS: Final = 32
 """Runs recorded in one transaction at most, each in a savepoint of its own (see
-`ingest_runs`). The writer thread takes every run handed over while it was busy at once: a
+`ingest_runs`). The writer thread takes every run a job handed over while it was busy at once: a
 commit writes the pages its runs changed, and runs recorded one after another change many of
 the same ones. It never holds a run back to wait for others: a job that has run all of its
 runs waits only for the last ones to be recorded."""
@@ -458,31 +458,13 @@ def _record_gathered(gathering: _Gathering) -> None:
 
 
 def _record_taken(taken: list[tuple[LedgerRecorder, Path, Future[None]]]) -> None:
-    from .ingest import ingest_runs
-
-    handed = {_key(path): recorder for recorder, path, _ in taken}
-    complete = [
-        (recorder, path)
-        for recorder, path, _ in taken
-        if all((path / name).is_file() for name in REQUIRED_FILES)
-    ]
-    if not complete:
-        return
-    reachable = []
-    for recorder, path in complete:
-        if recorder._connected(f"run {path}") is not None:  # else counted, said once
-            reachable.append(path)
-    if not reachable:
-        return
-    engine = handed[_key(reachable[0])]._engine
-    assert engine is not None
-    ingest_runs(
-        engine,
-        reachable,
-        on_run=lambda done: handed[_key(done.path)]._recorded(done),
-        on_refused=lambda path, exc: handed[_key(path)]._refused(path, exc),
-        group=GATHER_RUNS,
-    )
+    """Record each recorder's runs as `record_runs` does: a transaction per recorder (the runs
+    waiting at once seldom come from more than the one or two jobs running)."""
+    mine: dict[int, tuple[LedgerRecorder, list[Path]]] = {}
+    for recorder, path, _ in taken:
+        mine.setdefault(id(recorder), (recorder, []))[1].append(path)
+    for recorder, paths in mine.values():
+        recorder._record_runs(paths)
 
 
 __all__ = ["EXIT_LEDGER", "LedgerIncomplete", "LedgerRecorder"]
