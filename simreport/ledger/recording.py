@@ -460,10 +460,10 @@ def _record_gathered(gathering: _Gathering) -> None:
 def _record_taken(taken: list[tuple[LedgerRecorder, Path, Future[None]]]) -> None:
     """Record each recorder's runs as `record_runs` does: a transaction per recorder (the runs
     waiting at once seldom come from more than the one or two jobs running)."""
-    mine: dict[int, tuple[LedgerRecorder, list[Path]]] = {}
+    mine: dict[LedgerRecorder, list[Path]] = {}
     for recorder, path, _ in taken:
-        mine.setdefault(id(recorder), (recorder, []))[1].append(path)
-    for recorder, paths in mine.values():
+        mine.setdefault(recorder, []).append(path)
+    for recorder, paths in mine.items():
         recorder._record_runs(paths)
 
 
