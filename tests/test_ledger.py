@@ -473,6 +473,112 @@ def test_rows_written_together_keep_every_row_once(engine: sa.Engine) -> None:
     assert owners["s5000"] == "few"
 
 
+def test_rows_sent_together_arrive_whole_or_not_at_all(engine: sa.Engine) -> None:
+    """`pipelined` sends a block's statements together (PostgreSQL's pipeline mode; on SQLite
+    the block runs as it is): many rows go in INSERTs of VALUES instead of a COPY, every row
+    arrives, and a statement the database refuses is raised as SQLAlchemy raises it, at the
+    end of the block, with the transaction's rows rolled back."""
+    from datetime import UTC, datetime
+
+    from simreport.ledger.ingest import COPY_ROWS, _insert_rows, _prepare, pipelined
+
+    _prepare(engine)
+    keys = ("scenario_id", "tenant_id", "namespace", "name", "owner", "risk_level", "created_at")
+    when = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
+
+    def rows(first: int, last: int) -> list[tuple[Any, ...]]:
+        return [(f"s{i}", "default", "n", f"s{i}", "o", "low", when) for i in range(first, last)]
+
+    with engine.begin() as conn, pipelined(conn):
+        _insert_rows(conn, t.scenario, keys, rows(0, COPY_ROWS * 3))
+        _insert_rows(conn, t.scenario, keys, rows(1000, 1002))
+        conn.execute(t.scenario.update().where(t.scenario.c.name == "s1001").values(owner="x"))
+
+    def names() -> dict[str, str]:
+        with engine.connect() as conn:
+            return dict(conn.execute(sa.select(t.scenario.c.name, t.scenario.c.owner)).all())
+
+    assert len(names()) == COPY_ROWS * 3 + 2 and names()["s1001"] == "x"
+    with pytest.raises(sa.exc.IntegrityError), engine.begin() as conn, pipelined(conn):
+        _insert_rows(conn, t.scenario, keys, rows(2000, 2003))
+        _insert_rows(conn, t.scenario, keys, rows(0, 1))  # recorded already
+        _insert_rows(conn, t.scenario, keys, rows(3000, 3003))
+    assert len(names()) == COPY_ROWS * 3 + 2  # nothing of the refused transaction
+
+
+def test_reads_leave_the_next_write_a_transaction(
+    engine: sa.Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reading connection runs its queries on their own (PostgreSQL: autocommit, no BEGIN
+    and ROLLBACK); the same pooled connection then writes in a transaction again, which an
+    error rolls back whole."""
+    from datetime import UTC, datetime
+
+    from simreport.ledger.db import reading
+    from simreport.ledger.ingest import _prepare
+
+    _prepare(engine)
+    row = {
+        "scenario_id": "s1",
+        "tenant_id": "default",
+        "namespace": "n",
+        "name": "s1",
+        "owner": "o",
+        "risk_level": "low",
+        "created_at": datetime(2026, 5, 1, tzinfo=UTC),
+    }
+    with reading(engine) as conn:
+        if engine.dialect.name == "postgresql":
+            assert conn.connection.driver_connection.autocommit  # type: ignore[union-attr]
+        assert conn.execute(sa.select(sa.func.count()).select_from(t.scenario)).scalar() == 0
+    with pytest.raises(RuntimeError), engine.begin() as conn:
+        conn.execute(t.scenario.insert(), row)
+        raise RuntimeError("after the insert")
+    with reading(engine) as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(t.scenario)).scalar() == 0
+
+
+@pytest.mark.requires(
+    bool(os.environ.get("SIMREPORT_TEST_POSTGRES_URL")), "PostgreSQL (SIMREPORT_TEST_POSTGRES_URL)"
+)
+@pytest.mark.parametrize("ledger_url", ["postgresql"], indirect=True)
+def test_a_pooled_connection_is_pinged_only_after_waiting(
+    ledger_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A PostgreSQL connection taken from the pool right after its last use is not pinged (a
+    round trip saved on every query under load); one that waited longer than
+    IDLE_PING_SECONDS is, and when its server process is gone a fresh connection replaces it
+    before the query, which then succeeds."""
+    from simreport.ledger import db
+
+    engine = db.connect(ledger_url)
+    pings: list[int] = []
+    real_ping = engine.dialect.do_ping
+
+    def counted(dbapi_connection: Any) -> bool:
+        pings.append(1)
+        return real_ping(dbapi_connection)
+
+    monkeypatch.setattr(engine.dialect, "do_ping", counted)
+    try:
+        with engine.connect() as conn:
+            pid = conn.exec_driver_sql("SELECT pg_backend_pid()").scalar()
+        with engine.connect() as conn:
+            assert conn.exec_driver_sql("SELECT pg_backend_pid()").scalar() == pid
+        assert pings == []
+        admin = sa.create_engine(ledger_url, isolation_level="AUTOCOMMIT", poolclass=sa.NullPool)
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f"SELECT pg_terminate_backend({pid})")
+        admin.dispose()
+        monkeypatch.setattr(db, "IDLE_PING_SECONDS", 0.0)
+        time.sleep(0.05)
+        with db.reading(engine) as conn:
+            assert conn.exec_driver_sql("SELECT pg_backend_pid()").scalar() != pid
+        assert len(pings) == 1
+    finally:
+        engine.dispose()
+
+
 def test_ingest_is_idempotent(engine: sa.Engine, results: Results, tmp_path: Path) -> None:
     first = ingest_paths(engine, [results.root / "results"])
     before = counts(engine)

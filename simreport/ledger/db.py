@@ -49,6 +49,10 @@ LOCK_POLL_LONGEST: Final = 0.002
 READ_ONLY: Final = "simreport_read_only"
 """Execution option marking a connection that only reads (SQLite: a deferred transaction)."""
 
+IDLE_PING_SECONDS: Final = 1.0
+"""A PostgreSQL connection that waited in the pool longer than this is pinged before use (one
+that was just used is not: under load every checkout would otherwise cost a round trip)."""
+
 _SQLITE_DRIVERS = ("sqlite", "sqlite+pysqlite")
 _POSTGRES_ALIASES = {"postgresql": "postgresql+psycopg", "postgres": "postgresql+psycopg"}
 SUPPORTED = "a sqlite:///PATH or postgresql+psycopg://HOST/DATABASE URL"
@@ -160,7 +164,9 @@ def connect(url: str, *, must_exist: bool = False) -> Engine:
         )
         _sqlite_pragmas(engine)
     else:
-        engine = sa.create_engine(url, pool_pre_ping=True, json_serializer=_dumps)
+        # LIFO: the connections in use stay few and busy, the others idle (and get pinged).
+        engine = sa.create_engine(url, pool_use_lifo=True, json_serializer=_dumps)
+        _ping_when_idle(engine)
     try:
         with engine.connect() as conn:
             conn.exec_driver_sql("SELECT 1")
@@ -169,6 +175,29 @@ def connect(url: str, *, must_exist: bool = False) -> Engine:
         reason = redact_secrets(str(exc.orig).strip().splitlines()[0], url_secrets(url))
         raise LedgerUnavailable(f"cannot reach the ledger at {shown}: {reason}") from None
     return engine
+
+
+def _ping_when_idle(engine: Engine) -> None:
+    """Ping a pooled connection before use when it has been idle longer than IDLE_PING_SECONDS,
+    and replace it when the server does not answer (a restarted server, a dropped connection).
+    One used within the last second was in use while the server answered; should the server
+    have gone since, the statement fails with a disconnection, which replaces every pooled
+    connection, and the caller's retry (a worker's back-off, a client's 503) gets a fresh one."""
+    import time
+
+    @event.listens_for(engine, "checkin")
+    def _on_checkin(_dbapi_connection: Any, record: Any) -> None:
+        record.info["idle_since"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _on_checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        idle_since = record.info.pop("idle_since", None)
+        if idle_since is None or time.monotonic() - idle_since <= IDLE_PING_SECONDS:
+            return
+        try:
+            engine.dialect.do_ping(dbapi_connection)  # outside any transaction
+        except engine.dialect.loaded_dbapi.Error:
+            raise sa.exc.DisconnectionError("the ledger's connection was lost") from None
 
 
 def _sqlite_pragmas(engine: Engine) -> None:
@@ -253,9 +282,15 @@ def _wal_mode(cursor: Any) -> None:
 
 @contextmanager
 def reading(engine: Engine) -> Iterator[Connection]:
-    """A connection for queries only: on SQLite it never takes the write lock."""
+    """A connection for queries only: on SQLite it never takes the write lock; on PostgreSQL it
+    runs each query on its own (autocommit), without the BEGIN and ROLLBACK round trips of a
+    transaction, which at the default isolation (read committed) would give each query its own
+    snapshot all the same."""
     with engine.connect() as conn:
-        conn.execution_options(**{READ_ONLY: True})
+        if conn.dialect.name == "postgresql":
+            conn.execution_options(isolation_level="AUTOCOMMIT", **{READ_ONLY: True})
+        else:
+            conn.execution_options(**{READ_ONLY: True})
         yield conn
 
 

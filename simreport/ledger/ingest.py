@@ -287,7 +287,7 @@ def _insert_rows(
         conn.exec_driver_sql(
             _insert_statement(dialect, table, schema, keys, ignore_duplicates), values
         )
-    elif not ignore_duplicates and len(values) >= COPY_ROWS:
+    elif not ignore_duplicates and len(values) >= COPY_ROWS and not _in_pipeline(conn):
         _copy(conn, _copy_statement(dialect, table, schema, keys), values)
     else:
         per = max(1, VALUES_PARAMETERS // len(keys))
@@ -331,6 +331,34 @@ def _copy(conn: Connection, sql: str, values: Sequence[tuple[Any, ...]]) -> None
         raise sa.exc.DBAPIError.instance(
             sql, None, exc, dbapi.Error, dialect=conn.dialect
         ) from None
+
+
+@contextmanager
+def pipelined(conn: Connection) -> Iterator[None]:
+    """On PostgreSQL, the block's statements sent together, without waiting for each one's
+    answer (psycopg's pipeline mode): a dozen INSERTs of a run cost one round trip instead of a
+    dozen. Nothing in the block may read what a statement returns, and rows go in INSERTs of
+    many rows of VALUES rather than a COPY, which a pipeline cannot carry. The first statement
+    the database refuses is raised at the end of the block, as SQLAlchemy raises a statement's
+    error (an IntegrityError, an OperationalError, …). On SQLite the block runs as it is."""
+    if conn.dialect.name != "postgresql":
+        yield
+        return
+    dbapi = conn.dialect.loaded_dbapi
+    driver = conn.connection.driver_connection
+    assert driver is not None
+    try:
+        with driver.pipeline():
+            yield
+    except dbapi.Error as exc:
+        raise sa.exc.DBAPIError.instance(
+            None, None, exc, dbapi.Error, dialect=conn.dialect
+        ) from None
+
+
+def _in_pipeline(conn: Connection) -> bool:
+    driver = conn.connection.driver_connection
+    return bool(driver.pgconn.pipeline_status)  # type: ignore[union-attr]
 
 
 def _insert(conn: Connection, table: sa.Table, rows: Sequence[Mapping[str, Any]]) -> int:

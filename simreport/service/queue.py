@@ -58,6 +58,7 @@ from ..ledger.ingest import (
     few_collections,
     insert_events,
     insert_records,
+    pipelined,
 )
 from ..ledger.review import _asset_file, _import_asset, _record
 from ..ledger.rundir import RunDirectory, read_run_dir, wall_time
@@ -250,6 +251,23 @@ def _write(engine: Engine, work: Callable[[Connection], T]) -> T:
     raise AssertionError("unreachable")
 
 
+def _write_alone(engine: Engine, work: Callable[[Connection], T]) -> T:
+    """`work`, a single statement, which PostgreSQL runs as a transaction of its own (without
+    the round trips of BEGIN and COMMIT); on SQLite as `_write` does."""
+    if engine.dialect.name != "postgresql":
+        return _write(engine, work)
+    _prepare(engine)
+    for attempt in range(ATTEMPTS):
+        try:
+            with engine.connect() as conn:
+                conn.execution_options(isolation_level="AUTOCOMMIT")
+                return work(conn)
+        except sa.exc.OperationalError as exc:
+            if _sqlstate(exc) not in RETRY_SQLSTATES or attempt == ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
 _LEASE_COLUMNS = (
     t.run.c.run_id,
     t.run.c.execution_status,
@@ -270,6 +288,17 @@ _LOCKED_RUN: Final = (
     sa.select(*_LEASE_COLUMNS).where(t.run.c.run_id == sa.bindparam("p_run_id")).with_for_update()
 )
 _LOCKED_RUN_OF_TENANT: Final = _LOCKED_RUN.where(t.run.c.tenant_id == sa.bindparam("p_tenant"))
+_LOCKED_RUN_AND_LAST_SEQ: Final = (
+    sa.select(
+        *_LEASE_COLUMNS,
+        sa.select(sa.func.max(t.event.c.seq))
+        .where(t.event.c.run_id == t.run.c.run_id)
+        .scalar_subquery()
+        .label("last_seq"),
+    )
+    .where(t.run.c.run_id == sa.bindparam("p_run_id"))
+    .with_for_update(of=t.run)
+)
 
 
 def _locked_run(conn: Connection, run_id: str, tenant: str | None = None) -> Any:
@@ -278,6 +307,17 @@ def _locked_run(conn: Connection, run_id: str, tenant: str | None = None) -> Any
     if tenant is None:
         return conn.execute(_LOCKED_RUN, {"p_run_id": run_id}).first()
     return conn.execute(_LOCKED_RUN_OF_TENANT, {"p_run_id": run_id, "p_tenant": tenant}).first()
+
+
+def _locked_run_to_append(conn: Connection, run_id: str, worker_id: str | None) -> Any:
+    """`_locked_run` with `last_seq`, the last event recorded (None: none), in one query; 404
+    for an unknown run, LeaseLost when `worker_id` does not hold it."""
+    row = conn.execute(_LOCKED_RUN_AND_LAST_SEQ, {"p_run_id": run_id}).first()
+    if row is None:
+        raise NotFound(f"there is no run {run_id}", code="unknown_run")
+    if worker_id is not None:
+        _holds_lease(row, worker_id)
+    return row
 
 
 def _keyed(conn: Connection, idem: IdempotencyKey | None, tenant: str) -> Stored | None:
@@ -766,64 +806,58 @@ def start_run(
         if purpose == "regression":
             _all_online(conn, scenario_id, version, resolved, tenant)
         now = utc_now()
-        insert_new(
-            conn,
-            t.manifest,
-            {
-                "manifest_id": manifest_id,
-                "tenant_id": tenant,
-                "scenario_id": scenario_id,
-                "scenario_version": version,
-                "resolved": frozen["resolved"],
-                "manifest_sha256": manifest_sha,
-                "seed": scenario.seed,
-                "created_at": now,
-                "document": frozen,
-            },
-        )
-        # All in one statement (a round trip to PostgreSQL each was most of queueing's).
-        _insert_ignoring_duplicates(
-            conn,
-            t.manifest_asset,
-            [
-                {
-                    "manifest_id": manifest_id,
-                    "slot": r.slot,
-                    "asset_id": _asset_id(tenant, r.kind, r.name),
-                    "version": r.version,
-                    "content_sha256": pinned[r.slot],
-                }
-                for r in resolved
-            ],
-        )
         run_id = "run-" + uuid.uuid4().hex[:24]
-        conn.execute(
-            _QUEUED,
+        manifest_row = {
+            "manifest_id": manifest_id,
+            "tenant_id": tenant,
+            "scenario_id": scenario_id,
+            "scenario_version": version,
+            "resolved": frozen["resolved"],
+            "manifest_sha256": manifest_sha,
+            "seed": scenario.seed,
+            "created_at": now,
+            "document": frozen,
+        }
+        asset_rows = [
             {
-                "run_id": run_id,
-                "tenant_id": tenant,
                 "manifest_id": manifest_id,
-                "mode": mode,
-                "execution_status": "pending",
-                "validity_status": "unchecked",
-                "evidence_status": "unchecked",
-                "quality_ref": None,
-                "trace_id": uuid.uuid4().hex,
-                "created_at": now,
-                "condition_id": CONDITION,
-                "replication": 0,
-                "seed_path": [scenario.seed],
-                "engine": scenario.world or "external",
-                "result": {},
-                "content_sha256": "",
-                "purpose": purpose,
-                "request": request,
-                "principal": principal,
-                "attempts": 0,
-                "retries_allowed": retries,
-            },
-        )
-        _store(conn, idempotency, 202, {"run_id": run_id, "manifest_id": manifest_id})
+                "slot": r.slot,
+                "asset_id": _asset_id(tenant, r.kind, r.name),
+                "version": r.version,
+                "content_sha256": pinned[r.slot],
+            }
+            for r in resolved
+        ]
+        run_row = {
+            "run_id": run_id,
+            "tenant_id": tenant,
+            "manifest_id": manifest_id,
+            "mode": mode,
+            "execution_status": "pending",
+            "validity_status": "unchecked",
+            "evidence_status": "unchecked",
+            "quality_ref": None,
+            "trace_id": uuid.uuid4().hex,
+            "created_at": now,
+            "condition_id": CONDITION,
+            "replication": 0,
+            "seed_path": [scenario.seed],
+            "engine": scenario.world or "external",
+            "result": {},
+            "content_sha256": "",
+            "purpose": purpose,
+            "request": request,
+            "principal": principal,
+            "attempts": 0,
+            "retries_allowed": retries,
+        }
+        # These read nothing back: on PostgreSQL they go in one round trip (a round trip each
+        # was most of queueing's cost), the manifest's assets in one statement.
+        with pipelined(conn):
+            _insert_ignoring_duplicates(conn, t.manifest, [manifest_row])
+            _insert_ignoring_duplicates(conn, t.manifest_asset, asset_rows)
+            conn.execute(_QUEUED, run_row)
+            _store(conn, idempotency, 202, {"run_id": run_id, "manifest_id": manifest_id})
         return run_id, manifest_id
 
     return _write(engine, write)
@@ -1014,10 +1048,9 @@ def claim(
             if conn.execute(_ANY_PENDING).first() is None:
                 return None
 
-    def write(conn: Connection) -> Claim | None:
-        r = t.run.c
+    def take(conn: Connection) -> Any:
         now = utc_now()
-        taken = conn.execute(
+        return conn.execute(
             _TAKE,
             {
                 "p_owner": worker_id,
@@ -1025,26 +1058,33 @@ def claim(
                 "p_now": now,
             },
         ).first()
-        if taken is None:
-            return None
-        run_id = taken.run_id
-        try:
-            return _claim_of(conn, taken, engine)
-        except (ServiceError, LookupError, TypeError, ValueError, sa.exc.NoResultFound) as exc:
-            # A run that cannot even be described to a worker must not be claimed forever.
-            conn.execute(
-                t.run.update()
-                .where(r.run_id == run_id)
-                .values(
-                    execution_status="crashed",
-                    ended_at=now,
-                    terminal_reason=f"unclaimable: {type(exc).__name__}: {exc}",
-                    lease_expires_at=None,
-                )
-            )
-            return None
 
-    return _write(engine, write)
+    taken = _write_alone(engine, take)
+    if taken is None:
+        return None
+    try:
+        with reading(engine) as conn:  # a manifest never changes: no need to lock it
+            return _claim_of(conn, taken, engine)
+    except (ServiceError, LookupError, TypeError, ValueError, sa.exc.NoResultFound) as exc:
+        # A run that cannot even be described to a worker must not be claimed forever.
+        unclaimable = t.run.update().where(_HELD)
+        reason = f"unclaimable: {type(exc).__name__}: {exc}"
+
+        def end(conn: Connection) -> None:
+            conn.execute(
+                unclaimable,
+                {
+                    "p_run_id": taken.run_id,
+                    "p_owner": worker_id,
+                    "execution_status": "crashed",
+                    "ended_at": utc_now(),
+                    "terminal_reason": reason,
+                    "lease_expires_at": None,
+                },
+            )
+
+        _write(engine, end)
+        return None
 
 
 _CLAIMED_MANIFEST: Final = (
@@ -1186,19 +1226,11 @@ def append_events(
     ordered = sorted(events, key=lambda e: int(e["seq"]))
 
     def write(conn: Connection) -> None:
-        row = _locked_run(conn, run_id)
-        if row is None:
-            raise NotFound(f"there is no run {run_id}", code="unknown_run")
-        if worker_id is not None:
-            _holds_lease(row, worker_id)
-        _append(conn, run_id, ordered, base=int(row.event_seq_base))
+        row = _locked_run_to_append(conn, run_id, worker_id)
+        with pipelined(conn):  # the events in one round trip, not a COPY's two
+            _append(conn, run_id, ordered, base=int(row.event_seq_base), last=row.last_seq)
 
     _write(engine, write)
-
-
-_LAST_SEQ: Final = sa.select(sa.func.max(t.event.c.seq)).where(
-    t.event.c.run_id == sa.bindparam("p_run_id")
-)
 
 
 def _append(
@@ -1207,14 +1239,15 @@ def _append(
     events: Sequence[Mapping[str, Any]],
     payloads: Sequence[str | None] = (),
     *,
-    base: int = 0,
+    base: int,
+    last: int | None,
 ) -> int:
-    """Insert the events after the last one recorded; the first must follow it. The events
-    are numbered as the kernel numbered them: each is recorded at seq `base` + its seq."""
+    """Insert the events after `last`, the last one recorded (None: none); the first must
+    follow it. The events are numbered as the kernel numbered them: each is recorded at seq
+    `base` + its seq."""
     if base:
         events = [{**e, "seq": base + int(e["seq"])} for e in events]
-    present = conn.execute(_LAST_SEQ, {"p_run_id": run_id}).scalar()
-    last = int(present or 0)
+    last = int(last or 0)
     fresh = [i for i, e in enumerate(events) if int(e["seq"]) > last]
     if not fresh:
         return 0
@@ -1283,39 +1316,46 @@ def _finish(engine: Engine, run_id: str, worker_id: str, run_dir: Path, reason: 
     finished = [e for e in run.events if e["type"] == "run_finished"]
 
     def write(conn: Connection) -> None:
-        row = _locked_run(conn, run_id)
-        if row is None:
-            raise NotFound(f"there is no run {run_id}", code="unknown_run")
-        _holds_lease(row, worker_id)
+        row = _locked_run_to_append(conn, run_id, worker_id)
         now = utc_now()
-        _append(conn, run_id, run.events, run.event_payloads, base=int(row.event_seq_base))
-        if run.records is not None:
-            insert_records(conn, run_id, run.records, now, run.record_lines)
-            plans, steps = _faults(run_id, run.records, now)
-            _insert(conn, t.fault_plan, plans)
-            _insert(conn, t.fault_record, steps)
-        _task_and_session(conn, run)
-        _layers(conn, run, now)
         status = run.result.status
         terminal = reason
         cancelled = row.cancel_requested_at is not None and status.execution == "cancelled"
         if terminal is None and cancelled:
             terminal = f"cancelled: {row.cancel_reason or 'requested'}"
-        conn.execute(
-            _FINISHED,
-            {
-                "p_run_id": run_id,
-                "p_owner": worker_id,
-                "execution_status": status.execution,
-                "validity_status": status.validity,
-                "evidence_status": status.evidence,
-                "ended_at": wall_time(float(finished[-1]["wall"])) if finished else now,
-                "terminal_reason": terminal or _terminal_reason(run),
-                "result": run.result_doc,
-                "content_sha256": run.content_sha256,
-                "lease_expires_at": None,
-            },
+        _append(
+            conn,
+            run_id,
+            run.events,
+            run.event_payloads,
+            base=int(row.event_seq_base),
+            last=row.last_seq,
         )
+        if run.records is not None:
+            insert_records(conn, run_id, run.records, now, run.record_lines)
+        # The rest reads nothing back: on PostgreSQL it goes in one round trip.
+        with pipelined(conn):
+            if run.records is not None:
+                plans, steps = _faults(run_id, run.records, now)
+                _insert(conn, t.fault_plan, plans)
+                _insert(conn, t.fault_record, steps)
+            _task_and_session(conn, run)
+            _layers(conn, run, now)
+            conn.execute(
+                _FINISHED,
+                {
+                    "p_run_id": run_id,
+                    "p_owner": worker_id,
+                    "execution_status": status.execution,
+                    "validity_status": status.validity,
+                    "evidence_status": status.evidence,
+                    "ended_at": wall_time(float(finished[-1]["wall"])) if finished else now,
+                    "terminal_reason": terminal or _terminal_reason(run),
+                    "result": run.result_doc,
+                    "content_sha256": run.content_sha256,
+                    "lease_expires_at": None,
+                },
+            )
 
     _write(engine, write)
     return run.result.status.execution
