@@ -287,7 +287,7 @@ def _insert_rows(
         conn.exec_driver_sql(
             _insert_statement(dialect, table, schema, keys, ignore_duplicates), values
         )
-    elif not ignore_duplicates and len(values) >= COPY_ROWS and not _in_pipeline(conn):
+    elif not ignore_duplicates and _copies(conn, len(values)):
         _copy(conn, _copy_statement(dialect, table, schema, keys), values)
     else:
         per = max(1, VALUES_PARAMETERS // len(keys))
@@ -338,7 +338,8 @@ def pipelined(conn: Connection) -> Iterator[None]:
     """On PostgreSQL, the block's statements sent together, without waiting for each one's
     answer (psycopg's pipeline mode): a dozen INSERTs of a run cost one round trip instead of a
     dozen. Nothing in the block may read what a statement returns, and rows go in INSERTs of
-    many rows of VALUES rather than a COPY, which a pipeline cannot carry. The first statement
+    many rows of VALUES rather than a COPY, which a pipeline cannot carry (so write many rows
+    before, with `write_bulk`). The first statement
     the database refuses is raised at the end of the block, as SQLAlchemy raises a statement's
     error (an IntegrityError, an OperationalError, …). On SQLite the block runs as it is."""
     if conn.dialect.name != "postgresql":
@@ -356,9 +357,25 @@ def pipelined(conn: Connection) -> Iterator[None]:
         ) from None
 
 
-def _in_pipeline(conn: Connection) -> bool:
+def _copies(conn: Connection, rows: int) -> bool:
+    """Whether `rows` rows go to PostgreSQL in a COPY: many, and not in a pipeline."""
+    if conn.dialect.name != "postgresql" or rows < COPY_ROWS:
+        return False
     driver = conn.connection.driver_connection
-    return bool(driver.pgconn.pipeline_status)  # type: ignore[union-attr]
+    return not driver.pgconn.pipeline_status  # type: ignore[union-attr]
+
+
+def write_bulk(conn: Connection, tables: Sequence[TableRows]) -> list[TableRows]:
+    """Write now the tables whose rows go to PostgreSQL in a COPY (many rows: for the client
+    a COPY costs a fraction of the same rows' INSERT), and return the others, for a pipeline
+    to carry together (`pipelined`). On SQLite, all of them are returned."""
+    rest = []
+    for rows in tables:
+        if _copies(conn, len(rows.values)):
+            _write_rows(conn, rows)
+        else:
+            rest.append(rows)
+    return rest
 
 
 def _insert(conn: Connection, table: sa.Table, rows: Sequence[Mapping[str, Any]]) -> int:

@@ -46,19 +46,23 @@ from ..ledger.errors import AssetVersionChanged
 from ..ledger.ingest import (
     ATTEMPTS,
     RETRY_SQLSTATES,
+    TableRows,
+    _bind_mappings,
     _faults,
-    _insert,
     _insert_ignoring_duplicates,
-    _layers,
+    _layer_rows,
     _pinned,
     _prepare,
     _sqlstate,
-    _task_and_session,
+    _task_and_session_rows,
     _terminal_reason,
+    _write_rows,
+    event_rows,
     few_collections,
     insert_events,
-    insert_records,
     pipelined,
+    record_rows,
+    write_bulk,
 )
 from ..ledger.review import _asset_file, _import_asset, _record
 from ..ledger.rundir import RunDirectory, read_run_dir, wall_time
@@ -1227,13 +1231,13 @@ def append_events(
 
     def write(conn: Connection) -> None:
         row = _locked_run_to_append(conn, run_id, worker_id)
-        with pipelined(conn):  # the events in one round trip, not a COPY's two
-            _append(conn, run_id, ordered, base=int(row.event_seq_base), last=row.last_seq)
+        base, last = int(row.event_seq_base), row.last_seq
+        _write_rows(conn, _fresh_events(conn, run_id, ordered, base=base, last=last))
 
     _write(engine, write)
 
 
-def _append(
+def _fresh_events(
     conn: Connection,
     run_id: str,
     events: Sequence[Mapping[str, Any]],
@@ -1241,16 +1245,14 @@ def _append(
     *,
     base: int,
     last: int | None,
-) -> int:
-    """Insert the events after `last`, the last one recorded (None: none); the first must
+) -> TableRows:
+    """The rows of the events after `last`, the last one recorded (None: none); the first must
     follow it. The events are numbered as the kernel numbered them: each is recorded at seq
     `base` + its seq."""
     if base:
         events = [{**e, "seq": base + int(e["seq"])} for e in events]
     last = int(last or 0)
     fresh = [i for i, e in enumerate(events) if int(e["seq"]) > last]
-    if not fresh:
-        return 0
     for offset, index in enumerate(fresh):
         if int(events[index]["seq"]) != last + 1 + offset:
             raise Conflict(
@@ -1258,8 +1260,8 @@ def _append(
                 f"{last + offset}",
                 code="event_gap",
             )
-    return insert_events(
-        conn,
+    return event_rows(
+        conn.dialect,
         run_id,
         [events[i] for i in fresh],
         [payloads[i] for i in fresh] if payloads else (),
@@ -1323,24 +1325,31 @@ def _finish(engine: Engine, run_id: str, worker_id: str, run_dir: Path, reason: 
         cancelled = row.cancel_requested_at is not None and status.execution == "cancelled"
         if terminal is None and cancelled:
             terminal = f"cancelled: {row.cancel_reason or 'requested'}"
-        _append(
-            conn,
-            run_id,
-            run.events,
-            run.event_payloads,
-            base=int(row.event_seq_base),
-            last=row.last_seq,
-        )
+        dialect = conn.dialect
+        tables = [
+            _fresh_events(
+                conn,
+                run_id,
+                run.events,
+                run.event_payloads,
+                base=int(row.event_seq_base),
+                last=row.last_seq,
+            )
+        ]
         if run.records is not None:
-            insert_records(conn, run_id, run.records, now, run.record_lines)
+            plans, steps = _faults(run_id, run.records, now)
+            tables += [
+                record_rows(dialect, run_id, run.records, now, run.record_lines),
+                _bind_mappings(dialect, t.fault_plan, plans),
+                _bind_mappings(dialect, t.fault_record, steps),
+            ]
+        tables += _task_and_session_rows(dialect, run)
+        tables += _layer_rows(dialect, run, now)
+        rest = write_bulk(conn, tables)
         # The rest reads nothing back: on PostgreSQL it goes in one round trip.
         with pipelined(conn):
-            if run.records is not None:
-                plans, steps = _faults(run_id, run.records, now)
-                _insert(conn, t.fault_plan, plans)
-                _insert(conn, t.fault_record, steps)
-            _task_and_session(conn, run)
-            _layers(conn, run, now)
+            for rows in rest:
+                _write_rows(conn, rows)
             conn.execute(
                 _FINISHED,
                 {
