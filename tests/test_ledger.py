@@ -579,6 +579,35 @@ def test_a_pooled_connection_is_pinged_only_after_waiting(
         engine.dispose()
 
 
+@pytest.mark.requires(
+    bool(os.environ.get("SIMREPORT_TEST_POSTGRES_URL")), "PostgreSQL (SIMREPORT_TEST_POSTGRES_URL)"
+)
+@pytest.mark.parametrize("ledger_url", ["postgresql"], indirect=True)
+def test_a_write_that_finds_its_connection_lost_is_tried_again(
+    ledger_url: str, results: Results
+) -> None:
+    """The server process behind a pooled connection goes away right after the connection was
+    used (so it is not pinged): recording a run fails on it, and is tried again, whole, on a
+    fresh connection."""
+    engine = connect(ledger_url)
+    try:
+        ingest_run(engine, results.run_dirs()[0])
+        with engine.connect() as conn:
+            pid = conn.exec_driver_sql("SELECT pg_backend_pid()").scalar()
+        admin = sa.create_engine(ledger_url, isolation_level="AUTOCOMMIT", poolclass=sa.NullPool)
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f"SELECT pg_terminate_backend({pid})")
+        admin.dispose()
+        done = ingest_run(engine, results.refund)
+        assert done.outcome == "recorded" and done.rows["event"] > 0
+        with engine.connect() as conn:
+            assert conn.exec_driver_sql("SELECT pg_backend_pid()").scalar() != pid
+            recorded = conn.execute(sa.select(sa.func.count()).select_from(t.run)).scalar()
+        assert recorded == 2
+    finally:
+        engine.dispose()
+
+
 def test_ingest_is_idempotent(engine: sa.Engine, results: Results, tmp_path: Path) -> None:
     first = ingest_paths(engine, [results.root / "results"])
     before = counts(engine)

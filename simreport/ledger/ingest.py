@@ -456,10 +456,8 @@ def _record_run(engine: Engine, run: RunRows, tenant: str) -> RunIngest:
                 return RunIngest(run.run_id, "present", run.path)
             if attempt == ATTEMPTS - 1:
                 raise _refused_by_ledger(run, exc) from None
-        except sa.exc.OperationalError as exc:
-            # PostgreSQL chose this transaction to break a deadlock (or a serialisation
-            # conflict): it was rolled back whole, and trying again is what it asks for.
-            if _sqlstate(exc) not in RETRY_SQLSTATES or attempt == ATTEMPTS - 1:
+        except sa.exc.DBAPIError as exc:
+            if not worth_retrying(exc) or attempt == ATTEMPTS - 1:
                 raise
     raise AssertionError("unreachable")
 
@@ -764,6 +762,15 @@ def _recorded_contents(engine: Engine, run_ids: Sequence[str]) -> dict[str, str]
 
 ATTEMPTS = 3
 RETRY_SQLSTATES = frozenset({"40P01", "40001"})  # deadlock_detected, serialization_failure
+
+
+def worth_retrying(exc: sa.exc.DBAPIError) -> bool:
+    """Whether a transaction that failed with `exc` was rolled back whole and may simply be
+    tried again: PostgreSQL chose it to break a deadlock (or a serialisation conflict), or its
+    connection was lost (a server restarted since the connection was last used; the pool then
+    replaces every connection). A commit lost with its connection is tried again too: what
+    records runs and queues them finds then what the first try wrote."""
+    return bool(exc.connection_invalidated) or _sqlstate(exc) in RETRY_SQLSTATES
 
 
 def _sqlstate(exc: sa.exc.DBAPIError) -> str | None:

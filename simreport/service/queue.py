@@ -45,7 +45,6 @@ from ..ledger.db import as_utc, describe, insert_new, reading, utc_now
 from ..ledger.errors import AssetVersionChanged
 from ..ledger.ingest import (
     ATTEMPTS,
-    RETRY_SQLSTATES,
     TableRows,
     _bind_mappings,
     _faults,
@@ -53,7 +52,6 @@ from ..ledger.ingest import (
     _layer_rows,
     _pinned,
     _prepare,
-    _sqlstate,
     _task_and_session_rows,
     _terminal_reason,
     _write_rows,
@@ -62,6 +60,7 @@ from ..ledger.ingest import (
     insert_events,
     pipelined,
     record_rows,
+    worth_retrying,
     write_bulk,
 )
 from ..ledger.review import _asset_file, _import_asset, _record
@@ -243,31 +242,15 @@ class Reclaimed:
 
 def _write(engine: Engine, work: Callable[[Connection], T]) -> T:
     """`work` in one write transaction (SQLite: BEGIN IMMEDIATE), tried again when PostgreSQL
-    broke a deadlock by rolling it back."""
+    broke a deadlock by rolling it back or the connection turned out lost (see
+    `worth_retrying`)."""
     _prepare(engine)
     for attempt in range(ATTEMPTS):
         try:
             with engine.begin() as conn:
                 return work(conn)
-        except sa.exc.OperationalError as exc:
-            if _sqlstate(exc) not in RETRY_SQLSTATES or attempt == ATTEMPTS - 1:
-                raise
-    raise AssertionError("unreachable")
-
-
-def _write_alone(engine: Engine, work: Callable[[Connection], T]) -> T:
-    """`work`, a single statement, which PostgreSQL runs as a transaction of its own (without
-    the round trips of BEGIN and COMMIT); on SQLite as `_write` does."""
-    if engine.dialect.name != "postgresql":
-        return _write(engine, work)
-    _prepare(engine)
-    for attempt in range(ATTEMPTS):
-        try:
-            with engine.connect() as conn:
-                conn.execution_options(isolation_level="AUTOCOMMIT")
-                return work(conn)
-        except sa.exc.OperationalError as exc:
-            if _sqlstate(exc) not in RETRY_SQLSTATES or attempt == ATTEMPTS - 1:
+        except sa.exc.DBAPIError as exc:
+            if not worth_retrying(exc) or attempt == ATTEMPTS - 1:
                 raise
     raise AssertionError("unreachable")
 
@@ -1052,9 +1035,10 @@ def claim(
             if conn.execute(_ANY_PENDING).first() is None:
                 return None
 
-    def take(conn: Connection) -> Any:
+    def write(conn: Connection) -> Claim | None:
+        r = t.run.c
         now = utc_now()
-        return conn.execute(
+        taken = conn.execute(
             _TAKE,
             {
                 "p_owner": worker_id,
@@ -1062,33 +1046,26 @@ def claim(
                 "p_now": now,
             },
         ).first()
-
-    taken = _write_alone(engine, take)
-    if taken is None:
-        return None
-    try:
-        with reading(engine) as conn:  # a manifest never changes: no need to lock it
+        if taken is None:
+            return None
+        run_id = taken.run_id
+        try:
             return _claim_of(conn, taken, engine)
-    except (ServiceError, LookupError, TypeError, ValueError, sa.exc.NoResultFound) as exc:
-        # A run that cannot even be described to a worker must not be claimed forever.
-        unclaimable = t.run.update().where(_HELD)
-        reason = f"unclaimable: {type(exc).__name__}: {exc}"
-
-        def end(conn: Connection) -> None:
+        except (ServiceError, LookupError, TypeError, ValueError, sa.exc.NoResultFound) as exc:
+            # A run that cannot even be described to a worker must not be claimed forever.
             conn.execute(
-                unclaimable,
-                {
-                    "p_run_id": taken.run_id,
-                    "p_owner": worker_id,
-                    "execution_status": "crashed",
-                    "ended_at": utc_now(),
-                    "terminal_reason": reason,
-                    "lease_expires_at": None,
-                },
+                t.run.update()
+                .where(r.run_id == run_id)
+                .values(
+                    execution_status="crashed",
+                    ended_at=now,
+                    terminal_reason=f"unclaimable: {type(exc).__name__}: {exc}",
+                    lease_expires_at=None,
+                )
             )
+            return None
 
-        _write(engine, end)
-        return None
+    return _write(engine, write)
 
 
 _CLAIMED_MANIFEST: Final = (
