@@ -181,8 +181,9 @@ def _ping_when_idle(engine: Engine) -> None:
     """Ping a pooled connection before use when it has been idle longer than IDLE_PING_SECONDS,
     and replace it when the server does not answer (a restarted server, a dropped connection).
     One used within the last second was in use while the server answered; should the server
-    have gone since, the statement fails with a disconnection, which replaces every pooled
-    connection, and the caller's retry (a worker's back-off, a client's 503) gets a fresh one."""
+    have gone since, its first statement fails with a disconnection, which replaces every
+    pooled connection: writers try their transaction again (`ingest.worth_retrying`), and a
+    read fails once (the run service answers 503, which its clients retry)."""
     import time
 
     @event.listens_for(engine, "checkin")

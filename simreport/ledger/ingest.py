@@ -339,9 +339,9 @@ def pipelined(conn: Connection) -> Iterator[None]:
     answer (psycopg's pipeline mode): a dozen INSERTs of a run cost one round trip instead of a
     dozen. Nothing in the block may read what a statement returns, and rows go in INSERTs of
     many rows of VALUES rather than a COPY, which a pipeline cannot carry (so write many rows
-    before, with `write_bulk`). The first statement
-    the database refuses is raised at the end of the block, as SQLAlchemy raises a statement's
-    error (an IntegrityError, an OperationalError, …). On SQLite the block runs as it is."""
+    before, with `write_bulk`). The first statement the database refuses is raised at the end
+    of the block, as SQLAlchemy raises a statement's error (an IntegrityError, an
+    OperationalError, …). On SQLite the block runs as it is."""
     if conn.dialect.name != "postgresql":
         yield
         return
