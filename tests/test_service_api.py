@@ -392,6 +392,17 @@ def test_every_endpoint_and_error(ledger_url: str, tmp_path: Path, library: Path
         assert package["records"]
         _error(_post(ana, f"/v1/sim/runs/{done['run_id']}:cancel", {"reason": "late"}, "k-c"), 409)
 
+        # An asset file edited under its version: a new request is refused before anything
+        # is queued, and a replay still gets the answer its key holds.
+        prompt = library / "refund-prompt" / "1.0.0.yaml"
+        prompt.write_text(prompt.read_text(encoding="utf-8") + "\n# edited\n", encoding="utf-8")
+        refused = _post(ana, "/v1/sim/runs", _run_body(scenario_id, seed=12), "k-run-edited")
+        _error(refused, 422, "asset_version_changed")
+        replay = _post(ana, "/v1/sim/runs", _run_body(scenario_id), "k-run")
+        assert (replay.status_code, replay.json()) == (202, started.json())
+        reused = _error(_post(ana, "/v1/sim/runs", _run_body(scenario_id, seed=8), "k-run"), 409)
+        assert reused["run_id"] == started.json()["run_id"]
+
     # 410: a cursor older than the events kept (a retention of half a second).
     time.sleep(1.0)
     with api(tmp_path, ledger_url, "--events-retention", "0.5") as server, server.client() as ana:

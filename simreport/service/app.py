@@ -262,20 +262,27 @@ class _Service:
             "body": body.model_dump(mode="json"),
         }
         digest = sha256_text(canonical_json(request_doc))
-        stored = queue.idempotent(
-            self.engine,
-            principal=principal.name,
-            tenant=principal.tenant,
-            key=key,
-            request_sha256=digest,
-        )
-        if stored is None:
-            try:
-                answer = action(queue.IdempotencyKey(principal.name, key, digest))
-            except queue.StoredAnswer as exc:
-                stored = exc.stored
-            else:
-                return JSONResponse(answer, status_code=status)
+        try:
+            # The action's transaction takes the key, or finds its answer (a replay, from any
+            # process); most requests are new, so nothing looks for the key before.
+            answer = action(queue.IdempotencyKey(principal.name, key, digest))
+        except queue.StoredAnswer as exc:
+            stored = exc.stored
+        except queue.ServiceError:
+            # Refused before its transaction took the key (a version retired since): a replay
+            # still gets the answer its key holds, a new request the refusal.
+            found = queue.idempotent(
+                self.engine,
+                principal=principal.name,
+                tenant=principal.tenant,
+                key=key,
+                request_sha256=digest,
+            )
+            if found is None:
+                raise
+            stored = found
+        else:
+            return JSONResponse(answer, status_code=status)
         return JSONResponse(stored.response, status_code=stored.status_code)
 
     def capacity(self, principal: "Principal") -> "Capacity":
