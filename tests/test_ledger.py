@@ -506,9 +506,7 @@ def test_rows_sent_together_arrive_whole_or_not_at_all(engine: sa.Engine) -> Non
     assert len(names()) == COPY_ROWS * 3 + 2  # nothing of the refused transaction
 
 
-def test_reads_leave_the_next_write_a_transaction(
-    engine: sa.Engine, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_reads_leave_the_next_write_a_transaction(engine: sa.Engine) -> None:
     """A reading connection runs its queries on their own (PostgreSQL: autocommit, no BEGIN
     and ROLLBACK); the same pooled connection then writes in a transaction again, which an
     error rolls back whole."""
