@@ -620,7 +620,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         _complain(problem.one_line())
         return problem.exit_code
     except Exception as exc:
-        return _internal_error(args, exc)
+        failed = _ledger_failed(exc)
+        if failed is None or args.debug:
+            return _internal_error(args, exc)
+        _complain(failed)
+        return EXIT_INPUT
+
+
+def _ledger_failed(exc: Exception) -> str | None:
+    """What to say when the ledger's database failed under a command (a connection lost, a
+    server shutting down, a disk error): the user's environment, not a bug. None for anything
+    else. SQLAlchemy is looked up, not imported: a command that never opened a ledger has not
+    loaded it."""
+    errors = sys.modules.get("sqlalchemy.exc")
+    if errors is None or not isinstance(exc, errors.OperationalError):
+        return None
+    lines = str(exc.orig if exc.orig is not None else exc).strip().splitlines()
+    return f"the ledger's database failed: {lines[0] if lines else type(exc).__name__}"
 
 
 def _internal_error(args: argparse.Namespace, exc: Exception) -> int:

@@ -978,6 +978,29 @@ def test_an_unreachable_database_is_named_without_its_password() -> None:
     assert "s3cret-pass" not in message
 
 
+def test_a_database_failing_under_a_command_is_said_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The ledger's database failing under a command (here: a server gone mid-query) is the
+    user's environment, not a bug: one line naming the database's answer, exit 2."""
+    from simreport.ledger import queries
+
+    url = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+    assert main(["ledger", "upgrade", "--ledger", url]) == 0
+    capsys.readouterr()
+
+    def gone(*_args: Any, **_kwargs: Any) -> Any:
+        reason = Exception("server closed the connection unexpectedly\n\tThis probably means …")
+        raise sa.exc.OperationalError("SELECT …", {}, reason)
+
+    monkeypatch.setattr(queries, "list_runs", gone)
+    assert main(["ledger", "runs", "--ledger", url]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "simreport: the ledger's database failed: server closed the connection unexpectedly\n"
+    )
+
+
 def test_reading_a_missing_sqlite_ledger_creates_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
