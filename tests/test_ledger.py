@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,28 @@ axes:
 replications: 2
 metrics: [cooperationRate]
 """
+
+
+def postgres_only(test: Callable[..., None]) -> Callable[..., None]:
+    """Run `test` once, on a fresh PostgreSQL ledger (`ledger_url`); without a server it is
+    skipped on a developer's machine and fails under CI=true."""
+    once = pytest.mark.parametrize("ledger_url", ["postgresql"], indirect=True)(test)
+    needs = pytest.mark.requires(
+        bool(os.environ.get("SIMREPORT_TEST_POSTGRES_URL")),
+        "PostgreSQL (SIMREPORT_TEST_POSTGRES_URL)",
+    )
+    marked: Callable[..., None] = needs(once)
+    return marked
+
+
+def terminate_backend(url: str, pid: int) -> None:
+    """End the PostgreSQL server process `pid` (a connection's), as a server restart would."""
+    admin = sa.create_engine(url, isolation_level="AUTOCOMMIT", poolclass=sa.NullPool)
+    try:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f"SELECT pg_terminate_backend({int(pid)})")
+    finally:
+        admin.dispose()
 
 
 @dataclass(frozen=True)
@@ -349,10 +372,7 @@ def test_readers_refuse_an_old_ledger_and_everyone_a_newer_one(ledger_url: str) 
         engine.dispose()
 
 
-@pytest.mark.requires(
-    bool(os.environ.get("SIMREPORT_TEST_POSTGRES_URL")), "PostgreSQL (SIMREPORT_TEST_POSTGRES_URL)"
-)
-@pytest.mark.parametrize("ledger_url", ["postgresql"], indirect=True)
+@postgres_only
 def test_a_role_that_may_not_create_tables_is_told_who_can(
     ledger_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -536,10 +556,7 @@ def test_reads_leave_the_next_write_a_transaction(engine: sa.Engine) -> None:
         assert conn.execute(sa.select(sa.func.count()).select_from(t.scenario)).scalar() == 0
 
 
-@pytest.mark.requires(
-    bool(os.environ.get("SIMREPORT_TEST_POSTGRES_URL")), "PostgreSQL (SIMREPORT_TEST_POSTGRES_URL)"
-)
-@pytest.mark.parametrize("ledger_url", ["postgresql"], indirect=True)
+@postgres_only
 def test_a_pooled_connection_is_pinged_only_after_waiting(
     ledger_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -564,10 +581,7 @@ def test_a_pooled_connection_is_pinged_only_after_waiting(
         with engine.connect() as conn:
             assert conn.exec_driver_sql("SELECT pg_backend_pid()").scalar() == pid
         assert pings == []
-        admin = sa.create_engine(ledger_url, isolation_level="AUTOCOMMIT", poolclass=sa.NullPool)
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f"SELECT pg_terminate_backend({pid})")
-        admin.dispose()
+        terminate_backend(ledger_url, pid)
         monkeypatch.setattr(db, "IDLE_PING_SECONDS", 0.0)
         time.sleep(0.05)
         with db.reading(engine) as conn:
@@ -577,10 +591,7 @@ def test_a_pooled_connection_is_pinged_only_after_waiting(
         engine.dispose()
 
 
-@pytest.mark.requires(
-    bool(os.environ.get("SIMREPORT_TEST_POSTGRES_URL")), "PostgreSQL (SIMREPORT_TEST_POSTGRES_URL)"
-)
-@pytest.mark.parametrize("ledger_url", ["postgresql"], indirect=True)
+@postgres_only
 def test_a_write_that_finds_its_connection_lost_is_tried_again(
     ledger_url: str, results: Results
 ) -> None:
@@ -592,10 +603,7 @@ def test_a_write_that_finds_its_connection_lost_is_tried_again(
         ingest_run(engine, results.run_dirs()[0])
         with engine.connect() as conn:
             pid = conn.exec_driver_sql("SELECT pg_backend_pid()").scalar()
-        admin = sa.create_engine(ledger_url, isolation_level="AUTOCOMMIT", poolclass=sa.NullPool)
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f"SELECT pg_terminate_backend({pid})")
-        admin.dispose()
+        terminate_backend(ledger_url, pid)
         done = ingest_run(engine, results.refund)
         assert done.outcome == "recorded" and done.rows["event"] > 0
         with engine.connect() as conn:
