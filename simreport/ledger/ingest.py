@@ -1152,12 +1152,6 @@ def _task_and_session_rows(dialect: sa.Dialect, run: RunDirectory) -> list[Table
     ]
 
 
-def _task_and_session(conn: Connection, run: RunDirectory) -> dict[str, int]:
-    return {
-        rows.table: _write_rows(conn, rows) for rows in _task_and_session_rows(conn.dialect, run)
-    }
-
-
 def _engine_name(run: RunDirectory) -> str:
     """What ran the scenario: the world's name, or `external:<program>`, the program being the
     last file of the simulator's command (the script an interpreter runs), else the command."""
@@ -1511,17 +1505,6 @@ def record_rows(
     return _bind(dialect, t.record, RECORD_COLUMNS, rows, bound=_BODY)
 
 
-def insert_records(
-    conn: Connection,
-    run_id: str,
-    records: Sequence[Mapping[str, Any]],
-    now: datetime,
-    lines: Sequence[str] | None = None,
-) -> int:
-    """INSERT the run's records (see `record_rows`)."""
-    return _write_rows(conn, record_rows(conn.dialect, run_id, records, now, lines))
-
-
 _BODY = frozenset({"body"})
 
 
@@ -1689,11 +1672,6 @@ def _one(criteria: set[str] | None) -> str | None:
     """An observation's `criterion_key`: the criterion it is evidence for, when it is evidence
     for one (for several, the evidence rows name each; for none, it is a plain fact)."""
     return next(iter(criteria)) if criteria is not None and len(criteria) == 1 else None
-
-
-def _layers(conn: Connection, run: RunDirectory, now: datetime) -> dict[str, int]:
-    """INSERT the run's observations, evidence and completeness (see `_layer_rows`)."""
-    return {rows.table: _write_rows(conn, rows) for rows in _layer_rows(conn.dialect, run, now)}
 
 
 # --------------------------------------------------------------------------- builds
