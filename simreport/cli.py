@@ -635,8 +635,9 @@ def _ledger_failed(exc: Exception) -> str | None:
     errors = sys.modules.get("sqlalchemy.exc")
     if errors is None or not isinstance(exc, errors.OperationalError):
         return None
-    lines = str(exc.orig if exc.orig is not None else exc).strip().splitlines()
-    return f"the ledger's database failed: {lines[0] if lines else type(exc).__name__}"
+    from .ledger.ingest import _first_line
+
+    return f"the ledger's database failed: {_first_line(exc)}"
 
 
 def _internal_error(args: argparse.Namespace, exc: Exception) -> int:

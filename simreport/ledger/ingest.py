@@ -779,7 +779,9 @@ def _sqlstate(exc: sa.exc.DBAPIError) -> str | None:
 
 
 def _first_line(exc: sa.exc.DBAPIError) -> str:
-    return str(exc.orig).strip().splitlines()[0] if exc.orig is not None else str(exc)
+    """The first line of what the database answered (its error's name when it said nothing)."""
+    lines = str(exc.orig if exc.orig is not None else exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
 
 
 def _recorded_content(conn: Connection, run_id: str) -> str | None:
