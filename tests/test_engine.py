@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 import pytest
 
 from simreport.core.schema import Model, RunResult
-from simreport.kernel import kernel_fingerprint, run_scenario, validate_scenario
+from simreport.kernel import engine, kernel_fingerprint, run_scenario, validate_scenario
 from simreport.kernel.providers import PROVIDERS, ChatRequest, ChatResponse, Provider, ProviderError
 from simreport.kernel.world import World, WorldOutcome
 from simreport.kernel.worlds import WORLDS
@@ -283,6 +283,22 @@ def test_fingerprint_covers_a_worlds_code_packages(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(refund, "code_packages", ())
     assert kernel_fingerprint("refund_desk") != with_testbed
     assert kernel_fingerprint("prisoners_dilemma") == pd
+
+
+def test_a_fingerprint_is_computed_once_per_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run takes its world's fingerprint from memory: the files are found and read once."""
+    monkeypatch.setattr(engine, "_FINGERPRINTS", {})
+    first = kernel_fingerprint("refund_desk")
+
+    def unread(files: object) -> str:
+        raise AssertionError("the kernel's files were read again")
+
+    monkeypatch.setattr(engine, "code_fingerprint", unread)
+    assert kernel_fingerprint("refund_desk") == first
+    # Other modules are another fingerprint, computed (here: refused) afresh.
+    monkeypatch.setattr(WORLDS.get("refund_desk"), "code_packages", ())
+    with pytest.raises(AssertionError, match="read again"):
+        kernel_fingerprint("refund_desk")
 
 
 class _Spent(Provider):

@@ -158,18 +158,35 @@ def kernel_fingerprint(world: str | None) -> str:
     (schemas, their defaults and validators decide what a scenario means) and of the world's
     module (and its code packages): a code change to any of them makes earlier runs out of date
     (the workflow passes this as a parameter of the run jobs); comments and docstrings change
-    nothing."""
-    here = Path(__file__).resolve().parent
-    files = [*here.glob("*.py"), *(here / "providers").glob("*.py"), *here.parent.glob("core/*.py")]
+    nothing.
+
+    Computed once per process for each world and set of modules: it names the code the process
+    runs, which an edit of the files afterwards does not change (the next process sees the
+    edit). Finding and checking the files again for every run cost a tenth of a testbed run."""
+    modules: tuple[str, ...] = ()
     if world is not None and world in WORLDS:
         world_cls = WORLDS.get(world)
-        for name in (world_cls.__module__, *world_cls.code_packages):
-            module = sys.modules.get(name) or importlib.import_module(name)
-            if module.__file__ is None:
-                continue
-            path = Path(module.__file__)
-            # A package counts with every module in it.
-            files.extend(path.parent.glob("*.py") if path.name == "__init__.py" else [path])
+        modules = (world_cls.__module__, *world_cls.code_packages)
+    known = _FINGERPRINTS.get(modules)
+    if known is None:
+        known = _FINGERPRINTS[modules] = _kernel_fingerprint(modules)
+    return known
+
+
+_FINGERPRINTS: dict[tuple[str, ...], str] = {}
+"""The fingerprint of each world's modules (none: the kernel alone), once computed."""
+
+
+def _kernel_fingerprint(modules: tuple[str, ...]) -> str:
+    here = Path(__file__).resolve().parent
+    files = [*here.glob("*.py"), *(here / "providers").glob("*.py"), *here.parent.glob("core/*.py")]
+    for name in modules:
+        module = sys.modules.get(name) or importlib.import_module(name)
+        if module.__file__ is None:
+            continue
+        path = Path(module.__file__)
+        # A package counts with every module in it.
+        files.extend(path.parent.glob("*.py") if path.name == "__init__.py" else [path])
     return code_fingerprint(files)
 
 
