@@ -671,13 +671,19 @@ def _real_service(tmp_path: Path) -> Iterator[str]:
             pytest.fail("simreport api did not answer within 60 s")
         yield url
     finally:
+        _stop(process)
+        log.close()
+
+
+def _stop(process: subprocess.Popen[Any]) -> None:
+    """Terminate `process` (killed when it takes longer than 20 s) and wait for it."""
+    if process.poll() is None:
         process.terminate()
         try:
             process.wait(timeout=20)
         except subprocess.TimeoutExpired:
             process.kill()
-            process.wait(timeout=5)
-        log.close()
+            process.wait(timeout=10)
 
 
 @pytest.mark.slow
@@ -757,3 +763,86 @@ def test_remote_commands_against_the_real_service(tmp_path: Path) -> None:
         assert "wrong-token-0123456789abcdef" not in refused.stderr
         for result in (created, submitted, started, follow, evidence, cancelled, late, refused):
             assert TOKEN not in result.stdout + result.stderr
+
+
+def _remote_command(url: str, token_file: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "simreport.cli", "remote", args[0]]
+    command += ["--url", url, "--token-file", str(token_file), *args[1:]]
+    return subprocess.run(command, capture_output=True, text=True, timeout=180, cwd=ROOT)
+
+
+@pytest.mark.slow
+def test_a_paced_run_is_followed_live_and_cancelled_while_it_runs(tmp_path: Path) -> None:
+    """The README's run that takes its time: the refund desk with `paced-agent@1.0.0`, which
+    answers every turn after two seconds. `remote events --follow` prints its events as they
+    happen, and `remote cancel` stops it while it runs: it ends cancelled with partial evidence
+    and its events whole."""
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN, encoding="utf-8")
+    ledger = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+    # What the README's sed makes of the example: another agent under test, a version of its own.
+    text = (EXAMPLE / "scenario.yaml").read_text(encoding="utf-8")
+    text, agents = re.subn(r"refund-agent@stable", "paced-agent@1.0.0", text)
+    text, versions = re.subn(r"(?m)^  version: 1\.3\.0$", "  version: 1.3.0-paced", text)
+    assert (agents, versions) == (1, 1)
+    paced = tmp_path / "paced.yaml"
+    paced.write_text(text, encoding="utf-8")
+
+    with _real_service(tmp_path) as url, SimClient(url, TOKEN, timeout=30) as client:
+        created = _remote_command(
+            url, token_file, "scenario", "--namespace", "payments", "--name", "refund-timeout",
+            "--owner", "qa", "--risk-level", "high",
+        )  # fmt: skip
+        assert created.returncode == 0, created.stderr
+        scenario_id = created.stdout.strip()
+        submitted = _remote_command(url, token_file, "version", scenario_id, str(paced))
+        assert submitted.stdout.strip() == f"{scenario_id}@1.3.0-paced: reviewing", submitted
+        started = _remote_command(
+            url, token_file, "run", f"{scenario_id}@1.3.0-paced", "--seed", "8", "--json"
+        )
+        assert started.returncode == 0, started.stderr
+        run_id = json.loads(started.stdout)["run_id"]
+
+        worker = subprocess.Popen(
+            [
+                sys.executable, "-m", "simreport.cli", "worker", "--ledger", ledger,
+                "--library", str(EXAMPLE / "assets"),
+            ],
+            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        follow = subprocess.Popen(
+            [
+                sys.executable, "-m", "simreport.cli", "remote", "events", run_id, "--follow",
+                "--poll", "0.2", "--json", "--url", url, "--token-file", str(token_file),
+            ],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        watchdog = threading.Timer(180, follow.kill)  # a follow that never ends fails the test
+        watchdog.start()
+        try:
+            assert follow.stdout is not None
+            seen = []
+            for line in follow.stdout:
+                seen.append(json.loads(line))
+                if seen[-1]["type"] == "agent.step":
+                    break
+            # The agent's first answer arrived while the run goes on.
+            assert seen and seen[-1]["type"] == "agent.step", seen
+            assert client.run_status(run_id)["execution_status"] == "running"
+            cancelled = _remote_command(url, token_file, "cancel", run_id, "--reason", "not needed")
+            assert cancelled.returncode == 0, cancelled.stderr
+            rest, said = follow.communicate(timeout=180)
+        finally:
+            watchdog.cancel()
+            _stop(follow)
+            _stop(worker)
+        assert follow.returncode == 0, said
+        seen += [json.loads(line) for line in rest.splitlines()]
+        seqs = [event["seq"] for event in seen]
+        assert seqs == list(range(1, len(seqs) + 1))
+        assert seen[-1]["type"] == "run_finished", seen[-1]
+        assert f"run {run_id} cancelled" in said
+        status = client.run_status(run_id)
+        assert (status["execution_status"], status["evidence_status"]) == ("cancelled", "partial")
+        package = client.evidence(run_id)
+        assert package["records"], package

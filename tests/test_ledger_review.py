@@ -46,6 +46,7 @@ SCENARIO = "refund-timeout-retry"
 
 HEADER_STATUSES = {
     ("env_data", "env/ecom-seed", "3.0.1"): "reviewed",
+    ("agent", "paced-agent", "1.0.0"): "draft",
     ("agent", "refund-agent", "2.4.1"): "online",
     ("tool_contract", "refund-api", "1.4.0"): "online",
     ("tool_contract", "refund-api", "1.5.0"): "reviewed",
@@ -563,9 +564,10 @@ def test_review_commands_end_to_end(ledger_url: str, scenario: Path) -> None:
         return lines[0]
 
     imported = ok("import", "refund_desk/scenario.yaml", "--reviewer", "ana")
-    assert "13 of 13 versions new" in imported
+    versions = 1 + len(HEADER_STATUSES)  # the scenario and its library
+    assert f"{versions} of {versions} versions new" in imported
     assert "refund-timeout-retry  1.3.0    draft" in imported
-    assert "0 of 13 versions new" in ok("import", "refund_desk/scenario.yaml")
+    assert f"0 of {versions} versions new" in ok("import", "refund_desk/scenario.yaml")
 
     table = ok("list", "--kind", "scenario")
     assert table.splitlines()[0].split() == [
