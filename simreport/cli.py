@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import select
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -23,6 +25,7 @@ from .core.errors import (
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
     EXIT_OK,
+    EXIT_OUTPUT_CLOSED,
     EXIT_RUN_FAILED,
     EnvironmentProblem,
     SimreportError,
@@ -612,6 +615,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         _complain("interrupted")
         return EXIT_INTERRUPTED
     except OSError as exc:
+        if isinstance(exc, BrokenPipeError) and _output_closed():
+            # `simreport … | head`: what was asked for was read; stop quietly, as a pipe's
+            # writer does.
+            return EXIT_OUTPUT_CLOSED
         # The user's machine, not a bug: a full disk, a read-only or forbidden folder.
         near = getattr(args, "out", None) or getattr(args, "audit_dir", None)
         problem = EnvironmentProblem.from_os_error(exc, near=near)
@@ -625,6 +632,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _internal_error(args, exc)
         _complain(failed)
         return EXIT_INPUT
+
+
+def _output_closed() -> bool:
+    """Whether standard output is a pipe whose reader has gone (not some other pipe of the
+    command's: the pipe's end reports an error when polled); if so, what is left to print goes
+    nowhere, so that exiting prints no error."""
+    try:
+        fd = sys.stdout.fileno()
+        poller = select.poll()
+    except (AttributeError, OSError, ValueError):  # no poll here, or no stdout file
+        return False
+    poller.register(fd, select.POLLOUT)
+    if not any(events & select.POLLERR for _, events in poller.poll(0)):
+        return False
+    os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
+    return True
 
 
 def _ledger_failed(exc: Exception) -> str | None:

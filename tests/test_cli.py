@@ -171,6 +171,36 @@ def test_schema_command_prints_json_schema(capsys: pytest.CaptureFixture[str]) -
     assert "baseScenario" in capsys.readouterr().out
 
 
+def test_output_closed_early_ends_quietly() -> None:
+    """`simreport … | head`: once the output's reader has gone, the command stops without an
+    error and exits 141, as a pipe's writer does."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "simreport.cli", "schema", "scenario"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.close()  # the reader goes before the first line is written
+    said = process.stderr.read().decode()
+    assert process.wait(timeout=60) == 141
+    assert said == ""
+
+
+def test_a_broken_pipe_elsewhere_is_still_an_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A pipe of the command's own breaking (standard output still open) is not taken for a
+    reader that went away."""
+    from simreport.harness import plan
+
+    def broken() -> object:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(plan, "plan_json_schema", broken)
+    assert main(["schema", "plan"]) == 1
+    assert "internal error: BrokenPipeError" in capsys.readouterr().err
+
+
 def test_run_and_conditions(study: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert (
         main(["run", str(study / "scenario.yaml"), "--out", str(study / "run"), "--seed", "9"]) == 0

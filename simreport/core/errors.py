@@ -15,6 +15,9 @@ EXIT_INTERNAL = 1
 EXIT_INPUT = 2
 """Invalid input or usage, or an environment that refused a file operation (EnvironmentProblem)."""
 EXIT_INTERRUPTED = 130
+EXIT_OUTPUT_CLOSED = 141
+"""The reader of the command's output went away (`simreport … | head`): 128 + SIGPIPE, as a
+shell reports a writer that a closed pipe stopped."""
 
 
 class SimreportError(Exception):
