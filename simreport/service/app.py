@@ -416,13 +416,15 @@ def create_app(
 
     app.add_middleware(_AuthenticateFirst, tokens=service.tokens)
 
-    def authenticated(request: Request, _: Annotated[Any, Depends(bearer)]) -> Principal:
+    # The dependencies only read the request: as coroutines they run on the event loop, where
+    # a plain function would be handed to the thread pool and back for every request.
+    async def authenticated(request: Request, _: Annotated[Any, Depends(bearer)]) -> Principal:
         principal: Principal = request.state.principal
         return principal
 
     Authenticated = Annotated[Principal, Depends(authenticated)]
 
-    def idempotency_key(
+    async def idempotency_key(
         key: Annotated[
             str,
             Header(
