@@ -686,6 +686,13 @@ def _stop(process: subprocess.Popen[Any]) -> None:
             process.wait(timeout=10)
 
 
+def _remote_command(url: str, token_file: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`simreport remote ARGS…` against the service at `url`, with the token in `token_file`."""
+    command = [sys.executable, "-m", "simreport.cli", "remote", args[0]]
+    command += ["--url", url, "--token-file", str(token_file), *args[1:]]
+    return subprocess.run(command, capture_output=True, text=True, timeout=180, cwd=ROOT)
+
+
 @pytest.mark.slow
 def test_remote_commands_against_the_real_service(tmp_path: Path) -> None:
     """What the README shows a newcomer: create the scenario and submit the refund desk's file,
@@ -696,11 +703,7 @@ def test_remote_commands_against_the_real_service(tmp_path: Path) -> None:
     with _real_service(tmp_path) as url, SimClient(url, TOKEN, timeout=30) as client:
 
         def remote(*args: str) -> subprocess.CompletedProcess[str]:
-            command = [sys.executable, "-m", "simreport.cli", "remote", args[0]]
-            command += ["--url", url, "--token-file", str(token_file), *args[1:]]
-            return subprocess.run(
-                command, capture_output=True, text=True, timeout=180, cwd=ROOT, check=False
-            )
+            return _remote_command(url, token_file, *args)
 
         created = remote(
             "scenario", "--namespace", "quality", "--name", "refund-timeout-retry",
@@ -763,12 +766,6 @@ def test_remote_commands_against_the_real_service(tmp_path: Path) -> None:
         assert "wrong-token-0123456789abcdef" not in refused.stderr
         for result in (created, submitted, started, follow, evidence, cancelled, late, refused):
             assert TOKEN not in result.stdout + result.stderr
-
-
-def _remote_command(url: str, token_file: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "simreport.cli", "remote", args[0]]
-    command += ["--url", url, "--token-file", str(token_file), *args[1:]]
-    return subprocess.run(command, capture_output=True, text=True, timeout=180, cwd=ROOT)
 
 
 @pytest.mark.slow
