@@ -30,7 +30,7 @@ client threads, each asking about a random started run every `--poll-interval` s
 (status, then events). Wall time on a shared machine is noisy: compare numbers from one run of
 this script.
 
-    python bench/bench_service.py [--runs 200] [--repeat 5] [--pollers 2] [--poll-interval 0.1]
+    python bench/bench_service.py [--runs 200] [--repeat 7] [--pollers 2] [--poll-interval 0.1]
 """
 
 from __future__ import annotations
@@ -330,7 +330,7 @@ def percentile(values: list[float], q: float) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--runs", type=int, default=200, help="runs per measurement (200)")
-    parser.add_argument("--repeat", type=int, default=5, help="rounds (5)")
+    parser.add_argument("--repeat", type=int, default=7, help="rounds (7)")
     parser.add_argument("--pollers", type=int, default=2, help="polling client threads (2)")
     parser.add_argument("--poll-interval", type=float, default=0.1, help="seconds (0.1)")
     args = parser.parse_args()
