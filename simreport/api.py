@@ -99,12 +99,16 @@ def run(
     base_url: str | None = None,
     ledger: LedgerRecorder | str | bool = True,
     purpose: Purpose = DEFAULT_PURPOSE,
+    policy: str | Path | None = None,
 ) -> RunResult:
     """Run one scenario file into `out`. Input errors raise; run failures come back as data.
     The run, failed or not, is recorded in the `ledger` (see `_recorder`); when the ledger does
     not record it, LedgerIncomplete is raised once the files are complete. `purpose` is
     exploration (the default) or regression, which needs every version the run records online
-    in the ledger; the run checks the ledger's pinned digests while loading either way."""
+    in the ledger; the run checks the ledger's pinned digests while loading either way.
+    `policy`: an execution policy file whose model endpoints and simulators the scenario may
+    name (`llm.endpoint`, `simulator.name`), as a run of the run service resolves them."""
+    from .core.execution_policy import load_policy
     from .core.redaction import redact_document
     from .core.versions import design_sha256, recorded_version
     from .harness.runner import check_llm_access
@@ -112,6 +116,7 @@ def run(
 
     check_output_dir(out)
     check_llm_access(provider, base_url, base_url_at="base_url")
+    resources = load_policy(policy) if policy is not None else None
     recorder, owned = _recorder(ledger, Path(out).parent)
     loaded = load_scenario(scenario_path)
     scenario: Scenario = loaded.scenario
@@ -135,7 +140,12 @@ def run(
     else:
         refuse_unpublished(checks, None, [], file=scenario_path)
     result = run_scenario(
-        scenario, out, asset_root=loaded.asset_root, provider=provider, checks=checks
+        scenario,
+        out,
+        asset_root=loaded.asset_root,
+        provider=provider,
+        checks=checks,
+        resources=resources,
     )
     recorder.record_runs([out])
     _finish(recorder, owned)

@@ -147,6 +147,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         base_url=args.base_url,
         ledger=recorder,
         purpose=args.purpose,
+        policy=args.policy,
     )
     if result.failure is not None:
         failure = result.failure
@@ -471,6 +472,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--provider")
     p.add_argument("--model", help="override llm.model")
     p.add_argument("--base-url", help="override llm.baseUrl (HTTP providers)")
+    p.add_argument(
+        "--policy",
+        metavar="FILE",
+        help="an execution policy declaring the model endpoints and simulators the scenario "
+        "names (llm.endpoint, simulator.name), as the run service's --policy",
+    )
     p.add_argument("--allow-failure", action="store_true", help="exit 0 even when the run failed")
     p.add_argument(
         "--purpose",

@@ -24,6 +24,9 @@ from .canonical import canonical_json, parse_number
 
 SCHEMA_VERSION = 1
 
+RESOURCE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+"""How a model endpoint or an external simulator the operator declared is named."""
+
 JsonValue = Any
 
 
@@ -226,6 +229,16 @@ class LLMConfig(Model):
     api_key_env: str | None = Field(
         None, description="Name of the environment variable that holds the API key."
     )
+    endpoint: str | None = Field(
+        None,
+        exclude_if=lambda value: value is None,
+        pattern=RESOURCE_NAME,
+        description=(
+            "A model endpoint the operator declared (the run service's policy, or `simreport "
+            "run --policy`), named instead of provider, baseUrl and apiKeyEnv: its provider is "
+            "openai, its URL and key are the operator's."
+        ),
+    )
     timeout_seconds: float = Field(60.0, gt=0, description="Per-request timeout.")
     budget_calls: int | None = Field(
         None,
@@ -243,6 +256,37 @@ class LLMConfig(Model):
             "BudgetExhausted."
         ),
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _endpoint_is_openai(cls, data: Any) -> Any:
+        # A named endpoint speaks the OpenAI protocol: a document that names one and no
+        # provider reads as what it is, not as the offline stand-in.
+        named = isinstance(data, Mapping) and data.get("endpoint") is not None
+        if named and "provider" not in data:
+            return {**data, "provider": "openai"}
+        return data
+
+    @model_validator(mode="after")
+    def _endpoint_alone(self) -> LLMConfig:
+        if self.endpoint is None:
+            return self
+        given = [
+            key
+            for key, value in (("baseUrl", self.base_url), ("apiKeyEnv", self.api_key_env))
+            if value is not None
+        ]
+        if given:
+            raise ValueError(
+                f"an endpoint brings its own URL and key: remove {' and '.join(given)}, or "
+                "the endpoint"
+            )
+        if self.provider != "openai":
+            raise ValueError(
+                f"an endpoint speaks the OpenAI protocol: provider {self.provider!r} cannot "
+                "use it (leave provider out, or set it to openai)"
+            )
+        return self
 
 
 class PromptConfig(Model):
@@ -360,12 +404,22 @@ class PlanHypothesis(Hypothesis):
 class SimulatorConfig(Model):
     """An external simulator run as a command instead of a built-in world."""
 
-    command: list[str] = Field(
-        ...,
+    command: list[str] | None = Field(
+        None,
         min_length=1,
+        exclude_if=lambda value: value is None,
         description=(
             "Program and arguments; simreport appends --config, --seed and --out. Arguments that "
             "name files next to the scenario are resolved there and hashed into the manifest."
+        ),
+    )
+    name: str | None = Field(
+        None,
+        exclude_if=lambda value: value is None,
+        pattern=RESOURCE_NAME,
+        description=(
+            "A simulator the operator declared (the run service's policy, or `simreport run "
+            "--policy`), named instead of a command."
         ),
     )
     timeout_seconds: float = Field(300.0, gt=0, description="Kill the command after this long.")
@@ -373,6 +427,12 @@ class SimulatorConfig(Model):
     distributions: list[str] = Field(
         default_factory=list, description="Distribution names it reports."
     )
+
+    @model_validator(mode="after")
+    def _command_or_name(self) -> SimulatorConfig:
+        if (self.command is None) == (self.name is None):
+            raise ValueError("give exactly one of `command` and `name`")
+        return self
 
 
 def _absent(value: Any) -> bool:

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from starlette.responses import JSONResponse
     from starlette.types import ASGIApp, Receive, Scope, Send
 
+    from ..core.execution_policy import ExecutionPolicy
     from .auth import Principal, Refused, Tokens
     from .config import ServiceSettings
     from .queue import Capacity, IdempotencyKey
@@ -232,10 +233,17 @@ OPEN_PATHS = frozenset({"/healthz", "/openapi.json"})
 class _Service:
     """What the routes share: the settings, the tokens and the ledger."""
 
-    def __init__(self, settings: "ServiceSettings", tokens: "Tokens", engine: "Engine") -> None:
+    def __init__(
+        self,
+        settings: "ServiceSettings",
+        tokens: "Tokens",
+        engine: "Engine",
+        policy: "ExecutionPolicy",
+    ) -> None:
         self.settings = settings
         self.tokens = tokens
         self.engine = engine
+        self.policy = policy
 
     def write(
         self,
@@ -321,12 +329,14 @@ def create_app(
     from ..ledger.migrate import prepare_for_writing
     from . import queue
     from .auth import Principal, Refused, check_namespace, forbidden_namespace, load_tokens
+    from .config import load_service_policy
 
     if tokens is None:
         tokens = load_tokens(settings, environ)
+    policy = load_service_policy(settings.policy)
     engine = connect(settings.ledger)
     prepare_for_writing(engine)
-    service = _Service(settings, tokens, engine)
+    service = _Service(settings, tokens, engine, policy)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -510,6 +520,8 @@ def create_app(
                 source=body.source,
                 created_by=principal.name,
                 idempotency=idempotency,
+                policy=policy,
+                library=settings.library_dir,
             )
             return {"status": status}
 
@@ -580,6 +592,7 @@ def create_app(
                 idempotency=idempotency,
                 capacity=service.capacity(principal),
                 retries=settings.retry_lost_runs,
+                policy=policy,
             )
             return {"run_id": run_id, "manifest_id": manifest_id}
 
@@ -719,6 +732,18 @@ def _reclaim_until(engine: "Engine", stop: threading.Event, every: float) -> Non
             log.exception("reclaiming expired leases failed; trying again in %.0f s", every)
 
 
+def describe_policy(policy: "ExecutionPolicy") -> str:
+    """What the execution policy lets runs use, in one line (names only: never a URL)."""
+
+    def names(found: Any) -> str:
+        return ", ".join(sorted(found)) or "none"
+
+    return (
+        f"runs may use providers {names(policy.providers)}; endpoints {names(policy.endpoints)}; "
+        f"simulators {names(policy.simulators)}"
+    )
+
+
 def _missing_key() -> "Refused":
     from .auth import Refused
 
@@ -846,6 +871,12 @@ def register_cli(sub: Any) -> None:
         help="times a run whose worker was lost is queued again before it ends crashed "
         "(0 or 1; default: 0)",
     )
+    p.add_argument(
+        "--policy",
+        metavar="FILE",
+        help="the execution policy: the model endpoints, external simulators and providers "
+        "runs may use, which specs name (default: the offline provider only)",
+    )
     p.set_defaults(func=cmd_api)
 
 
@@ -867,6 +898,7 @@ def cmd_api(args: argparse.Namespace) -> int:
             "lease_seconds": args.lease_seconds,
             "retry_after_seconds": args.retry_after,
             "retry_lost_runs": args.retry_lost_runs,
+            "policy": args.policy,
         }
     )
     serve(settings)
@@ -881,7 +913,8 @@ def serve(settings: "ServiceSettings") -> None:
     from ..ledger.db import describe
 
     library = settings.library_dir.resolve()
-    settings = settings.model_copy(update={"library": library})
+    policy = settings.policy.resolve() if settings.policy is not None else None
+    settings = settings.model_copy(update={"library": library, "policy": policy})
     app = create_app(settings)
     service: _Service = app.state.service
     if not service.tokens.by_digest:
@@ -901,6 +934,7 @@ def serve(settings: "ServiceSettings") -> None:
         f"listening on http://{settings.host}:{settings.port}",
         file=sys.stderr,
     )
+    print(f"simreport api: {describe_policy(service.policy)}", file=sys.stderr)
     pool = start_workers(settings)
     # The application and what it imported live as long as the service: full collections
     # need not walk them.
@@ -976,4 +1010,6 @@ def _worker_main(url: str, worker_id: str, settings: "ServiceSettings", stop: "E
         heartbeat_seconds=min(5.0, settings.lease_seconds / 3),
         library=settings.library_dir,
         stop_event=stop,
+        policy=settings.policy,
+        tokens_env=settings.tokens_env,
     )

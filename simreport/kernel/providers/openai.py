@@ -189,7 +189,20 @@ def read_api_key(env_name: str | None, env: Mapping[str, str] | None = None) -> 
             f"llm.apiKeyEnv names the environment variable {env_name}, which is not set",
             kind="MissingApiKey",
         )
-    return value.strip()
+    key = value.strip()
+    if not usable_in_header(key):
+        # Refused here, before an HTTP library refuses the header quoting the value.
+        raise config_error(
+            f"the environment variable {env_name} does not hold a usable key: it has a line "
+            "break, a control character or a character outside ASCII",
+            kind="BadApiKey",
+        )
+    return key
+
+
+def usable_in_header(value: str) -> bool:
+    """Whether `value` can be sent in an HTTP header as it is (visible ASCII and spaces)."""
+    return value.isascii() and all(" " <= c <= "~" or c == "\t" for c in value)
 
 
 # --------------------------------------------------------------------------- wire format
