@@ -845,7 +845,7 @@ def _plain_name(name: str) -> bool:
     """Whether `name` is one folder's name (no separator, not `.` or `..`)."""
     import re
 
-    from ..core.execution_policy import RESOURCE_NAME
+    from ..core.schema import RESOURCE_NAME
 
     return bool(re.match(RESOURCE_NAME, name)) and name not in (".", "..")
 
