@@ -143,7 +143,7 @@ def _parse_json(text: str, path: Path, allow_controls: bool) -> Document:
         ) from None
     if duplicated or not allow_controls:
         twice = {id(obj): key for obj, key in reversed(duplicated)}
-        for dotted, value in _json_values(data):
+        for dotted, value in json_values(data):
             if isinstance(value, dict) and id(value) in twice:
                 # json has no positions to give; the path finds the object all the same.
                 raise DocumentError(
@@ -162,7 +162,7 @@ def _parse_json(text: str, path: Path, allow_controls: bool) -> Document:
     return Document(path, data)
 
 
-def _json_values(data: Any) -> Iterator[tuple[str, Any]]:
+def json_values(data: Any) -> Iterator[tuple[str, Any]]:
     """Every value of a JSON document with its dotted path, in document order."""
     stack: list[tuple[str, Any]] = [("", data)]
     while stack:
