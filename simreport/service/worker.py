@@ -731,6 +731,8 @@ def _say(text: str) -> None:
 
 def register_cli(sub: Any) -> None:
     """Add `simreport worker` to the `simreport` parser's subcommands."""
+    from ..core.arguments import int64
+
     p = sub.add_parser(
         "worker",
         help="execute the run service's queued runs (claims them from the ledger)",
@@ -767,7 +769,7 @@ def register_cli(sub: Any) -> None:
         help="on SIGINT/SIGTERM, how long the current run may go on before it is cancelled "
         "(default 5)",
     )
-    p.add_argument("--max-runs", type=int, metavar="N", help="exit after N runs")
+    p.add_argument("--max-runs", type=int64, metavar="N", help="exit after N runs")
     p.add_argument("--worker-id", metavar="ID", help="(default: host-pid-random)")
     p.set_defaults(func=cmd_worker)
 
