@@ -71,7 +71,7 @@ POSTGRES_URL = os.environ.get("SIMREPORT_TEST_POSTGRES_URL", "")
 def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """The URL of a fresh, empty ledger, once on SQLite and once on PostgreSQL: a new file, or
     a new database on the server SIMREPORT_TEST_POSTGRES_URL names, dropped afterwards."""
-    with _fresh_ledger(request.param, tmp_path / "ledger.sqlite") as url:
+    with fresh_ledger(request.param, tmp_path / "ledger.sqlite") as url:
         yield url
 
 
@@ -79,12 +79,14 @@ def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 def second_ledger_url(ledger_url: str, tmp_path: Path) -> Iterator[str]:
     """Another fresh ledger on the database `ledger_url` is on."""
     kind = "sqlite" if ledger_url.startswith("sqlite") else "postgresql"
-    with _fresh_ledger(kind, tmp_path / "second.sqlite") as url:
+    with fresh_ledger(kind, tmp_path / "second.sqlite") as url:
         yield url
 
 
 @contextmanager
-def _fresh_ledger(kind: str, sqlite_file: Path) -> Iterator[str]:
+def fresh_ledger(kind: str, sqlite_file: Path) -> Iterator[str]:
+    """The URL of a fresh, empty ledger of `kind` (sqlite: `sqlite_file`; postgresql: a new
+    database on the server SIMREPORT_TEST_POSTGRES_URL names), dropped afterwards."""
     if kind == "sqlite":
         yield f"sqlite:///{sqlite_file}"
         return
