@@ -39,6 +39,7 @@ from pydantic import Field, field_validator
 
 from .errors import RunError, SchemaError, ValidationIssue
 from .schema import RESOURCE_NAME, LLMConfig, Model
+from .values import Int64, Name, Number
 
 if TYPE_CHECKING:
     from .schema import Scenario
@@ -63,19 +64,19 @@ class Endpoint(Model):
     api_key_env: str | None = Field(
         None, description="The environment variable of the worker holding the endpoint's key."
     )
-    models: list[str] = Field(
+    models: list[Name] = Field(
         min_length=1, description="The model names a spec may ask of this endpoint."
     )
-    max_tokens: int | None = Field(
+    max_tokens: Int64 | None = Field(
         None, ge=1, description="The most completion tokens a spec may ask per decision."
     )
-    budget_calls: int | None = Field(
+    budget_calls: Int64 | None = Field(
         None, ge=1, description="The most requests one run sends (the spec's, when lower)."
     )
-    budget_tokens: int | None = Field(
+    budget_tokens: Int64 | None = Field(
         None, ge=1, description="The most tokens one run spends (the spec's, when lower)."
     )
-    timeout_seconds: float | None = Field(
+    timeout_seconds: Number | None = Field(
         None, gt=0, description="The longest one request may take (the spec's, when shorter)."
     )
 
@@ -102,11 +103,11 @@ class Endpoint(Model):
 class Simulator(Model):
     """An external simulator the operator lets runs execute."""
 
-    command: list[str] = Field(
+    command: list[Name] = Field(
         min_length=1,
         description="Program and arguments; simreport appends --config, --seed and --out.",
     )
-    timeout_seconds: float | None = Field(
+    timeout_seconds: Number | None = Field(
         None, gt=0, description="The longest a run of it may take (the spec's, when shorter)."
     )
     environment: list[str] = Field(

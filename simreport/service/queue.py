@@ -40,6 +40,7 @@ from ..core.errors import InputError, SchemaError, join_path
 from ..core.execution_policy import ExecutionPolicy, spec_issues
 from ..core.redaction import redact_document
 from ..core.testbed import SEMVER
+from ..core.values import refused_in_json
 from ..core.versions import RunChecks, VersionState, design_document, design_sha256, version_key
 from ..ledger import tables as t
 from ..ledger.db import as_utc, describe, insert_new, reading, utc_now
@@ -540,6 +541,14 @@ def _validated(doc: Any, locate: Callable[[str], str]) -> Scenario:
         raise Unprocessable(
             "the spec is not a scenario document",
             issues=[_issue(locate(""), "not a mapping", "a scenario document (a JSON object)")],
+        )
+    # What a scenario file may not hold either (files.py refuses it while reading one), and
+    # what the ledger's JSON columns cannot store: NUL and other control characters, NaN.
+    refused = refused_in_json(doc)
+    if refused is not None:
+        path, message, expected = refused
+        raise Unprocessable(
+            f"{locate(path)}: {message}", issues=[_issue(locate(path), message, expected)]
         )
     try:
         return validate_scenario(doc)

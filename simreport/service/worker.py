@@ -855,6 +855,7 @@ def _plain_name(name: str) -> bool:
 
 def register_cli(sub: Any) -> None:
     """Add `simreport worker` to the `simreport` parser's subcommands."""
+    from ..core.arguments import int64
     from .config import DEFAULT_TOKENS_ENV
 
     p = sub.add_parser(
@@ -906,7 +907,7 @@ def register_cli(sub: Any) -> None:
         help="the variable holding the service's API tokens, which runs never see "
         f"(default: {DEFAULT_TOKENS_ENV})",
     )
-    p.add_argument("--max-runs", type=int, metavar="N", help="exit after N runs")
+    p.add_argument("--max-runs", type=int64, metavar="N", help="exit after N runs")
     p.add_argument("--worker-id", metavar="ID", help="(default: host-pid-random)")
     p.set_defaults(func=cmd_worker)
 

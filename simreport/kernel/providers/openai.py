@@ -39,6 +39,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ...core.redaction import MARK, is_redacted, redact_secrets, redact_url, url_secrets
 from ...core.schema import LLMConfig
+from ...core.values import http_url
 from .. import interrupt
 from . import CACHED, PROVIDERS
 from .base import ChatRequest, ChatResponse, Provider, ProviderError, estimate_tokens
@@ -152,11 +153,8 @@ def chat_base_url(base_url: str) -> str:
     """The API root that `/chat/completions` is appended to. A bare host gets `/v1` (what vLLM,
     llama.cpp, Ollama and the hosted API serve); a pasted full endpoint loses its tail. A query
     (`?api-version=…`, `?api_key=…`) stays a query; a fragment, never sent, is dropped."""
-    try:
-        parts = urlsplit(base_url.strip())
-    except ValueError:  # e.g. an unclosed IPv6 bracket
-        parts = None
-    if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
+    parts = http_url(base_url)
+    if parts is None:
         raise config_error(f"llm.baseUrl {redact_url(base_url)!r} is not an http(s) URL")
     if is_redacted(base_url):
         # A scenario.json or plan.json read back: sending the marker as a password would fail
