@@ -182,15 +182,65 @@ MIN_ENVIRONMENT_SECRET = 8
 (`1`, `true`, a port) would blank out ordinary words and numbers wherever they appear."""
 
 
+_CREDENTIAL_WORDS = frozenset(
+    {
+        "KEY",
+        "KEYS",
+        "APIKEY",
+        "TOKEN",
+        "TOKENS",
+        "SECRET",
+        "SECRETS",
+        "PASSWORD",
+        "PASSWD",
+        "PASS",
+        "PWD",
+        "CREDENTIAL",
+        "CREDENTIALS",
+        "AUTH",
+        "SIGNATURE",
+        "SESSION",
+    }
+)
+_NOT_CREDENTIALS = frozenset({"PWD", "OLDPWD"})
+"""The shell's working folders: named like a password, holding a path."""
+
+
+def is_credential_variable(name: str) -> bool:
+    """Whether an environment variable's name says it holds a credential: one of its words
+    (split at `_`, `-` and `.`) is KEY, TOKEN, SECRET, PASSWORD, CREDENTIALS, AUTH, … or ends
+    like one (`GITHUBTOKEN`, `OPENAI_APIKEY`); `PWD` and `OLDPWD` are the shell's folders."""
+    upper = name.upper()
+    if upper in _NOT_CREDENTIALS:
+        return False
+    words = [w for w in re.split(r"[_.\-]", upper) if w]
+    return any(
+        w in _CREDENTIAL_WORDS or w.endswith(("KEY", "TOKEN", "SECRET", "PASSWORD")) for w in words
+    )
+
+
 def environment_secrets(environ: Mapping[str, str], names: Iterable[str] = ()) -> list[str]:
     """The values of the variables of `environ` that hold credentials: those `names` names (a
     model endpoint's key variable, the variable holding API tokens) and those whose name says
-    so (`DB_PASSWORD`, `OPENAI_API_KEY`, `GITHUB_TOKEN`, …)."""
+    so (`DB_PASSWORD`, `OPENAI_API_KEY`, `GITHUB_TOKEN`, …; `is_credential_variable`). A value
+    that is the path of a file or folder points at a secret (a key file, an agent's socket)
+    rather than holding one, and is left out with the values too short to look for."""
     wanted = set(names)
     found = {
-        value.strip() for name, value in environ.items() if name in wanted or is_secret_name(name)
+        value.strip()
+        for name, value in environ.items()
+        if name in wanted or is_credential_variable(name)
     }
-    return sorted(v for v in found if len(v) >= MIN_ENVIRONMENT_SECRET)
+    return sorted(v for v in found if len(v) >= MIN_ENVIRONMENT_SECRET and not _names_a_path(v))
+
+
+def _names_a_path(value: str) -> bool:
+    if not value.startswith(("/", "~")) or any(c.isspace() for c in value):
+        return False
+    try:
+        return Path(value).expanduser().exists()
+    except (OSError, ValueError):
+        return False
 
 
 class Scrubber:

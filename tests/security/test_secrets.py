@@ -30,8 +30,8 @@ import sqlalchemy as sa
 import yaml
 from ledgers import POSTGRES_URL, fresh_ledger
 from llm_server import FakeLLM
+from running_service import Service, refund_spec
 from service_helpers import add_agent
-from test_execution_policy import Service, refund_spec
 
 from simreport.ledger import connect
 from simreport.ledger import tables as t
@@ -200,6 +200,8 @@ def test_the_worker_knows_the_environment_s_credentials_and_not_its_settings() -
         "TEAM_KEY_VARIABLE_ODD_NAME": "x" * 12,
         "GITHUB_TOKEN": "short",
         "HOME": "/home/someone",
+        "PWD": "/a/working/folder/named/like/a/password",
+        "SSH_AUTH_SOCK": str(Path(__file__)),  # a path: it points at a secret
         "LANG": "C.UTF-8",
         "MY_ENDPOINT_KEY": "declared-by-name-0001",
         "PLAIN": "declared-by-name-0002",
