@@ -904,7 +904,8 @@ def register_cli(sub: Any) -> None:
         help="serve the /v1/sim run service over HTTP, with workers that execute its runs",
         description="Serve the /v1/sim run service: scenarios, versions, runs, events, evidence "
         "and manifests over the ledger. Every request needs a bearer token from --tokens-file "
-        f"or ${DEFAULT_TOKENS_ENV}; without any token only /healthz and /openapi.json answer.",
+        f"or ${DEFAULT_TOKENS_ENV}; without any token only /healthz, /metrics and /openapi.json "
+        "answer.",
     )
     p.add_argument(
         "--ledger",

@@ -136,12 +136,13 @@ def limited_http(
                 return
             self._in_headers = False
             self._cancel_timer()
-            declared = _content_length(self.headers)
-            if declared is not None and declared > limits.max_body:
+            declared = _declared_body(self.headers)
+            if declared > limits.max_body:
                 self._too_large(current=False)
                 return
             super().on_headers_complete()
-            self._set_timer(limits.body_timeout, self._body_late)
+            if declared:  # most requests have no body: no timer for them
+                self._set_timer(limits.body_timeout, self._body_late)
 
         def on_body(self, body: bytes) -> None:
             if self._refused:
@@ -241,12 +242,15 @@ def limited_http(
     return LimitedHttp
 
 
-def _content_length(headers: list[tuple[bytes, bytes]]) -> int | None:
-    """The Content-Length the headers (names in lower case) declare, if any."""
+def _declared_body(headers: list[tuple[bytes, bytes]]) -> int:
+    """The body the headers (names in lower case) announce: its Content-Length, 1 for a
+    chunked one (its length is not known yet), 0 for none."""
     for name, value in headers:
         if name == b"content-length":
             try:
                 return int(value)
             except ValueError:
-                return None  # the parser refuses it
-    return None
+                return 0  # the parser refuses it
+        if name == b"transfer-encoding":
+            return 1
+    return 0
