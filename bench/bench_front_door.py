@@ -38,7 +38,6 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -47,6 +46,7 @@ from pathlib import Path
 import httpx
 import sqlalchemy as sa
 import yaml
+from bench_service import ledger  # a fresh SQLite or PostgreSQL ledger
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "refund_desk"
@@ -73,26 +73,6 @@ uvicorn.run(app, host="127.0.0.1", port=port, http=http, log_level="warning", se
 
 
 # --------------------------------------------------------------------------- processes
-
-
-@contextmanager
-def ledger(work: Path) -> Iterator[str]:
-    """A fresh ledger: SQLite in `work`, or a new database on SIMREPORT_TEST_POSTGRES_URL."""
-    server_url = os.environ.get("SIMREPORT_TEST_POSTGRES_URL")
-    if not server_url:
-        yield f"sqlite:///{work / f'ledger-{uuid.uuid4().hex[:6]}.sqlite'}"
-        return
-    server = sa.engine.make_url(server_url)
-    name = f"bench_front_{uuid.uuid4().hex[:12]}"
-    admin = sa.create_engine(server, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-    try:
-        yield server.set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.dispose()
 
 
 def free_port() -> int:
@@ -328,13 +308,14 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=100_000)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-front-") as tmp:
-        work = Path(tmp)
+        for part in ("attack", "overhead", "metrics"):
+            (Path(tmp) / part).mkdir()  # a ledger and logs of its own
         if args.only in (None, "attack"):
-            attack(work)
+            attack(Path(tmp) / "attack")
         if args.only in (None, "overhead"):
-            overhead(work, args.requests, args.rounds)
+            overhead(Path(tmp) / "overhead", args.requests, args.rounds)
         if args.only in (None, "metrics"):
-            metrics(work, args.runs)
+            metrics(Path(tmp) / "metrics", args.runs)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -27,7 +28,7 @@ from simreport.ledger.db import as_utc, utc_now
 from simreport.service.app import create_app
 from simreport.service.auth import load_tokens
 from simreport.service.config import ServiceSettings, settings_from_options
-from simreport.service.supervisor import MAX_BACKOFF_SECONDS, restart_delay
+from simreport.service.supervisor import MAX_BACKOFF_SECONDS, WorkerPool, restart_delay
 
 REFUND_DESK = Path(__file__).resolve().parents[1] / "examples" / "refund_desk"
 TOKEN = "health-token-0123456789abcdef"
@@ -200,6 +201,31 @@ def test_restart_backoff_doubles_to_a_minute_and_starts_again_after_a_stable_run
     assert [restart_delay(n, 1.0) for n in range(1, 9)] == [1, 2, 4, 8, 16, 32, 60, 60]
     assert restart_delay(1000, 0.5) == MAX_BACKOFF_SECONDS
     assert restart_delay(3, 600.0) == 600.0  # a first wait longer than the cap is kept
+
+
+def test_a_worker_that_cannot_reach_the_ledger_counts_its_error_and_waits_to_restart(
+    tmp_path: Path,
+) -> None:
+    """A real worker process whose ledger refuses connections: it dies, its failed ledger call is
+    counted in the pool's shared counter, and with a long backoff it is not started again."""
+    settings = ServiceSettings(
+        ledger="postgresql+psycopg://simreport@127.0.0.1:1/nowhere",  # refused at once
+        workers=1,
+        restart_backoff_seconds=600,
+        library=tmp_path,
+    )
+    pool = WorkerPool(settings)
+    pool.start()
+    try:
+        assert (pool.asked, pool.restarts) == (1, 0)
+        deadline = time.monotonic() + 60
+        while pool.alive() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert pool.alive() == 0
+        assert pool.ledger_errors() >= 1
+        assert pool.restarts == 0
+    finally:
+        pool.stop(grace_seconds=5)
 
 
 # --------------------------------------------------------------------------- settings
