@@ -1067,12 +1067,12 @@ def serve(settings: "ServiceSettings") -> None:
         return _error_response(status, code, message, retry_after=retry_after)
 
     pool = WorkerPool(settings)
-    pool.start()
     service.pool = pool
-    # The application and what it imported live as long as the service: full collections
-    # need not walk them.
-    gc.freeze()
     try:
+        pool.start()
+        # The application and what it imported live as long as the service: full collections
+        # need not walk them.
+        gc.freeze()
         uvicorn.run(
             app,
             host=settings.host,

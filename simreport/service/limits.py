@@ -6,9 +6,10 @@ a request's headers have arrived, to connections it keeps counting. So the servi
 with its httptools protocol subclassed (`uvicorn.run(http=...)`), which enforces:
 
 - at most `max_connections` open at once: one more gets 503 (`too_many_connections`) at once;
-- a request's line and headers within `header_timeout` seconds of its first byte (408
-  `request_timeout`) and within MAX_HEADER_BYTES (431 `headers_too_large`), counted as they
-  arrive, before they are parsed whole;
+- a request's line and headers within `header_timeout` seconds of the connection's opening
+  (of the request's first byte, on a kept-alive connection; 408 `request_timeout`) and within
+  MAX_HEADER_BYTES (431 `headers_too_large`), counted as they arrive, before they are parsed
+  whole;
 - a body of at most `max_body` bytes: 413 (`body_too_large`) as soon as its Content-Length says
   more, before any of it is read (an `Expect: 100-continue` client never sends it), or as soon
   as its chunks pass the limit, with nothing more buffered;
