@@ -235,7 +235,16 @@ def test_every_endpoint_and_error(ledger_url: str, tmp_path: Path, library: Path
     spec = _spec()
     with api(tmp_path, ledger_url, "--max-queue", "3") as server, server.client() as ana:
         # Open without a token: the health check and the OpenAPI document.
-        assert httpx.get(server.url + "/healthz").json() == {"status": "ok"}
+        health = httpx.get(server.url + "/healthz")
+        assert (health.status_code, health.json()) == (
+            200,
+            {
+                "status": "ok",
+                "workers": {"alive": 0, "asked": 0},
+                "queue": {"depth": 0, "running": 0, "oldest_pending_seconds": None},
+                "reasons": [],
+            },
+        )
         openapi = httpx.get(server.url + "/openapi.json").json()
         assert set(openapi["paths"]) >= {
             "/v1/sim/scenarios",

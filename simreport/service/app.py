@@ -14,13 +14,11 @@ the `simreport` command does.
 import argparse
 import gc
 import logging
-import multiprocessing
-import os
-import socket
 import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
+from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -29,9 +27,6 @@ from ..core.errors import EXIT_OK
 from ..core.values import INT64_MAX, Int64, Name, Text
 
 if TYPE_CHECKING:
-    from multiprocessing.context import SpawnProcess
-    from multiprocessing.synchronize import Event
-
     from fastapi import FastAPI, Request
     from sqlalchemy.engine import Engine
     from starlette.responses import JSONResponse
@@ -41,6 +36,7 @@ if TYPE_CHECKING:
     from .auth import Principal, Refused, Tokens
     from .config import ServiceSettings
     from .queue import Capacity, IdempotencyKey
+    from .supervisor import WorkerPool
 
 log = logging.getLogger("simreport.service")
 
@@ -171,8 +167,36 @@ class ManifestView(BaseModel):
     manifest_sha256: str
 
 
+class WorkerCount(BaseModel):
+    alive: int = Field(description="worker processes of this API running now")
+    asked: int = Field(
+        description="worker processes it was asked for (--workers; 0: workers run as "
+        "`simreport worker`, which this API does not watch)"
+    )
+
+
+class QueueHealth(BaseModel):
+    depth: int = Field(description="runs pending: queued, not claimed by a worker yet")
+    running: int = Field(description="runs claimed by a worker and not ended")
+    oldest_pending_seconds: float | None = Field(
+        description="how long the oldest pending run has waited since it was queued (null: "
+        "none pending)"
+    )
+
+
+class HealthReason(BaseModel):
+    code: Literal["worker_missing", "pending_too_long"]
+    message: str
+
+
 class Health(BaseModel):
-    status: Literal["ok"]
+    status: Literal["ok", "degraded"] = Field(
+        description="degraded (HTTP 503): a worker of this API is not running, or the oldest "
+        "pending run has waited longer than --max-pending-age"
+    )
+    workers: WorkerCount
+    queue: QueueHealth
+    reasons: list[HealthReason] = Field(description="why degraded; empty when ok")
 
 
 class Issue(BaseModel):
@@ -198,12 +222,16 @@ ERROR_MEANINGS: dict[int, str] = {
     401: "no token, or an unknown one",
     403: "the token may not use this namespace",
     404: "no such object in the token's tenant",
+    408: "the request's headers or body did not arrive in time (--header-timeout, "
+    "--body-timeout): the connection is closed",
     409: "the state does not allow it: read the state, do not retry",
     410: "the cursor is older than the events kept: re-read the snapshot",
+    413: "the body is larger than --max-body: it is not read, and the connection is closed",
     422: "invalid request: fix it and make a new one",
     429: "the token's runs pending or running are at its quota: retry after Retry-After",
-    503: "the queue is full or the ledger did not answer: retry after Retry-After with the same "
-    "Idempotency-Key",
+    431: "the request's line and headers are too large",
+    503: "the queue is full, the ledger did not answer or the service has --max-connections "
+    "open: retry after Retry-After with the same Idempotency-Key",
 }
 """Every refusal the service gives, as the seed's error semantics read."""
 
@@ -213,7 +241,7 @@ def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return {s: {"model": ErrorBody, "description": ERROR_MEANINGS[s]} for s in statuses}
 
 
-_WRITE = (400, 401, 403, 404, 409, 422, 503)
+_WRITE = (400, 401, 403, 404, 408, 409, 413, 422, 503)
 _READ = (401, 403, 404, 503)
 
 _BODY_MODELS: dict[str, type[BaseModel]] = {
@@ -225,27 +253,38 @@ _BODY_MODELS: dict[str, type[BaseModel]] = {
 }
 """The body model of each route (by path), for the keys an unknown key's error lists."""
 
-OPEN_PATHS = frozenset({"/healthz", "/openapi.json"})
-"""What answers without a token: the health check and the OpenAPI document."""
+OPEN_PATHS = frozenset({"/healthz", "/metrics", "/openapi.json"})
+"""What answers without a token: the health check, the metrics (counts only) and the OpenAPI
+document."""
 
 
 # --------------------------------------------------------------------------- the service
 
 
 class _Service:
-    """What the routes share: the settings, the tokens and the ledger."""
+    """What the routes share: the settings, the tokens and the ledger; the worker pool of
+    `simreport api` (None: the app runs no workers), the clock the queue's waits are measured
+    with, and what /metrics counts: failed ledger calls, and refusals by the connection
+    limits (by code)."""
 
     def __init__(
         self,
         settings: "ServiceSettings",
         tokens: "Tokens",
         engine: "Engine",
+        clock: Callable[[], datetime],
         policy: "ExecutionPolicy",
     ) -> None:
+        from .metrics import Tally
+
         self.settings = settings
         self.tokens = tokens
         self.engine = engine
         self.policy = policy
+        self.clock = clock
+        self.pool: WorkerPool | None = None
+        self.ledger_errors = Tally()
+        self.refusals = Tally()
 
     def write(
         self,
@@ -315,10 +354,12 @@ def create_app(
     *,
     tokens: "Tokens | None" = None,
     environ: Mapping[str, str] | None = None,
+    clock: Callable[[], datetime] | None = None,
 ) -> "FastAPI":
     """The FastAPI application for `settings`. Reads the tokens (`tokens` replaces the
     settings' file and variable; `environ` replaces os.environ) and connects to the ledger,
-    creating or upgrading it, so a wrong setting is refused before the service listens."""
+    creating or upgrading it, so a wrong setting is refused before the service listens.
+    `clock` (UTC; default: the system's) measures how long pending runs have waited."""
     import sqlalchemy as sa
     from fastapi import Depends, FastAPI, Header, Path, Query, Request
     from fastapi.exceptions import RequestValidationError
@@ -327,18 +368,30 @@ def create_app(
     from starlette.responses import JSONResponse, Response
 
     from ..core.version import __version__
-    from ..ledger.db import connect
+    from ..ledger.db import connect, utc_now
     from ..ledger.migrate import prepare_for_writing
     from . import queue
     from .auth import Principal, Refused, check_namespace, forbidden_namespace, load_tokens
     from .config import load_service_policy
+    from .metrics import (
+        CONTENT_TYPE,
+        ServiceCollector,
+        count_ledger_errors,
+        exposition,
+        service_registry,
+    )
 
     if tokens is None:
         tokens = load_tokens(settings, environ)
     policy = load_service_policy(settings.policy)
     engine = connect(settings.ledger)
+    service = _Service(settings, tokens, engine, clock or utc_now, policy)
+    count_ledger_errors(engine, service.ledger_errors.add)
     prepare_for_writing(engine)
-    service = _Service(settings, tokens, engine, policy)
+    collector = ServiceCollector(
+        engine, service.ledger_errors, service.refusals, lambda: service.pool, service.clock
+    )
+    registry = service_registry(collector)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -462,11 +515,26 @@ def create_app(
 
     # ----------------------------------------------------------------------- routes
 
-    @app.get("/healthz", response_model=Health, tags=["service"])
+    @app.get(
+        "/healthz",
+        response_model=Health,
+        responses={503: {"model": Health, "description": "degraded, or the ledger did not answer"}},
+        tags=["service"],
+    )
     def healthz() -> Response:
-        with engine.connect() as conn:
-            conn.exec_driver_sql("SELECT 1")
-        return JSONResponse({"status": "ok"})
+        health = _health(service)
+        return JSONResponse(health.model_dump(), status_code=200 if health.status == "ok" else 503)
+
+    @app.get(
+        "/metrics",
+        response_class=Response,
+        responses={200: {"content": {CONTENT_TYPE: {}}, "description": "Prometheus' text format"}},
+        tags=["service"],
+    )
+    def metrics() -> Response:
+        """Runs by status, queue depth, claim-to-finish times, ledger errors, workers and their
+        restarts, and the process' CPU and memory, for Prometheus."""
+        return Response(exposition(registry), media_type=CONTENT_TYPE)
 
     @app.post(
         f"{PREFIX}/scenarios",
@@ -717,6 +785,44 @@ class _AuthenticateFirst:
         await self.app(scope, receive, send)
 
 
+def _health(service: _Service) -> Health:
+    """The API's workers and the queue, degraded when a worker is missing or the oldest pending
+    run has waited past --max-pending-age. A ledger that does not answer raises (503)."""
+    from . import queue
+
+    state = queue.queue_state(service.engine)
+    pool = service.pool
+    asked, alive = (0, 0) if pool is None else (pool.asked, pool.alive())
+    waited = None
+    if state.oldest_pending_at is not None:
+        waited = round(max(0.0, (service.clock() - state.oldest_pending_at).total_seconds()), 3)
+    reasons = []
+    if alive < asked:
+        reasons.append(
+            HealthReason(
+                code="worker_missing",
+                message=f"{asked - alive} of {asked} worker(s) not running: being started again",
+            )
+        )
+    limit = service.settings.max_pending_age_seconds
+    if limit and waited is not None and waited > limit:
+        reasons.append(
+            HealthReason(
+                code="pending_too_long",
+                message=f"the oldest pending run has waited {waited:.0f} s, longer than "
+                f"--max-pending-age ({limit:g} s)",
+            )
+        )
+    return Health(
+        status="degraded" if reasons else "ok",
+        workers=WorkerCount(alive=alive, asked=asked),
+        queue=QueueHealth(
+            depth=state.pending, running=state.running, oldest_pending_seconds=waited
+        ),
+        reasons=reasons,
+    )
+
+
 def _reclaim_until(engine: "Engine", stop: threading.Event, every: float) -> None:
     """End expired leases every `every` seconds until `stop` (a ledger that does not answer
     is tried again next time)."""
@@ -817,14 +923,15 @@ def _request_issues(errors: Any, model: type[BaseModel] | None) -> list[dict[str
 def register_cli(sub: Any) -> None:
     """Add `simreport api` to the `simreport` parser's subcommands."""
     from ..core.arguments import int64
-    from .config import DEFAULT_PORT, DEFAULT_TOKENS_ENV, DEFAULT_WORKERS
+    from .config import DEFAULT_MAX_BODY, DEFAULT_PORT, DEFAULT_TOKENS_ENV, DEFAULT_WORKERS
 
     p = sub.add_parser(
         "api",
         help="serve the /v1/sim run service over HTTP, with workers that execute its runs",
         description="Serve the /v1/sim run service: scenarios, versions, runs, events, evidence "
         "and manifests over the ledger. Every request needs a bearer token from --tokens-file "
-        f"or ${DEFAULT_TOKENS_ENV}; without any token only /healthz and /openapi.json answer.",
+        f"or ${DEFAULT_TOKENS_ENV}; without any token only /healthz, /metrics and /openapi.json "
+        "answer.",
     )
     p.add_argument(
         "--ledger",
@@ -857,6 +964,46 @@ def register_cli(sub: Any) -> None:
         type=int64,
         metavar="N",
         help="runs pending or running at once before new ones get 503 (default: 1000)",
+    )
+    p.add_argument(
+        "--max-pending-age",
+        type=float,
+        metavar="SECONDS",
+        help="/healthz answers degraded (503) once the oldest pending run has waited longer "
+        "(default: 600; 0: never for this reason)",
+    )
+    p.add_argument(
+        "--restart-backoff",
+        type=float,
+        metavar="SECONDS",
+        help="the wait before a worker that died is started again, doubled for each further "
+        "death in a row up to a minute (default: 1)",
+    )
+    p.add_argument(
+        "--max-body",
+        type=int,
+        metavar="BYTES",
+        help=f"the largest request body; a larger one gets 413, unread (default: "
+        f"{DEFAULT_MAX_BODY})",
+    )
+    p.add_argument(
+        "--header-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="how long a request's headers may take to arrive, then 408 (default: 10)",
+    )
+    p.add_argument(
+        "--body-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="how long a request's body may take to arrive after its headers, then 408 "
+        "(default: 30)",
+    )
+    p.add_argument(
+        "--max-connections",
+        type=int,
+        metavar="N",
+        help="connections open at once; one more gets 503 (default: 500)",
     )
     p.add_argument(
         "--events-retention",
@@ -900,6 +1047,12 @@ def cmd_api(args: argparse.Namespace) -> int:
             "tokens_env": args.tokens_env,
             "library": args.library,
             "max_queue": args.max_queue,
+            "max_pending_age_seconds": args.max_pending_age,
+            "restart_backoff_seconds": args.restart_backoff,
+            "max_body_bytes": args.max_body,
+            "header_timeout_seconds": args.header_timeout,
+            "body_timeout_seconds": args.body_timeout,
+            "max_connections": args.max_connections,
             "events_retention_seconds": args.events_retention,
             "lease_seconds": args.lease_seconds,
             "retry_after_seconds": args.retry_after,
@@ -913,10 +1066,12 @@ def cmd_api(args: argparse.Namespace) -> int:
 
 def serve(settings: "ServiceSettings") -> None:
     """Serve until SIGINT or SIGTERM, with `settings.workers` worker processes beside the API,
-    stopped when it stops."""
+    supervised, and stopped when it stops."""
     import uvicorn
 
     from ..ledger.db import describe
+    from .limits import Limits, limited_http
+    from .supervisor import WorkerPool
 
     library = settings.library_dir.resolve()
     policy = settings.policy.resolve() if settings.policy is not None else None
@@ -925,7 +1080,7 @@ def serve(settings: "ServiceSettings") -> None:
     service: _Service = app.state.service
     if not service.tokens.by_digest:
         print(
-            "simreport api: no API tokens configured: every request but /healthz and "
+            "simreport api: no API tokens configured: every request but /healthz, /metrics and "
             f"/openapi.json gets 401 (set {service.tokens.setting})",
             file=sys.stderr,
         )
@@ -941,81 +1096,26 @@ def serve(settings: "ServiceSettings") -> None:
         file=sys.stderr,
     )
     print(f"simreport api: {describe_policy(service.policy)}", file=sys.stderr)
-    pool = start_workers(settings)
-    # The application and what it imported live as long as the service: full collections
-    # need not walk them.
-    gc.freeze()
+
+    def refusal(status: int, code: str, message: str) -> "JSONResponse":
+        retry_after = settings.retry_after_seconds if status == 503 else None
+        return _error_response(status, code, message, retry_after=retry_after)
+
+    pool = WorkerPool(settings)
+    service.pool = pool
     try:
-        uvicorn.run(app, host=settings.host, port=settings.port, server_header=False)
+        pool.start()
+        # The application and what it imported live as long as the service: full collections
+        # need not walk them.
+        gc.freeze()
+        uvicorn.run(
+            app,
+            host=settings.host,
+            port=settings.port,
+            server_header=False,
+            http=limited_http(Limits.of(settings), refusal, service.refusals.add),
+        )
     except KeyboardInterrupt:
         pass  # the signal that stopped the server, raised again once it has stopped
     finally:
-        stop_workers(pool)
-
-
-# --------------------------------------------------------------------------- the worker pool
-
-
-class WorkerPool:
-    """Worker processes started beside the API and the event that asks them to stop."""
-
-    def __init__(self, processes: "list[SpawnProcess]", stop: "Event") -> None:
-        self.processes = processes
-        self.stop = stop
-
-
-def start_workers(settings: "ServiceSettings") -> WorkerPool:
-    ctx = multiprocessing.get_context("spawn")
-    stop = ctx.Event()
-    host = socket.gethostname()
-    processes = []
-    for i in range(settings.workers):
-        process = ctx.Process(
-            target=_worker_main,
-            args=(settings.ledger, f"{host}:{os.getpid()}:{i}", settings, stop),
-            name=f"simreport-worker-{i}",
-            daemon=False,
-        )
-        process.start()
-        processes.append(process)
-    return WorkerPool(processes, stop)
-
-
-def stop_workers(pool: WorkerPool, *, grace_seconds: float = 8.0) -> None:
-    """Ask the workers to stop, wait up to `grace_seconds` (a run in progress is left to be
-    reclaimed), then kill what is left."""
-    import time
-
-    pool.stop.set()
-    deadline = time.monotonic() + grace_seconds
-    for process in pool.processes:
-        process.join(max(0.0, deadline - time.monotonic()))
-    for process in pool.processes:
-        if process.is_alive():
-            process.kill()
-            process.join(2.0)
-
-
-def _worker_main(url: str, worker_id: str, settings: "ServiceSettings", stop: "Event") -> None:
-    """A worker process of `simreport api`: in its own process group, so a Ctrl-C at the
-    terminal reaches the API (which stops it in order) and not the runs; and killed with it."""
-    os.setsid()
-    if sys.platform.startswith("linux"):
-        import ctypes
-        import signal
-
-        pr_set_pdeathsig = 1
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
-    from .worker import run_worker
-
-    run_worker(
-        url,
-        worker_id=worker_id,
-        lease_seconds=settings.lease_seconds,
-        heartbeat_seconds=min(5.0, settings.lease_seconds / 3),
-        library=settings.library_dir,
-        stop_event=stop,
-        policy=settings.policy,
-        tokens_env=settings.tokens_env,
-    )
+        pool.stop()

@@ -22,6 +22,7 @@ DEFAULT_TOKENS_ENV: Final = "SIMREPORT_API_TOKENS"
 
 DEFAULT_PORT: Final = 8080
 DEFAULT_WORKERS: Final = 1
+DEFAULT_MAX_BODY: Final = 1024 * 1024
 
 OPTIONS: Final = {
     "ledger": "--ledger",
@@ -32,6 +33,12 @@ OPTIONS: Final = {
     "tokens_env": "--tokens-env",
     "library": "--library",
     "max_queue": "--max-queue",
+    "max_pending_age_seconds": "--max-pending-age",
+    "restart_backoff_seconds": "--restart-backoff",
+    "max_body_bytes": "--max-body",
+    "header_timeout_seconds": "--header-timeout",
+    "body_timeout_seconds": "--body-timeout",
+    "max_connections": "--max-connections",
     "events_retention_seconds": "--events-retention",
     "lease_seconds": "--lease-seconds",
     "retry_after_seconds": "--retry-after",
@@ -74,6 +81,43 @@ class ServiceSettings(BaseModel):
     )
     max_queue: int = Field(
         1000, ge=1, description="runs waiting or running at once before new ones get 503"
+    )
+    max_pending_age_seconds: float = Field(
+        600.0,
+        ge=0,
+        description="/healthz answers degraded (503) once the oldest pending run has waited "
+        "longer (0: never for this reason)",
+    )
+    restart_backoff_seconds: float = Field(
+        1.0,
+        gt=0,
+        le=3600,
+        description="the wait before a worker process that died is started again; it doubles "
+        "for each further death in a row, up to a minute (or this, if longer)",
+    )
+    max_body_bytes: int = Field(
+        DEFAULT_MAX_BODY,
+        ge=1,
+        description="the largest request body; a longer one gets 413 without being read",
+    )
+    header_timeout_seconds: float = Field(
+        10.0,
+        gt=0,
+        le=3600,
+        description="how long a request's line and headers may take to arrive; then 408 and "
+        "the connection is closed",
+    )
+    body_timeout_seconds: float = Field(
+        30.0,
+        gt=0,
+        le=3600,
+        description="how long a request's body may take to arrive after its headers; then 408 "
+        "and the connection is closed",
+    )
+    max_connections: int = Field(
+        500,
+        ge=1,
+        description="connections open at once; one more gets 503 and is closed",
     )
     events_retention_seconds: float = Field(
         7 * 24 * 3600.0,
