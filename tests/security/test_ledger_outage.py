@@ -362,7 +362,12 @@ def test_runs_finishing_while_postgresql_is_down_are_recorded_once_retry_or_not(
         allowed = {run_id: row.retries_allowed for run_id, row in _runs(cluster.ledger).items()}
         assert sorted(allowed.values()) == [0, 0, 1, 1]
         _workers(cluster)
-        _wait_until("two runs under way", lambda: _executions(tmp_path) >= 2)
+
+        def both_workers_busy() -> bool:
+            runs = _runs(cluster.ledger).values()
+            return len({r.lease_owner for r in runs if r.execution_status == "running"}) == 2
+
+        _wait_until("a run under way on each worker", both_workers_busy)
         spooled = _outage(cluster, postgres.stop, postgres.start, kept=2)
         _all_ended(cluster, run_ids)
         _recorded_once(cluster, run_ids, tmp_path)
