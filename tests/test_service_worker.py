@@ -510,10 +510,10 @@ def test_a_dead_worker_s_spool_is_recorded_once_by_the_next_worker(
     from datetime import timedelta
 
     from simreport.kernel.engine import run_scenario, validate_scenario
-    from simreport.ledger.db import describe, utc_now
-    from simreport.service.spool import Ending, Spool
+    from simreport.ledger.db import utc_now
+    from simreport.service.spool import Ending, Spool, ledger_name
 
-    spool = Spool(tmp_path / "spool", describe(ledger_url))
+    spool = Spool(tmp_path / "spool", ledger_name(ledger_url))
 
     def executed(owner: str, lease: float, events: list[dict[str, Any]] | None = None) -> Path:
         claimed = q.claim(engine, owner, lease_seconds=lease)

@@ -12,8 +12,9 @@ holds — its worker died — takes it over (`adopt`): it renews the lease under
 id and records the run, if the lease still stands; the ledger answers a lost lease, and the
 entry is removed then. Two workers never record one entry: taking it over takes its lock.
 
-`<ledger>` is a digest of the ledger's URL without its credentials: workers of other ledgers
-sharing the spool leave each other's entries alone.
+`<ledger>` is a digest of the ledger's URL without its credentials (a SQLite file's absolute
+path: `ledger_name`): workers of other ledgers sharing the spool leave each other's entries
+alone.
 """
 
 from __future__ import annotations
@@ -46,6 +47,15 @@ def default_spool() -> Path:
         os.path.expanduser("~"), ".local", "state"
     )
     return Path(base) / "simreport" / "spool"
+
+
+def ledger_name(url: str) -> str:
+    """The ledger at `url` as its spool knows it: the URL without its credentials, a SQLite
+    file by its absolute path (workers started in other folders may name it relatively)."""
+    from ..ledger.db import describe, sqlite_path
+
+    path = sqlite_path(url)
+    return describe(url) if path is None else f"sqlite:///{path.resolve().as_posix()}"
 
 
 @dataclass(frozen=True)
@@ -87,7 +97,7 @@ class Spool:
     """The spool of one ledger's workers under `root` (see the module's docstring)."""
 
     def __init__(self, root: Path, ledger: str) -> None:
-        """`ledger`: the ledger's URL as it may be shown (credentials redacted)."""
+        """`ledger`: the ledger's `ledger_name`."""
         self.root = root
         self.ledger = ledger
         self.folder = root / hashlib.sha256(ledger.encode("utf-8")).hexdigest()[:16]
@@ -247,4 +257,4 @@ def _remove_stale(folder: Path) -> None:
         os.close(lock)
 
 
-__all__ = ["Ending", "Entry", "Spool", "default_spool"]
+__all__ = ["Ending", "Entry", "Spool", "default_spool", "ledger_name"]

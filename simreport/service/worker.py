@@ -129,9 +129,9 @@ def run_worker(
     import sqlalchemy as sa
 
     from ..core.redaction import url_secrets
-    from ..ledger.db import connect, describe, unavailability
+    from ..ledger.db import connect, unavailability
     from ..ledger.migrate import prepare_for_writing
-    from .spool import Spool, default_spool
+    from .spool import Spool, default_spool, ledger_name
 
     if not 0 < heartbeat_seconds < lease_seconds:
         raise ValueError("heartbeat_seconds must be positive and shorter than lease_seconds")
@@ -144,7 +144,7 @@ def run_worker(
         heartbeat_seconds=heartbeat_seconds,
         stop_event=stop_event,
         drain_seconds=drain_seconds,
-        spool=Spool(Path(spool) if spool is not None else default_spool(), describe(url)),
+        spool=Spool(Path(spool) if spool is not None else default_spool(), ledger_name(url)),
         secrets=url_secrets(url),
         on_run=on_run,
     )
@@ -558,9 +558,10 @@ class _Keeper:
                     self._adopt()
                     next_adopt = now + worker.lease_seconds / 2
                 self._record_due()
-            except Exception as exc:  # the keeper must go on: it is tried again next time
+            except Exception as exc:  # the keeper must go on: all is tried again shortly
                 _say(f"keeping leases and spool failed: {worker.why(exc)}")
                 next_beat = time.monotonic() + self.retry_seconds
+                self.wake.wait(self.retry_seconds)
 
     def _renew(self) -> bool:
         """Renew every lease held; False when the ledger did not take a renewal."""
@@ -1203,6 +1204,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     from ..core.errors import EXIT_OK, InputError
     from ..ledger.db import describe, ledger_url
+    from .spool import default_spool
 
     if not 0 < args.heartbeat_seconds < args.lease_seconds:
         raise InputError(
@@ -1220,7 +1222,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, on_signal)
-    _say(f"{worker_id} claims runs from {describe(url)}")
+    _say(
+        f"{worker_id} claims runs from {describe(url)}; its spool: {args.spool or default_spool()}"
+    )
     runs = run_worker(
         url,
         worker_id=worker_id,
