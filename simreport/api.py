@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .core.errors import InputError
-from .core.files import load_document
+from .core.files import check_output_dir, load_document
 from .core.schema import RunResult, Scenario
+from .core.values import INT64_MAX, SEED_EXPECTED
 from .core.versions import DEFAULT_PURPOSE, PURPOSES, Purpose, RunChecks, version_key
 
 if TYPE_CHECKING:
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 
 @dataclass
 class Validated:
-    kind: str  # "scenario" | "plan"
+    kind: str  # "scenario" | "plan" | "workflow config"
     summary: str
     details: dict[str, Any]
 
@@ -56,14 +57,36 @@ def is_plan_document(data: Any) -> bool:
     return not engine and any(key in data for key in PLAN_ONLY_KEYS)
 
 
+def is_workflow_config(data: Any) -> bool:
+    """Whether a document is a workflow config: it lists `plans` and names no base scenario,
+    world or simulator."""
+    if not isinstance(data, dict) or "plans" not in data:
+        return False
+    return not any(key in data for key in ("baseScenario", "base", "world", "simulator"))
+
+
 def validate(path: str | Path, *, max_runs: int | None = None) -> Validated:
-    """Validate a scenario or a plan file (see `is_plan_document`); raise on error. A plan
-    without a base scenario is reported as such, not as a scenario without a world. A plan of
-    more than `max_runs` runs (default: the harness's DEFAULT_MAX_RUNS) is refused."""
+    """Validate a scenario, a plan or a workflow config file (see `is_plan_document`,
+    `is_workflow_config`); raise on error. A plan without a base scenario is reported as such,
+    not as a scenario without a world. A plan of more than `max_runs` runs (default: the
+    harness's DEFAULT_MAX_RUNS) is refused. A workflow config is checked as a build checks it,
+    in the current folder (the workflow's: see `workflow.validate_config`); its own `maxRuns`
+    applies to its plans."""
     from .harness import build_conditions, load_plan
     from .kernel import validate_scenario
 
     document = load_document(path)
+    if is_workflow_config(document.data):
+        from .workflow import validate_config
+
+        workflow = validate_config(document)
+        planned = sum(len(plan.conditions) for plan in workflow.plans)
+        runs = sum(len(plan.results) for plan in workflow.plans)
+        return Validated(
+            "workflow config",
+            f"workflow config: {len(workflow.plans)} plans, {planned} conditions, {runs} runs",
+            {"plans": [plan.id for plan in workflow.plans], "conditions": planned, "runs": runs},
+        )
     if is_plan_document(document.data):
         loaded = load_plan(path, max_runs=max_runs)
         conditions = build_conditions(loaded)
@@ -99,12 +122,16 @@ def run(
     base_url: str | None = None,
     ledger: LedgerRecorder | str | bool = True,
     purpose: Purpose = DEFAULT_PURPOSE,
+    policy: str | Path | None = None,
 ) -> RunResult:
     """Run one scenario file into `out`. Input errors raise; run failures come back as data.
     The run, failed or not, is recorded in the `ledger` (see `_recorder`); when the ledger does
     not record it, LedgerIncomplete is raised once the files are complete. `purpose` is
     exploration (the default) or regression, which needs every version the run records online
-    in the ledger; the run checks the ledger's pinned digests while loading either way."""
+    in the ledger; the run checks the ledger's pinned digests while loading either way.
+    `policy`: an execution policy file whose model endpoints and simulators the scenario may
+    name (`llm.endpoint`, `simulator.name`), as a run of the run service resolves them."""
+    from .core.execution_policy import load_policy
     from .core.redaction import redact_document
     from .core.versions import design_sha256, recorded_version
     from .harness.runner import check_llm_access
@@ -112,6 +139,7 @@ def run(
 
     check_output_dir(out)
     check_llm_access(provider, base_url, base_url_at="base_url")
+    resources = load_policy(policy) if policy is not None else None
     recorder, owned = _recorder(ledger, Path(out).parent)
     loaded = load_scenario(scenario_path)
     scenario: Scenario = loaded.scenario
@@ -119,8 +147,8 @@ def run(
     if update:
         scenario = scenario.model_copy(update={"llm": scenario.llm.model_copy(update=update)})
     if seed is not None:
-        if seed < 0:
-            raise InputError("seed must not be negative", expected="an integer ≥ 0")
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= INT64_MAX:
+            raise InputError(f"invalid seed {seed!r}", path="seed", expected=SEED_EXPECTED)
         scenario = scenario.model_copy(update={"seed": seed})
     _check_purpose(purpose)
     checks = recorder.run_checks(loaded.scenario, purpose=purpose, file=scenario_path)
@@ -135,7 +163,12 @@ def run(
     else:
         refuse_unpublished(checks, None, [], file=scenario_path)
     result = run_scenario(
-        scenario, out, asset_root=loaded.asset_root, provider=provider, checks=checks
+        scenario,
+        out,
+        asset_root=loaded.asset_root,
+        provider=provider,
+        checks=checks,
+        resources=resources,
     )
     recorder.record_runs([out])
     _finish(recorder, owned)
@@ -382,28 +415,6 @@ def serve(site_dir: str | Path, *, host: str = "127.0.0.1", port: int = 8000) ->
             expected="a site built by `snakemake` or `simreport site`",
         )
     serve_site(root, host=host, port=port)
-
-
-def check_output_dir(out: str | Path, *, name: str = "out") -> None:
-    """Refuse an output folder that cannot be one, before anything is written: an empty path
-    (which would mean the current folder), an existing file, or a path under a file. `name` is
-    how the caller spells the setting."""
-    if str(out).strip() == "":
-        raise InputError(
-            "the output folder is empty", path=name, expected="a folder path, e.g. results/x"
-        )
-    path = Path(out)
-    if path.exists() and not path.is_dir():
-        raise InputError("is a file, not a folder", file=path, expected=f"a folder path for {name}")
-    parent = path.parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    if parent.exists() and not parent.is_dir():
-        raise InputError(
-            f"{parent} is a file, so no folder can be made under it",
-            file=path,
-            expected=f"a folder path for {name}",
-        )
 
 
 def _analyse_if_available(audit_dir: Path, include_incomplete: bool | None) -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
-from .core.arguments import positive_int
+from .core.arguments import count, int64, positive_int
 from .core.errors import (
     EXIT_INPUT,
     EXIT_INTERNAL,
@@ -45,7 +45,7 @@ MAX_RUNS_HELP = "allow a plan of up to N runs (conditions × replications; raise
 def _check_options(args: argparse.Namespace) -> None:
     """Refuse an output folder that cannot be one and provider or base URL overrides that every
     run would fail on, naming the option, before anything is written."""
-    from .api import check_output_dir
+    from .core.files import check_output_dir
     from .harness.runner import check_llm_access
 
     if getattr(args, "out", None) is not None:
@@ -147,6 +147,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         base_url=args.base_url,
         ledger=recorder,
         purpose=args.purpose,
+        policy=args.policy,
     )
     if result.failure is not None:
         failure = result.failure
@@ -467,10 +468,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="run one scenario into a directory")
     p.add_argument("scenario")
     p.add_argument("--out", required=True)
-    p.add_argument("--seed", type=int)
+    p.add_argument("--seed", type=count, metavar="N", help="override the scenario's seed")
     p.add_argument("--provider")
     p.add_argument("--model", help="override llm.model")
     p.add_argument("--base-url", help="override llm.baseUrl (HTTP providers)")
+    p.add_argument(
+        "--policy",
+        metavar="FILE",
+        help="an execution policy declaring the model endpoints and simulators the scenario "
+        "names (llm.endpoint, simulator.name), as the run service's --policy",
+    )
     p.add_argument("--allow-failure", action="store_true", help="exit 0 even when the run failed")
     p.add_argument(
         "--purpose",
@@ -484,7 +491,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("conditions", help="list a plan's conditions without running")
     p.add_argument("plan")
-    p.add_argument("--replications", type=int)
+    p.add_argument("--replications", type=int64)
     p.add_argument("--max-runs", type=positive_int, metavar="N", help=MAX_RUNS_HELP)
     p.add_argument("--json", action="store_true")
     p.add_argument(
@@ -507,10 +514,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("audit", help="run an audit plan, then analyse and report")
     p.add_argument("plan")
     p.add_argument("--out", help="audit directory (default results/<plan-id>)")
-    p.add_argument("--replications", type=int)
+    p.add_argument("--replications", type=int64)
     p.add_argument("--max-runs", type=positive_int, metavar="N", help=MAX_RUNS_HELP)
     p.add_argument(
-        "--concurrency", type=int, help="run processes (capped at 4 per core; default: the plan's)"
+        "--concurrency",
+        type=int64,
+        help="run processes (capped at 4 per core; default: the plan's)",
     )
     p.add_argument("--provider", help="override every run's provider")
     p.add_argument("--model", help="override every run's model (plans without `models`)")
@@ -567,7 +576,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("serve", help="serve a built site on this machine")
     p.add_argument("site_dir", nargs="?", default="site")
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=int64, default=8000)
     p.set_defaults(func=cmd_serve)
 
     from . import kernel

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from .core.arguments import int64
 from .core.errors import EXIT_OK, EXIT_RUN_FAILED, InputError
 from .core.redaction import redact_url
 from .kernel.providers.base import ChatRequest, Message, ProviderError
@@ -292,7 +293,7 @@ def register_cli(subparsers: Any) -> None:
     p.add_argument("--api-key-env", help="environment variable holding the API key")
     p.add_argument(
         "--parallel",
-        type=int,
+        type=int64,
         help=f"requests fired at once in the concurrency check (default ${ENV_MAX_CONCURRENCY} or "
         f"{DEFAULT_MAX_CONCURRENCY})",
     )

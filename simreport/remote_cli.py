@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .core.arguments import count, positive_int
 from .core.errors import EXIT_OK, InputError
 from .core.versions import DEFAULT_PURPOSE, PURPOSES
 from .ledger.cli import _print_json, _short, _table
@@ -60,7 +61,7 @@ def register_cli(sub: Any) -> None:
         )
         p.add_argument(
             "--retries",
-            type=_count,
+            type=count,
             default=5,
             metavar="N",
             help="retries of one request on 429, 503 or a lost connection (default: 5)",
@@ -100,7 +101,7 @@ def register_cli(sub: Any) -> None:
         help="surrogate, hybrid or isolated_real (default: surrogate)",
     )
     p.add_argument(
-        "--seed", type=_count, metavar="N", help="the run's seed (default: the scenario's)"
+        "--seed", type=count, metavar="N", help="the run's seed (default: the scenario's)"
     )
     p.add_argument(
         "--purpose",
@@ -110,13 +111,13 @@ def register_cli(sub: Any) -> None:
     )
     p.add_argument(
         "--budget-calls",
-        type=_positive_int,
+        type=positive_int,
         metavar="N",
         help="most tool calls by the agent (the scenario's budget.maxToolCalls)",
     )
     p.add_argument(
         "--budget-turns",
-        type=_positive_int,
+        type=positive_int,
         metavar="N",
         help="most user turns (the scenario's budget.maxTurns)",
     )
@@ -137,7 +138,7 @@ def register_cli(sub: Any) -> None:
     p.add_argument("--follow", action="store_true", help="keep printing events until the run ends")
     p.add_argument(
         "--after-seq",
-        type=_count,
+        type=count,
         default=0,
         metavar="N",
         help="only events after this sequence number (default: 0, from the first)",
@@ -480,21 +481,4 @@ def _positive_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"must be a positive number, not {text!r}")
-    return value
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, not {text!r}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    value = _count(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more, not {text!r}")
     return value

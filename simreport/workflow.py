@@ -28,8 +28,8 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from .core.canonical import content_hash, pretty_json, sha256_text
-from .core.errors import InputError
-from .core.files import write_atomic
+from .core.errors import InputError, SchemaError, ValidationIssue, join_path
+from .core.files import Document, check_output_dir, load_document, write_atomic
 from .core.fingerprint import code_fingerprint, package_files
 from .core.schema import RunResult
 from .harness import (
@@ -60,6 +60,8 @@ if TYPE_CHECKING:
 DEFAULT_STORE = ".store"
 CONFIG_FILE = "config/config.yaml"
 """Where the Snakefile reads the config from; errors about the config name it."""
+CONFIG_SCHEMA = "config/schema.yaml"
+"""The JSON Schema the Snakefile validates the config against, in the workflow's folder."""
 
 
 @dataclass(frozen=True)
@@ -205,6 +207,8 @@ def load_workflow(
     site_dir = Path(config.get("site", "site"))
     store_dir = Path(config.get("store") or results_dir / DEFAULT_STORE)
     shared = _globals(config, config_file)
+    for key, folder in (("results", results_dir), ("site", site_dir), ("store", store_dir)):
+        _check_folder(key, folder, config_file)
     plan_files = [base / str(entry) for entry in config.get("plans") or []]
     plan_ids = [plan_id_of(plan_file) for plan_file in plan_files]
     per_plan = _per_plan(config, config_file, plan_ids)
@@ -248,6 +252,46 @@ def load_workflow(
         workers=_workers(config.get("workers"), config_file),
         ledger=ledger_of(config, results_dir, config_file),
     )
+
+
+def _check_folder(key: str, folder: Path, config_file: str | Path) -> None:
+    """Refuse a config folder that cannot be one (a file, a path under a file), naming the key.
+    Nothing is made to try it: other build processes may be writing there."""
+    try:
+        check_output_dir(folder, name=key, try_making=False)
+    except InputError as exc:
+        raise InputError(
+            f"{folder}: {exc.message}", file=config_file, path=key, expected=exc.expected
+        ) from None
+
+
+def validate_config(document: Document, root: str | Path = ".") -> Workflow:
+    """Check a workflow config file as a build would before its first job (`simreport validate`
+    on a config from elsewhere): against the workflow's JSON Schema (`CONFIG_SCHEMA` under
+    `root`, the workflow's folder, where its plan paths resolve too), then every plan it names,
+    loaded and expanded. Raises SchemaError or InputError naming the file, its line and key."""
+    import jsonschema
+
+    schema_file = Path(root) / CONFIG_SCHEMA
+    if not schema_file.is_file():
+        raise InputError(
+            "no workflow here to check the config against",
+            file=schema_file,
+            expected="the workflow's folder as the current folder: its Snakefile and "
+            f"{CONFIG_SCHEMA} are there, and the config's plan paths resolve there",
+        )
+    schema = load_document(schema_file).data
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    problems = sorted(
+        validator.iter_errors(document.data), key=lambda e: [str(p) for p in e.absolute_path]
+    )
+    if problems:
+        issues = [
+            ValidationIssue(join_path(*problem.absolute_path), problem.message)
+            for problem in problems
+        ]
+        raise SchemaError(issues, file=document.path, line=document.line_of(issues[0].path))
+    return load_workflow(document.data, root, config_file=document.path)
 
 
 def ledger_of(config: Mapping[str, Any], results_dir: Path, config_file: str | Path) -> str | None:

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import settings
+from ledgers import POSTGRES_URL, fresh_ledger
 
 # Property-based tests draw the same examples on every run, so CI never fails by chance: a new
 # counterexample comes from widening a strategy, never from the clock.
@@ -53,10 +52,6 @@ def audit(audit_dir: Path) -> dict[str, Any]:
     return loaded
 
 
-POSTGRES_URL = os.environ.get("SIMREPORT_TEST_POSTGRES_URL", "")
-"""A PostgreSQL server for the ledger tests (tests/cluster/postgres.sh starts one; .ci/run too)."""
-
-
 @pytest.fixture(
     params=[
         "sqlite",
@@ -71,7 +66,7 @@ POSTGRES_URL = os.environ.get("SIMREPORT_TEST_POSTGRES_URL", "")
 def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """The URL of a fresh, empty ledger, once on SQLite and once on PostgreSQL: a new file, or
     a new database on the server SIMREPORT_TEST_POSTGRES_URL names, dropped afterwards."""
-    with _fresh_ledger(request.param, tmp_path / "ledger.sqlite") as url:
+    with fresh_ledger(request.param, tmp_path / "ledger.sqlite") as url:
         yield url
 
 
@@ -79,28 +74,8 @@ def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 def second_ledger_url(ledger_url: str, tmp_path: Path) -> Iterator[str]:
     """Another fresh ledger on the database `ledger_url` is on."""
     kind = "sqlite" if ledger_url.startswith("sqlite") else "postgresql"
-    with _fresh_ledger(kind, tmp_path / "second.sqlite") as url:
+    with fresh_ledger(kind, tmp_path / "second.sqlite") as url:
         yield url
-
-
-@contextmanager
-def _fresh_ledger(kind: str, sqlite_file: Path) -> Iterator[str]:
-    if kind == "sqlite":
-        yield f"sqlite:///{sqlite_file}"
-        return
-    import sqlalchemy as sa
-
-    server = sa.engine.make_url(POSTGRES_URL)
-    name = f"ledger_test_{uuid.uuid4().hex[:12]}"
-    admin = sa.create_engine(server, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-    try:
-        yield server.set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.dispose()
 
 
 @pytest.fixture

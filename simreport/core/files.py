@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from .canonical import pretty_json
-from .errors import DocumentError, join_path
+from .errors import DocumentError, InputError, join_path
 
 ALIAS_EXPANSION_LIMIT = 100_000
 """How many nodes YAML aliases may add to a document beyond those written out, each use of an
@@ -143,7 +143,7 @@ def _parse_json(text: str, path: Path, allow_controls: bool) -> Document:
         ) from None
     if duplicated or not allow_controls:
         twice = {id(obj): key for obj, key in reversed(duplicated)}
-        for dotted, value in _json_values(data):
+        for dotted, value in json_values(data):
             if isinstance(value, dict) and id(value) in twice:
                 # json has no positions to give; the path finds the object all the same.
                 raise DocumentError(
@@ -162,7 +162,7 @@ def _parse_json(text: str, path: Path, allow_controls: bool) -> Document:
     return Document(path, data)
 
 
-def _json_values(data: Any) -> Iterator[tuple[str, Any]]:
+def json_values(data: Any) -> Iterator[tuple[str, Any]]:
     """Every value of a JSON document with its dotted path, in document order."""
     stack: list[tuple[str, Any]] = [("", data)]
     while stack:
@@ -322,6 +322,54 @@ class _NodeWalk:
                     expected="each key once in a mapping",
                 )
             first_line[key] = line
+
+
+def check_output_dir(out: str | Path, *, name: str = "out", try_making: bool = True) -> None:
+    """Refuse an output folder that cannot be one, before anything is written: an empty path
+    (which would mean the current folder), an existing file, a path under a file, and (with
+    `try_making`) a folder the machine will not let this process make or write in (`/proc/x`,
+    a read-only mount): a new one is made and removed again, an existing one gets a temporary
+    file. `name` is how the caller spells the setting."""
+    if str(out).strip() == "":
+        raise InputError(
+            "the output folder is empty", path=name, expected="a folder path, e.g. results/x"
+        )
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise InputError("is a file, not a folder", file=path, expected=f"a folder path for {name}")
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if parent.exists() and not parent.is_dir():
+        raise InputError(
+            f"{parent} is a file, so no folder can be made under it",
+            file=path,
+            expected=f"a folder path for {name}",
+        )
+    if try_making:
+        _try_making(path, name)
+
+
+def _try_making(path: Path, name: str) -> None:
+    made: list[Path] = []
+    try:
+        for folder in reversed([path, *path.parents]):
+            if not folder.exists():
+                with contextlib.suppress(FileExistsError):  # made meanwhile: not ours to remove
+                    folder.mkdir()
+                    made.append(folder)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as exc:
+        raise InputError(
+            f"cannot write a folder here: {exc.strerror or exc}",
+            file=path,
+            expected=f"a folder path for {name} on a filesystem this user may write to",
+        ) from None
+    finally:
+        for folder in reversed(made):
+            with contextlib.suppress(OSError):
+                folder.rmdir()
 
 
 def write_atomic(path: str | Path, data: str | bytes, *, durable: bool = True) -> None:

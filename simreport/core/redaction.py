@@ -9,8 +9,10 @@ here never raise, whatever they are handed, because they sit on the paths that r
 from __future__ import annotations
 
 import base64
+import json
 import re
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, unquote_plus
 
@@ -135,14 +137,167 @@ def url_secrets(url: str | None) -> tuple[str, ...]:
     return tuple(sorted(unique, key=lambda s: (-len(s), s)))
 
 
-def redact_secrets(text: str, secrets: Iterable[str | None]) -> str:
-    """`text` with each of `secrets` (longest first) blanked out, then every URL in it redacted."""
+def secret_forms(secret: str) -> set[str]:
+    """The ways `secret` can appear in text: as it is, and as an error message or a document
+    quotes it — escaped as Python quotes a string or bytes (a header value an HTTP library
+    refuses: `b'Bearer abc\\n…'`), as JSON quotes it, and, for a value of several lines, each
+    of its lines long enough not to be a word."""
+    forms = {secret}
     try:
-        for secret in sorted((s for s in secrets if s), key=len, reverse=True):
-            text = text.replace(secret, TEXT_MARK)
+        forms.add(repr(secret)[1:-1])
+        forms.add(json.dumps(secret)[1:-1])
+        forms.add(json.dumps(secret, ensure_ascii=False)[1:-1])
+        raw = secret.encode("utf-8", "backslashreplace")
+        forms.add(repr(raw)[2:-1])
+        if "\n" in secret or "\r" in secret:
+            forms.update(
+                line.strip() for line in secret.splitlines() if len(line.strip()) >= _MIN_LINE
+            )
+    except Exception:
+        pass
+    return {f for f in forms if len(f) >= _MIN_SECRET_LENGTH}
+
+
+_MIN_LINE = 8
+"""The shortest line of a secret of several lines that is blanked out on its own."""
+
+
+def redact_secrets(text: str, secrets: Iterable[str | None]) -> str:
+    """`text` with each of `secrets` blanked out in every form it may be quoted in
+    (`secret_forms`, longest first), then every URL in it redacted."""
+    try:
+        forms: set[str] = set()
+        for secret in secrets:
+            if secret:
+                forms |= secret_forms(secret)
+        for form in sorted(forms, key=len, reverse=True):
+            text = text.replace(form, TEXT_MARK)
     except Exception:
         return MARK
     return redact_text(text)
+
+
+MIN_ENVIRONMENT_SECRET = 8
+"""The shortest value of an environment variable that `environment_secrets` takes: shorter ones
+(`1`, `true`, a port) would blank out ordinary words and numbers wherever they appear."""
+
+
+_CREDENTIAL_WORDS = frozenset(
+    {
+        "KEY",
+        "KEYS",
+        "APIKEY",
+        "TOKEN",
+        "TOKENS",
+        "SECRET",
+        "SECRETS",
+        "PASSWORD",
+        "PASSWD",
+        "PASS",
+        "PWD",
+        "CREDENTIAL",
+        "CREDENTIALS",
+        "AUTH",
+        "SIGNATURE",
+        "SESSION",
+    }
+)
+_NOT_CREDENTIALS = frozenset({"PWD", "OLDPWD"})
+"""The shell's working folders: named like a password, holding a path."""
+
+
+def is_credential_variable(name: str) -> bool:
+    """Whether an environment variable's name says it holds a credential: one of its words
+    (split at `_`, `-` and `.`) is KEY, TOKEN, SECRET, PASSWORD, CREDENTIALS, AUTH, … or ends
+    like one (`GITHUBTOKEN`, `OPENAI_APIKEY`); `PWD` and `OLDPWD` are the shell's folders."""
+    upper = name.upper()
+    if upper in _NOT_CREDENTIALS:
+        return False
+    words = [w for w in re.split(r"[_.\-]", upper) if w]
+    return any(
+        w in _CREDENTIAL_WORDS or w.endswith(("KEY", "TOKEN", "SECRET", "PASSWORD")) for w in words
+    )
+
+
+def environment_secrets(environ: Mapping[str, str], names: Iterable[str] = ()) -> list[str]:
+    """The values of the variables of `environ` that hold credentials: those `names` names (a
+    model endpoint's key variable, the variable holding API tokens) and those whose name says
+    so (`DB_PASSWORD`, `OPENAI_API_KEY`, `GITHUB_TOKEN`, …; `is_credential_variable`). A value
+    that is the path of a file or folder points at a secret (a key file, an agent's socket)
+    rather than holding one, and is left out with the values too short to look for."""
+    wanted = set(names)
+    found = {
+        value.strip()
+        for name, value in environ.items()
+        if name in wanted or is_credential_variable(name)
+    }
+    return sorted(v for v in found if len(v) >= MIN_ENVIRONMENT_SECRET and not _names_a_path(v))
+
+
+def _names_a_path(value: str) -> bool:
+    if not value.startswith(("/", "~")) or any(c.isspace() for c in value):
+        return False
+    try:
+        return Path(value).expanduser().exists()
+    except (OSError, ValueError):
+        return False
+
+
+class Scrubber:
+    """Blanks out a fixed set of secrets, in every form they may be quoted in (`secret_forms`),
+    from text, JSON-like documents and files: the guard a run's data passes before others read
+    it. One pattern finds them all, so text that holds none (nearly all) costs one search."""
+
+    def __init__(self, secrets: Iterable[str | None] = ()) -> None:
+        forms: set[str] = set()
+        for secret in secrets:
+            if secret:
+                forms |= secret_forms(secret)
+        # Longest first: where two forms start at the same place, the longer is blanked whole.
+        ordered = sorted(forms, key=lambda f: (-len(f), f))
+        self.forms = tuple(ordered)
+        alternatives = "|".join(re.escape(f) for f in ordered)
+        self._pattern = re.compile(alternatives) if ordered else None
+        self._bytes = re.compile(alternatives.encode("utf-8")) if ordered else None
+
+    def __bool__(self) -> bool:
+        return self._pattern is not None
+
+    def found(self, text: str) -> bool:
+        """Whether `text` holds a secret (JSON text included: its escaped forms are forms)."""
+        return self._pattern is not None and self._pattern.search(text) is not None
+
+    def text(self, text: str) -> str:
+        """`text` with every secret blanked out."""
+        return self._pattern.sub(TEXT_MARK, text) if self._pattern is not None else text
+
+    def document(self, doc: Any) -> Any:
+        """`doc` (plain JSON) with every secret blanked out of its strings and keys; `doc`
+        itself when it holds none."""
+        if self._pattern is None or not self.found(json.dumps(doc, ensure_ascii=False)):
+            return doc
+        return self._walk(doc)
+
+    def _walk(self, doc: Any) -> Any:
+        if isinstance(doc, str):
+            return self.text(doc)
+        if isinstance(doc, Mapping):
+            return {
+                (self.text(k) if isinstance(k, str) else k): self._walk(v) for k, v in doc.items()
+            }
+        if isinstance(doc, (list, tuple)):
+            return [self._walk(v) for v in doc]
+        return doc
+
+    def files_holding(self, root: Path) -> list[Path]:
+        """The files under `root` that hold a secret."""
+        if self._bytes is None:
+            return []
+        return [
+            path
+            for path in sorted(root.rglob("*"))
+            if path.is_file() and self._bytes.search(path.read_bytes()) is not None
+        ]
 
 
 def redact_document(doc: Any) -> Any:
@@ -166,11 +321,14 @@ def redact_document(doc: Any) -> Any:
 __all__ = [
     "MARK",
     "TEXT_MARK",
+    "Scrubber",
+    "environment_secrets",
     "is_redacted",
     "is_secret_name",
     "redact_document",
     "redact_secrets",
     "redact_text",
     "redact_url",
+    "secret_forms",
     "url_secrets",
 ]

@@ -21,8 +21,12 @@ from pydantic.alias_generators import to_camel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from .canonical import canonical_json, parse_number
+from .values import HttpUrl, Int64, Name, Number
 
 SCHEMA_VERSION = 1
+
+RESOURCE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+"""How a model endpoint or an external simulator the operator declared is named."""
 
 JsonValue = Any
 
@@ -107,7 +111,7 @@ class CategoricalField(Model):
     values: list[str | int | float | bool] = Field(
         ..., min_length=1, description="The values the field can take."
     )
-    weights: list[float] | None = Field(
+    weights: list[Number] | None = Field(
         None, description="Relative weights, one per value; equal weights when omitted."
     )
 
@@ -127,8 +131,8 @@ class UniformField(Model):
     """A numeric persona field drawn uniformly from [low, high]."""
 
     kind: Literal["uniform"] = Field(description="Sampling rule.")
-    low: float = Field(description="Lower bound.")
-    high: float = Field(description="Upper bound.")
+    low: Number = Field(description="Lower bound.")
+    high: Number = Field(description="Upper bound.")
     integer: bool = Field(False, description="Draw whole numbers (both bounds included).")
 
     @model_validator(mode="after")
@@ -142,10 +146,10 @@ class NormalField(Model):
     """A numeric persona field drawn from a normal distribution, clipped to optional bounds."""
 
     kind: Literal["normal"] = Field(description="Sampling rule.")
-    mean: float = Field(description="Mean.")
-    sd: float = Field(ge=0, description="Standard deviation.")
-    low: float | None = Field(None, description="Clip draws below this value.")
-    high: float | None = Field(None, description="Clip draws above this value.")
+    mean: Number = Field(description="Mean.")
+    sd: Number = Field(ge=0, description="Standard deviation.")
+    low: Number | None = Field(None, description="Clip draws below this value.")
+    high: Number | None = Field(None, description="Clip draws above this value.")
 
 
 class ConstantField(Model):
@@ -175,7 +179,7 @@ def _allow_field_shorthand(schema: dict[str, Any]) -> None:
 class Population(Model):
     """Who takes part: how many agents and how their persona fields are sampled."""
 
-    n: int = Field(2, ge=1, le=1_000_000, description="Number of agents.")
+    n: Int64 = Field(2, ge=1, le=1_000_000, description="Number of agents.")
     fields: dict[str, FieldSpec] = Field(
         default_factory=dict,
         description=(
@@ -215,19 +219,31 @@ class LLMConfig(Model):
     model: str = Field(
         "offline-base", min_length=1, description="Model name; offline accepts any name."
     )
-    temperature: float = Field(
+    temperature: Number = Field(
         0.7, ge=0, le=2, description="Sampling temperature; forced to 0 inside an audit."
     )
-    max_tokens: int = Field(64, ge=1, description="Completion token limit per decision.")
-    max_prompt_tokens: int = Field(
+    max_tokens: Int64 = Field(64, ge=1, description="Completion token limit per decision.")
+    max_prompt_tokens: Int64 = Field(
         8192, ge=16, description="Prompt token limit; longer prompts fail the decision."
     )
-    base_url: str | None = Field(None, description="Endpoint for HTTP providers.")
+    base_url: HttpUrl | None = Field(
+        None, description="Endpoint for HTTP providers: an http(s) URL with a host."
+    )
     api_key_env: str | None = Field(
         None, description="Name of the environment variable that holds the API key."
     )
-    timeout_seconds: float = Field(60.0, gt=0, description="Per-request timeout.")
-    budget_calls: int | None = Field(
+    endpoint: str | None = Field(
+        None,
+        exclude_if=lambda value: value is None,
+        pattern=RESOURCE_NAME,
+        description=(
+            "A model endpoint the operator declared (the run service's policy, or `simreport "
+            "run --policy`), named instead of provider, baseUrl and apiKeyEnv: its provider is "
+            "openai, its URL and key are the operator's."
+        ),
+    )
+    timeout_seconds: Number = Field(60.0, gt=0, description="Per-request timeout.")
+    budget_calls: Int64 | None = Field(
         None,
         ge=1,
         description=(
@@ -235,7 +251,7 @@ class LLMConfig(Model):
             "BudgetExhausted."
         ),
     )
-    budget_tokens: int | None = Field(
+    budget_tokens: Int64 | None = Field(
         None,
         ge=1,
         description=(
@@ -243,6 +259,37 @@ class LLMConfig(Model):
             "BudgetExhausted."
         ),
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _endpoint_is_openai(cls, data: Any) -> Any:
+        # A named endpoint speaks the OpenAI protocol: a document that names one and no
+        # provider reads as what it is, not as the offline stand-in.
+        named = isinstance(data, Mapping) and data.get("endpoint") is not None
+        if named and "provider" not in data:
+            return {**data, "provider": "openai"}
+        return data
+
+    @model_validator(mode="after")
+    def _endpoint_alone(self) -> LLMConfig:
+        if self.endpoint is None:
+            return self
+        given = [
+            key
+            for key, value in (("baseUrl", self.base_url), ("apiKeyEnv", self.api_key_env))
+            if value is not None
+        ]
+        if given:
+            raise ValueError(
+                f"an endpoint brings its own URL and key: remove {' and '.join(given)}, or "
+                "the endpoint"
+            )
+        if self.provider != "openai":
+            raise ValueError(
+                f"an endpoint speaks the OpenAI protocol: provider {self.provider!r} cannot "
+                "use it (leave provider out, or set it to openai)"
+            )
+        return self
 
 
 class PromptConfig(Model):
@@ -291,7 +338,7 @@ class ExecutorConfig(Model):
     """Which agents are driven by what: a language model or a fixed rule."""
 
     kind: Literal["llm", "rule"] = Field("llm", description="llm or rule.")
-    agents: Literal["all", "rest"] | list[int] = Field(
+    agents: Literal["all", "rest"] | list[Int64] = Field(
         "all",
         description="Agent indices, 'all', or 'rest' for every agent no other executor names.",
     )
@@ -315,7 +362,7 @@ class Hypothesis(Model):
     outcomes: dict[str, Literal["increase", "decrease"]] = Field(
         default_factory=dict, description="Metric name → expected direction."
     )
-    target_distribution: dict[str, dict[str, float]] | None = Field(
+    target_distribution: dict[str, dict[str, Number]] | None = Field(
         None, description="Distribution name → category → probability."
     )
 
@@ -360,19 +407,35 @@ class PlanHypothesis(Hypothesis):
 class SimulatorConfig(Model):
     """An external simulator run as a command instead of a built-in world."""
 
-    command: list[str] = Field(
-        ...,
+    command: list[str] | None = Field(
+        None,
         min_length=1,
+        exclude_if=lambda value: value is None,
         description=(
             "Program and arguments; simreport appends --config, --seed and --out. Arguments that "
             "name files next to the scenario are resolved there and hashed into the manifest."
         ),
     )
-    timeout_seconds: float = Field(300.0, gt=0, description="Kill the command after this long.")
+    name: str | None = Field(
+        None,
+        exclude_if=lambda value: value is None,
+        pattern=RESOURCE_NAME,
+        description=(
+            "A simulator the operator declared (the run service's policy, or `simreport run "
+            "--policy`), named instead of a command."
+        ),
+    )
+    timeout_seconds: Number = Field(300.0, gt=0, description="Kill the command after this long.")
     metrics: list[str] = Field(default_factory=list, description="Metric names it reports.")
     distributions: list[str] = Field(
         default_factory=list, description="Distribution names it reports."
     )
+
+    @model_validator(mode="after")
+    def _command_or_name(self) -> SimulatorConfig:
+        if (self.command is None) == (self.name is None):
+            raise ValueError("give exactly one of `command` and `name`")
+        return self
 
 
 def _absent(value: Any) -> bool:
@@ -382,7 +445,7 @@ def _absent(value: Any) -> bool:
 class Scenario(Model):
     """One simulated world, ready for the kernel."""
 
-    name: str | None = Field(None, description="A short name for reports.")
+    name: Name | None = Field(None, description="A short name for reports.")
     description: str | None = Field(None, description="Free text.")
     world: str | None = Field(
         None, description="Built-in world: prisoners_dilemma, echo_chamber, refund_desk."
@@ -390,12 +453,14 @@ class Scenario(Model):
     simulator: SimulatorConfig | None = Field(
         None, description="External simulator, instead of `world`."
     )
-    steps: int = Field(10, ge=1, le=100_000, description="Number of steps (rounds, ticks).")
-    seed: int = Field(0, ge=0, description="Root seed of the run.")
-    seed_path: list[int] = Field(
+    steps: Int64 = Field(10, ge=1, le=100_000, description="Number of steps (rounds, ticks).")
+    seed: Int64 = Field(0, ge=0, description="Root seed of the run.")
+    seed_path: list[Int64] = Field(
         default_factory=list, description="Seed lineage: indices appended by the harness."
     )
-    replication_id: int | None = Field(None, ge=0, description="Replication index, set by audits.")
+    replication_id: Int64 | None = Field(
+        None, ge=0, description="Replication index, set by audits."
+    )
     population: Population = Field(default_factory=Population, description="The agents.")
     llm: LLMConfig = Field(default_factory=LLMConfig, description="Provider and model.")
     prompt: PromptConfig = Field(default_factory=PromptConfig, description="Prompt representation.")
@@ -564,8 +629,7 @@ class AuditPlan(Model):
     design: Literal["one_at_a_time", "full_factorial"] = Field(
         "one_at_a_time", description="How axes combine into conditions."
     )
-    # Strict: `replications: true` or `"3"` is a mistake to report, not a number to guess.
-    replications: int = Field(1, strict=True, gt=0, description="Runs per condition.")
+    replications: Int64 = Field(1, gt=0, description="Runs per condition.")
     models: list[Annotated[str, Field(min_length=1)]] = Field(
         default_factory=list,
         description="Models; each becomes a variant of every condition.",
@@ -587,9 +651,7 @@ class AuditPlan(Model):
             "version runs, is recorded as such, and never enters a regression conclusion."
         ),
     )
-    concurrency: int = Field(
-        1, strict=True, gt=0, description="Runs in flight; not part of the hash."
-    )
+    concurrency: Int64 = Field(1, gt=0, description="Runs in flight; not part of the hash.")
     include_incomplete: bool = Field(
         False,
         strict=True,
@@ -650,7 +712,7 @@ class Integrity(Model):
     """Whether the run produced everything it should, with the counters that say so."""
 
     complete: bool = Field(description="True when nothing was lost or substituted.")
-    counters: dict[str, int] = Field(default_factory=dict, description="Counted facts.")
+    counters: dict[str, Int64] = Field(default_factory=dict, description="Counted facts.")
 
 
 SEGMENT_SIDES: dict[str, Literal["sut", "simulation"]] = {
@@ -673,10 +735,12 @@ class SegmentCost(Model):
     side: Literal["sut", "simulation"] = Field(
         description="Whose cost: the system under test's, or the simulation platform's."
     )
-    llm_calls: int = Field(0, ge=0, description="Model calls made (cache hits, replays excluded).")
-    prompt_tokens: int = Field(0, ge=0, description="Prompt tokens of those calls.")
-    completion_tokens: int = Field(0, ge=0, description="Completion tokens of those calls.")
-    operations: int = Field(
+    llm_calls: Int64 = Field(
+        0, ge=0, description="Model calls made (cache hits, replays excluded)."
+    )
+    prompt_tokens: Int64 = Field(0, ge=0, description="Prompt tokens of those calls.")
+    completion_tokens: Int64 = Field(0, ge=0, description="Completion tokens of those calls.")
+    operations: Int64 = Field(
         0,
         ge=0,
         description=(
@@ -684,7 +748,7 @@ class SegmentCost(Model):
             "the environment served, criteria evaluated, decisions of simulated agents."
         ),
     )
-    logical_ms: int = Field(
+    logical_ms: Int64 = Field(
         0, ge=0, description="Logical milliseconds of the testbed's clock spent in the segment."
     )
 
@@ -693,7 +757,7 @@ class Cost(Model):
     """What the run spent: model calls and tokens (totals, and split by segment between the
     system under test and the simulation), logical time, and the bytes of its records."""
 
-    llm_calls: int = Field(
+    llm_calls: Int64 = Field(
         0,
         ge=0,
         description=(
@@ -701,8 +765,8 @@ class Cost(Model):
             "SUT's chat requests count as its calls)."
         ),
     )
-    prompt_tokens: int = Field(0, ge=0, description="Prompt tokens, all segments.")
-    completion_tokens: int = Field(0, ge=0, description="Completion tokens, all segments.")
+    prompt_tokens: Int64 = Field(0, ge=0, description="Prompt tokens, all segments.")
+    completion_tokens: Int64 = Field(0, ge=0, description="Completion tokens, all segments.")
     segments: dict[str, SegmentCost] = Field(
         default_factory=dict,
         description=(
@@ -711,7 +775,7 @@ class Cost(Model):
             "the split existed, and in external simulators' results that leave it out."
         ),
     )
-    record_bytes: int | None = Field(
+    record_bytes: Int64 | None = Field(
         None,
         ge=0,
         description=(
@@ -739,11 +803,11 @@ class RunResult(Model):
 
     schema_version: Literal[1] = Field(1, description="Result schema version.")
     condition: str = Field(description="Condition id.")
-    replication: int = Field(ge=0, description="Replication index.")
-    seed_path: list[int] = Field(description="Seed lineage of this run.")
+    replication: Int64 = Field(ge=0, description="Replication index.")
+    seed_path: list[Int64] = Field(description="Seed lineage of this run.")
     status: RunStatus = Field(description="Execution, validity, evidence.")
     metrics: dict[str, float] = Field(default_factory=dict, description="Metric values.")
-    distributions: dict[str, dict[str, int]] = Field(
+    distributions: dict[str, dict[str, Int64]] = Field(
         default_factory=dict, description="Distribution → category → count."
     )
     integrity: Integrity = Field(description="Completeness and counters.")

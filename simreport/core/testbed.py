@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from .schema import LLMConfig, Model
+from .values import Int64, Name, Number
 
 BoundaryItem = Literal["reasoning", "tool-selection", "parameters", "recovery"]
 BOUNDARY_ITEMS: tuple[BoundaryItem, ...] = ("reasoning", "tool-selection", "parameters", "recovery")
@@ -78,8 +79,8 @@ class Identity(Model):
         description="Scenario id, stable across versions.",
     )
     version: str = Field(..., pattern=SEMVER, description="Scenario version (SemVer).")
-    labels: list[str] = Field(default_factory=list, description="Free labels, e.g. regression.")
-    owner: str | None = Field(None, description="Who answers for the scenario.")
+    labels: list[Name] = Field(default_factory=list, description="Free labels, e.g. regression.")
+    owner: Name | None = Field(None, description="Who answers for the scenario.")
     risk_level: Literal["low", "medium", "high"] = Field(
         "medium", description="Risk level; high-risk scenarios need a risk review."
     )
@@ -91,7 +92,7 @@ class Identity(Model):
             "only with `riskSignoff`."
         ),
     )
-    risk_signoff: str | None = Field(
+    risk_signoff: Name | None = Field(
         None, description="Who signed off the risk of a high-risk version that starts online."
     )
 
@@ -135,7 +136,7 @@ class SutConfig(Model):
     identity: str = Field(
         "sim-tester", min_length=1, description="The test identity the harness presents."
     )
-    timeout_seconds: float = Field(
+    timeout_seconds: Number = Field(
         30.0, gt=0, description="How long one call into the agent may take."
     )
 
@@ -169,7 +170,7 @@ class PrivateFacts(Model):
     """What the user knows; it may differ from the environment's facts (a misremembered amount)."""
 
     order_number: str | None = Field(None, description="The order number the user has.")
-    paid_amount_minor: int | None = Field(
+    paid_amount_minor: Int64 | None = Field(
         None, ge=0, description="What the user believes they paid, in minor units (cents, fen)."
     )
     currency: str = Field("CNY", min_length=3, max_length=3, description="ISO 4217 currency.")
@@ -233,7 +234,7 @@ class ReactionRule(Model):
             "`wait_ms > 120000` (variables: wait_ms, turns, agent_asks)."
         ),
     )
-    times: int = Field(
+    times: Int64 = Field(
         1, ge=1, description="Fire on the n-th time the condition holds (once per rule)."
     )
     effect: ReactionEffect = Field(..., description="The intent the user switches to.")
@@ -261,7 +262,7 @@ class UserQualityControl(Model):
     """Thresholds of the user simulator's quality control (design §四 "独立质控"), checked on every
     run's records: each says what falls short and what that does to the run."""
 
-    min_persona_consistency: float = Field(
+    min_persona_consistency: Number = Field(
         1.0,
         ge=0,
         le=1,
@@ -271,7 +272,7 @@ class UserQualityControl(Model):
             "statuses do not change (the design: mark the message, rerun or review)."
         ),
     )
-    min_reaction_compliance: float = Field(
+    min_reaction_compliance: Number = Field(
         1.0,
         ge=0,
         le=1,
@@ -280,7 +281,7 @@ class UserQualityControl(Model):
             "`violated`."
         ),
     )
-    max_visibility_violations: int = Field(
+    max_visibility_violations: Int64 = Field(
         0,
         ge=0,
         description=(
@@ -296,7 +297,7 @@ class UserQualityControl(Model):
             "the check is only reported."
         ),
     )
-    min_distinct_openings: int = Field(
+    min_distinct_openings: Int64 = Field(
         2,
         ge=1,
         description=(
@@ -305,7 +306,7 @@ class UserQualityControl(Model):
             "regression condition is flagged when its openings differ at all."
         ),
     )
-    min_distinct_paths: int = Field(
+    min_distinct_paths: Int64 = Field(
         2,
         ge=1,
         description=(
@@ -449,7 +450,7 @@ class InteractionConfig(Model):
     action_entry: str = Field(
         "create_refund", min_length=1, description="The one tool that submits the business action."
     )
-    turn_ms: int = Field(
+    turn_ms: Int64 = Field(
         20_000, ge=0, description="Logical milliseconds a user takes to read and answer."
     )
     tool_call_script: list[str] = Field(
@@ -527,7 +528,7 @@ class FaultAt(Model):
     """When a fault's window opens: at the n-th call to its target, at a user turn, or once the
     run's logical clock reaches a millisecond."""
 
-    call: int | None = Field(
+    call: Int64 | None = Field(
         None,
         ge=1,
         description=(
@@ -535,8 +536,8 @@ class FaultAt(Model):
             "Defaults to 1 when `turn` is not given either."
         ),
     )
-    turn: int | None = Field(None, ge=1, description="The user turn at which the window opens.")
-    logical_ms: int | None = Field(
+    turn: Int64 | None = Field(None, ge=1, description="The user turn at which the window opens.")
+    logical_ms: Int64 | None = Field(
         None,
         ge=0,
         description=(
@@ -564,7 +565,7 @@ class FaultAt(Model):
 class FaultRecover(Model):
     """When a fault's window closes and the service must be back to normal."""
 
-    after_hits: int | None = Field(
+    after_hits: Int64 | None = Field(
         None,
         ge=1,
         description=(
@@ -572,8 +573,8 @@ class FaultRecover(Model):
             "given)."
         ),
     )
-    turn: int | None = Field(None, ge=1, description="Recover at the start of this user turn.")
-    after_ms: int | None = Field(
+    turn: Int64 | None = Field(None, ge=1, description="Recover at the start of this user turn.")
+    after_ms: Int64 | None = Field(
         None,
         ge=1,
         description=(
@@ -655,8 +656,8 @@ class FaultTrigger(Model):
     recover: FaultRecover = Field(
         default_factory=FaultRecover, description="When the window closes."
     )
-    timeout_ms: int = Field(30_000, ge=0, description="Logical milliseconds a timeout costs.")
-    delay_ms: int | None = Field(
+    timeout_ms: Int64 = Field(30_000, ge=0, description="Logical milliseconds a timeout costs.")
+    delay_ms: Int64 | None = Field(
         None,
         ge=0,
         description=(
@@ -762,9 +763,9 @@ def _number_or_duration(schema: dict[str, Any]) -> None:
 class Budget(Model):
     """Limits of one run; running out cancels it (records kept, evidence partial)."""
 
-    max_turns: int = Field(12, ge=1, description="User turns.")
-    max_tool_calls: int = Field(30, ge=1, description="Tool calls by the agent.")
-    wall_clock: float = Field(
+    max_turns: Int64 = Field(12, ge=1, description="User turns.")
+    max_tool_calls: Int64 = Field(30, ge=1, description="Tool calls by the agent.")
+    wall_clock: Number = Field(
         1200.0,
         gt=0,
         description="Real seconds (or a duration such as 20m).",
@@ -780,14 +781,14 @@ class Budget(Model):
 class ExecutionConfig(Model):
     """How the run is executed: seed, mode, budgets."""
 
-    seed: int | None = Field(
+    seed: Int64 | None = Field(
         None, ge=0, description="The scenario's seed; when given it must equal the top-level seed."
     )
     mode: Literal["surrogate"] = Field(
         "surrogate", description="surrogate (every dependency simulated; the built-in mode)."
     )
     budget: Budget = Field(default_factory=Budget, description="Turn, tool-call and time limits.")
-    max_actions_per_turn: int = Field(
+    max_actions_per_turn: Int64 = Field(
         6, ge=1, description="Agent steps (tool calls) between two user messages."
     )
 
@@ -810,8 +811,8 @@ class EvaluationRef(Model):
 class Provenance(Model):
     """Where the scenario came from and where its assets live."""
 
-    source: str | None = Field(None, description="Requirement, trace, incident or manual.")
-    reviewed_by: str | None = Field(None, description="Who reviewed it.")
+    source: Name | None = Field(None, description="Requirement, trace, incident or manual.")
+    reviewed_by: Name | None = Field(None, description="Who reviewed it.")
     incidents: list[str] = Field(default_factory=list, description="Incident references.")
     asset_library: str = Field(
         "assets", min_length=1, description="Asset library folder, relative to the scenario."

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ValidationError
 
 from .errors import SchemaError, ValidationIssue, join_path
 from .files import Document
+from .values import NAME_EXPECTED, TEXT_EXPECTED
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -35,7 +36,17 @@ _EXPECTED = {
     "greater_than": None,
     "greater_than_equal": None,
     "less_than_equal": None,
+    "finite_number": "a finite number",
+    "name_character": NAME_EXPECTED,
+    "text_character": TEXT_EXPECTED,
+    "http_url": "a URL such as http://127.0.0.1:8000/v1",
 }
+
+
+def expectation(kind: str) -> str | None:
+    """What a value should have been, for a pydantic error of type `kind` (None when its message
+    says it)."""
+    return _EXPECTED.get(kind)
 
 
 def issues_from(
@@ -79,6 +90,7 @@ def _is_union_tag(part: str) -> bool:
         "float",
         "bool",
         "list[int]",
+        "list[constrained-int]",
         "literal['all','rest']",
         "literal['all', 'rest']",
     } or part.startswith(("function-", "union["))

@@ -19,7 +19,6 @@ for the levels where the plan gives them. Labels are unique within a plan.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import hashlib
 import itertools
@@ -486,8 +485,8 @@ def _kind(value: Any) -> str | None:
 def _check_level_kinds(
     loaded: LoadedPlan, validated: dict[str, Any], combo: tuple[tuple[int, int], ...]
 ) -> None:
-    """Refuse a level the scenario accepted only by converting it: `true` for an integer, "5"
-    for a number. The validated scenario holds the converted value; its kind tells."""
+    """Refuse a level of another kind than the base scenario's value at its target: `true` for
+    an integer, "5" for a number (the schema converts neither)."""
     axes = loaded.plan.axes
     for i, j in combo:
         given = _kind(axes[i].levels[j])
@@ -521,10 +520,9 @@ def _apply(
     try:
         validated = validate_scenario(doc).to_doc()
     except InputError as exc:
-        # A converted level that the world then rejects (`true` → 1 agent) is reported as the
-        # wrong kind of level, which is the mistake to fix.
-        with contextlib.suppress(ValueError):
-            _check_level_kinds(loaded, Scenario.model_validate(doc).to_doc(), combo)
+        # A level of another kind than the value it replaces (`true` for an integer) is
+        # reported as the wrong kind of level, which is the mistake to fix.
+        _check_level_kinds(loaded, loaded.base.to_doc(), combo)
         issues = (
             list(exc.issues)
             if isinstance(exc, SchemaError)

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..core.errors import RunError
+from ..core.execution_policy import ExecutionPolicy
 from ..core.schema import LLMConfig, Scenario
 from ..core.versions import RunChecks
 from . import prompts
@@ -78,14 +79,20 @@ class RunContext:
         asset_root: Path | None = None,
         run_dir: Path | None = None,
         checks: RunChecks | None = None,
+        resources: ExecutionPolicy | None = None,
+        secrets: tuple[str, ...] = (),
     ) -> None:
         self.scenario = scenario
+        self.secrets = secrets
+        """Credentials of the run's environment that no event, record or failure may hold."""
         self.params = params
         self.provider = provider
         self.policy = policy
         self.events = events
         self.asset_root = asset_root
         self.run_dir = run_dir
+        self.resources = resources
+        """The execution policy naming the operator's endpoints and simulators (None: none)."""
         self.checks = checks if checks is not None else RunChecks()
         """What the harness asked the run to check while loading (pinned versions, purpose)."""
         """The run directory, for worlds that keep records of their own (written atomically)."""

@@ -10,16 +10,17 @@ from __future__ import annotations
 import importlib
 import sys
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..core.canonical import canonical_json, pretty_json, sha256_bytes
 from ..core.errors import InputError, RunError, SchemaError, ValidationIssue, join_path
+from ..core.execution_policy import ExecutionPolicy, resolve_llm
 from ..core.files import Document, load_document, write_atomic, write_json
 from ..core.fingerprint import code_fingerprint
-from ..core.redaction import redact_document
+from ..core.redaction import Scrubber, redact_document
 from ..core.schema import (
     SCHEMA_VERSION,
     Cost,
@@ -234,11 +235,18 @@ def run_scenario(
     keep_events: bool = True,
     checks: RunChecks | None = None,
     on_event: Callable[[dict[str, Any]], None] | None = None,
+    resources: ExecutionPolicy | None = None,
+    secrets: Sequence[str] = (),
 ) -> RunResult:
     """Run one scenario into `out_dir` and return its result; never raises for run failures.
     `checks` (from the harness) carry the run's purpose and what it must verify while loading:
     the pinned digests and review statuses of the versions it may use. `on_event` is handed
-    every event as it is emitted (a service streams them while the run proceeds)."""
+    every event as it is emitted (a service streams them while the run proceeds). `resources`:
+    the execution policy that turns the model endpoints and simulators the scenario names
+    (`llm.endpoint`, `simulator.name`) into settings; a name it does not declare fails the run
+    in LOADING. `secrets`: credentials of the run's environment (a service's worker knows
+    them), blanked out of every event, record and failure message in whatever form an error
+    quotes them, before any of it is written or handed on."""
     checks = checks if checks is not None else RunChecks()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -247,10 +255,11 @@ def run_scenario(
     root = Path(asset_root).resolve() if asset_root is not None else None
     rep = replication if replication is not None else (scenario.replication_id or 0)
     if provider is not None:
-        scenario = scenario.model_copy(
-            update={"llm": scenario.llm.model_copy(update={"provider": provider})}
-        )
-    events = EventLog(keep=keep_events, listener=on_event)
+        # A provider given for the run replaces the scenario's, and the endpoint it may name.
+        chosen = {"provider": provider, "endpoint": None}
+        scenario = scenario.model_copy(update={"llm": scenario.llm.model_copy(update=chosen)})
+    scrubber = Scrubber(secrets)
+    events = EventLog(keep=keep_events, listener=on_event, scrubber=scrubber)
     stage = "loading"
     ctx: RunContext | None = None
     result: RunResult
@@ -260,7 +269,7 @@ def run_scenario(
         # would let anyone holding the folder test guesses at a password).
         doc = redact_document(scenario.to_doc())
         write_atomic(out / "scenario.json", pretty_json(doc))
-        assets = simulator_assets(scenario, root)
+        assets = simulator_assets(scenario, root, resources)
         manifest = {
             "schemaVersion": SCHEMA_VERSION,
             "kernelVersion": KERNEL_VERSION,
@@ -278,6 +287,13 @@ def run_scenario(
             "condition": condition,
             "replication": rep,
             "purpose": checks.purpose,
+            # The operator's resources the run used, by the names they were declared under.
+            **({"endpoint": scenario.llm.endpoint} if scenario.llm.endpoint else {}),
+            **(
+                {"simulator": scenario.simulator.name}
+                if scenario.simulator is not None and scenario.simulator.name
+                else {}
+            ),
         }
         write_json(out / "manifest.json", manifest)
         if checks.purpose == "regression" and scenario.identity is None:
@@ -292,7 +308,14 @@ def run_scenario(
             from .external import run_external
 
             stage = "running"
-            result = run_external(scenario, out, condition=condition, replication=rep, root=root)
+            result = run_external(
+                scenario,
+                out,
+                condition=condition,
+                replication=rep,
+                root=root,
+                resources=resources,
+            )
         else:
             stage = "initializing"
             world_cls = WORLDS.get(scenario.world or "", path="world")
@@ -304,7 +327,7 @@ def run_scenario(
             uses_llm = any(e.kind == "llm" for e in scenario.executors)
             # A world that answers every decision from elsewhere (a replay) gets no provider.
             wanted = uses_llm and world_cls.needs_provider(scenario)
-            llm = make_provider(scenario.llm) if wanted else None
+            llm = make_provider(resolve_llm(scenario.llm, resources)) if wanted else None
             ctx = RunContext(
                 scenario,
                 params,
@@ -314,6 +337,8 @@ def run_scenario(
                 asset_root=root,
                 run_dir=out,
                 checks=checks,
+                resources=resources,
+                secrets=tuple(secrets),
             )
             world: World = world_cls(ctx, params)
             stage = "running"
@@ -336,6 +361,11 @@ def run_scenario(
         interrupted = isinstance(exc, KeyboardInterrupt)
     else:
         interrupted = False
+    if result.failure is not None and scrubber.found(result.failure.message):
+        failure = result.failure.model_copy(
+            update={"message": scrubber.text(result.failure.message)}
+        )
+        result = result.model_copy(update={"failure": failure})
     result = result.model_copy(update={"purpose": checks.purpose})
     events.emit(
         "run_finished",

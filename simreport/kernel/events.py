@@ -10,6 +10,7 @@ from typing import Any
 
 from ..core.canonical import to_plain
 from ..core.files import write_atomic
+from ..core.redaction import Scrubber
 
 
 class EventLog:
@@ -20,10 +21,16 @@ class EventLog:
     """
 
     def __init__(
-        self, *, keep: bool = True, listener: Callable[[dict[str, Any]], None] | None = None
+        self,
+        *,
+        keep: bool = True,
+        listener: Callable[[dict[str, Any]], None] | None = None,
+        scrubber: Scrubber | None = None,
     ) -> None:
         """`listener` is handed each event as it is emitted (a service streams them on); it must
-        not raise, and it never changes what is written."""
+        not raise, and it never changes what is written. `scrubber`: secrets blanked out of
+        every payload before the event is kept or handed on."""
+        self.scrubber = scrubber if scrubber else None
         self._lines: list[str] = []
         self._seq = 0
         self.content_bytes = 0
@@ -45,6 +52,9 @@ class EventLog:
             "payload": to_plain(payload),
         }
         line = json.dumps(record, separators=(",", ":"), ensure_ascii=False)
+        if self.scrubber is not None and self.scrubber.found(line):
+            record["payload"] = self.scrubber.document(record["payload"])
+            line = json.dumps(record, separators=(",", ":"), ensure_ascii=False)
         self._lines.append(line)
         clock = len(f'"wall":{json.dumps(record["wall"])},')
         duration = record["payload"].get("durationNs")

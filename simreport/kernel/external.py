@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from ..core.canonical import pretty_json
 from ..core.errors import RunError
+from ..core.execution_policy import ExecutionPolicy, resolve_simulator
 from ..core.redaction import redact_document, redact_text
 from ..core.schema import RunResult, Scenario
 from ..core.validation import issues_from
@@ -52,18 +53,25 @@ def _asset(arg: str, root: Path | None) -> Path | None:
     return candidate.resolve() if candidate.is_file() else None
 
 
-def simulator_assets(scenario: Scenario, root: Path | None) -> dict[str, Path]:
-    """Files next to the scenario that its simulator command names (hashed into the manifest)."""
+def simulator_assets(
+    scenario: Scenario, root: Path | None, resources: ExecutionPolicy | None = None
+) -> dict[str, Path]:
+    """Files that its simulator command names (hashed into the manifest): next to the scenario,
+    or of the command the execution policy declares under the simulator's name (none while the
+    name is not declared: the run fails in LOADING)."""
     if scenario.simulator is None:
         return {}
-    found = {arg: _asset(arg, root) for arg in scenario.simulator.command}
+    try:
+        command, _, _ = resolve_simulator(scenario, resources)
+    except RunError:
+        return {}
+    found = {arg: _asset(arg, root) for arg in command}
     return {arg: path for arg, path in found.items() if path is not None}
 
 
-def _command(scenario: Scenario, root: Path | None) -> list[str]:
-    assert scenario.simulator is not None
+def _command(command: list[str], root: Path | None) -> list[str]:
     out = []
-    for i, arg in enumerate(scenario.simulator.command):
+    for i, arg in enumerate(command):
         asset = _asset(arg, root)
         if asset is not None:
             out.append(str(asset))
@@ -76,17 +84,27 @@ def _command(scenario: Scenario, root: Path | None) -> list[str]:
 
 
 def _run_simulator(
-    command: list[str], *, cwd: Path | None, timeout: float, scratch: Path
+    command: list[str],
+    *,
+    cwd: Path | None,
+    timeout: float,
+    scratch: Path,
+    environment: tuple[str, ...] | None = None,
 ) -> tuple[int, bytes]:
     """Run the simulator to its end and return its exit status and stderr. It is stopped (its
     whole process group) when it outlives `timeout`, when a stop is requested, and when this
-    process exits because its parent died."""
+    process exits because its parent died. `environment`: the variables of this process it
+    gets (None: all)."""
+    env = None
+    if environment is not None:
+        env = {name: os.environ[name] for name in environment if name in os.environ}
     stderr_path = scratch / "stderr"
     with open(stderr_path, "wb") as stderr_file:
         try:
             proc = subprocess.Popen(
                 command,
                 cwd=cwd,
+                env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=stderr_file,
@@ -118,10 +136,18 @@ def _run_simulator(
 
 
 def run_external(
-    scenario: Scenario, out: Path, *, condition: str, replication: int, root: Path | None
+    scenario: Scenario,
+    out: Path,
+    *,
+    condition: str,
+    replication: int,
+    root: Path | None,
+    resources: ExecutionPolicy | None = None,
 ) -> RunResult:
-    """Run the scenario's simulator command and read back its result."""
+    """Run the scenario's simulator command (its own, or the one `resources` declares under
+    its name) and read back its result."""
     assert scenario.simulator is not None
+    own_command, timeout, environment = resolve_simulator(scenario, resources)
     sim_dir = out / "external"
     sim_dir.mkdir(exist_ok=True)
     (sim_dir / "result.json").unlink(missing_ok=True)
@@ -135,7 +161,7 @@ def run_external(
             config = Path(private) / "scenario.json"
             config.write_text(pretty_json(doc), encoding="utf-8")
         command = [
-            *_command(scenario, root),
+            *_command(own_command, root),
             "--config",
             str(config),
             "--seed",
@@ -144,7 +170,7 @@ def run_external(
             str(sim_dir.resolve()),
         ]
         returncode, stderr = _run_simulator(
-            command, cwd=root, timeout=scenario.simulator.timeout_seconds, scratch=Path(private)
+            command, cwd=root, timeout=timeout, scratch=Path(private), environment=environment
         )
     if returncode != 0:
         raise RunError(

@@ -9,6 +9,7 @@ import numpy as np
 from pydantic import Field
 
 from ..core.schema import Model
+from ..core.values import Int64, Number
 from .registry import Registry
 
 
@@ -43,7 +44,7 @@ class AllAgents(Policy):
 
 
 class BernoulliOptions(Model):
-    p: float = Field(0.5, ge=0, le=1, description="Probability that an agent acts in a step.")
+    p: Number = Field(0.5, ge=0, le=1, description="Probability that an agent acts in a step.")
 
 
 @POLICIES.register("bernoulli")
@@ -60,7 +61,7 @@ class Bernoulli(Policy):
 
 
 class RoundRobinOptions(Model):
-    per_step: int = Field(1, ge=1, description="How many agents act per step, in turn.")
+    per_step: Int64 = Field(1, ge=1, description="How many agents act per step, in turn.")
 
 
 @POLICIES.register("round_robin")

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import InputError
-from ..core.files import read_json
+from ..core.files import check_output_dir, read_json
 from ..core.schema import FailureInfo, RunResult, Scenario
 from .engine import run_scenario
 from .testbed.records import RECORDS_FILE, read_records
@@ -113,6 +113,8 @@ def _replay_error(root: Path, failure: FailureInfo | None) -> str | None:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
+    if args.out is not None:
+        check_output_dir(args.out, name="--out")
     report = replay_run(args.run_dir, args.out)
     print(report.summary())
     if report.error is not None:

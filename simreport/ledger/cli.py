@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from ..core.arguments import positive_int
+from ..core.arguments import int64, positive_int
 from ..core.errors import EXIT_INPUT, EXIT_OK
 
 if TYPE_CHECKING:
@@ -87,7 +87,7 @@ def register_cli(sub: Any) -> None:
         "evidence=unchecked, …); repeat for more",
     )
     p.add_argument("--since", metavar="WHEN", help="started since: 2026-11-30, 12h, 7d, …")
-    p.add_argument("--limit", type=int, metavar="N", help="at most N runs")
+    p.add_argument("--limit", type=int64, metavar="N", help="at most N runs")
     p.add_argument(
         "--purpose", choices=("regression", "exploration"), help="only runs made for this purpose"
     )

@@ -1159,7 +1159,10 @@ def _engine_name(run: RunDirectory) -> str:
     last file of the simulator's command (the script an interpreter runs), else the command."""
     if run.scenario.world is not None:
         return run.scenario.world
-    command = run.scenario.simulator.command if run.scenario.simulator is not None else []
+    simulator = run.scenario.simulator
+    if simulator is not None and simulator.name is not None:
+        return "external:" + simulator.name  # the operator's simulator, by the name it declared
+    command = simulator.command or [] if simulator is not None else []
     files = run.manifest.get("assets") or {}
     named = [arg for arg in command if arg in files]
     program = named[-1] if named else (command[0] if command else "simulator")

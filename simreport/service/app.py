@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..core.errors import EXIT_OK
+from ..core.values import INT64_MAX, Int64, Name, Text
 
 if TYPE_CHECKING:
     from multiprocessing.context import SpawnProcess
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from starlette.responses import JSONResponse
     from starlette.types import ASGIApp, Receive, Scope, Send
 
+    from ..core.execution_policy import ExecutionPolicy
     from .auth import Principal, Refused, Tokens
     from .config import ServiceSettings
     from .queue import Capacity, IdempotencyKey
@@ -46,7 +48,10 @@ PREFIX = "/v1/sim"
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 MAX_KEY_LENGTH = 200
 MAX_TEXT = 200
-"""The longest name, namespace, owner, version or id a request may carry."""
+"""The longest name, namespace, owner, version or id a request may carry. Names and ids hold no
+control character and no bidirectional control (`Name`); free text no control character but
+tab, newline and carriage return (`Text`): PostgreSQL cannot store NUL, and a name must read as
+what it is."""
 
 RunMode = Literal["surrogate", "hybrid", "isolated_real"]
 RiskLevel = Literal["low", "medium", "high"]
@@ -63,18 +68,18 @@ class _Body(BaseModel):
 class ScenarioRequest(_Body):
     """POST /v1/sim/scenarios."""
 
-    namespace: str = Field(min_length=1, max_length=MAX_TEXT, description="the namespace")
-    name: str = Field(min_length=1, max_length=MAX_TEXT, description="unique in its namespace")
-    owner: str = Field(min_length=1, max_length=MAX_TEXT, description="who owns the scenario")
+    namespace: Name = Field(min_length=1, max_length=MAX_TEXT, description="the namespace")
+    name: Name = Field(min_length=1, max_length=MAX_TEXT, description="unique in its namespace")
+    owner: Name = Field(min_length=1, max_length=MAX_TEXT, description="who owns the scenario")
     risk_level: RiskLevel = Field(description="high: going online needs a risk sign-off")
 
 
 class VersionRequest(_Body):
     """POST /v1/sim/scenarios/{scenario_id}/versions."""
 
-    version: str = Field(min_length=1, max_length=MAX_TEXT, description="semantic version")
+    version: Name = Field(min_length=1, max_length=MAX_TEXT, description="semantic version")
     spec: dict[str, Any] = Field(description="the scenario document (as in a scenario file)")
-    source: str | None = Field(
+    source: Name | None = Field(
         None, max_length=1000, description="where the version comes from (an incident, …)"
     )
 
@@ -82,12 +87,10 @@ class VersionRequest(_Body):
 class RunRequest(_Body):
     """POST /v1/sim/runs."""
 
-    scenario_id: str = Field(min_length=1, max_length=MAX_TEXT)
-    version: str = Field(min_length=1, max_length=MAX_TEXT, description="the scenario version")
+    scenario_id: Name = Field(min_length=1, max_length=MAX_TEXT)
+    version: Name = Field(min_length=1, max_length=MAX_TEXT, description="the scenario version")
     mode: RunMode = Field("surrogate", description="how the environment's backend runs")
-    seed: int | None = Field(
-        None, ge=0, lt=2**63, description="the run's seed (default: the scenario's)"
-    )
+    seed: Int64 | None = Field(None, ge=0, description="the run's seed (default: the scenario's)")
     budget: dict[str, Any] | None = Field(
         None, description="limits replacing the scenario's execution.budget (maxTurns, …)"
     )
@@ -101,8 +104,8 @@ class ReviewRequest(_Body):
     """POST /v1/sim/scenarios/{scenario_id}/versions/{version}:{action} (beyond the seed: the
     review steps of `simreport review`, taken by the token's name)."""
 
-    note: str | None = Field(None, max_length=1000, description="kept with the step")
-    risk_signoff: str | None = Field(
+    note: Text | None = Field(None, max_length=1000, description="kept with the step")
+    risk_signoff: Name | None = Field(
         None,
         min_length=1,
         max_length=MAX_TEXT,
@@ -113,7 +116,7 @@ class ReviewRequest(_Body):
 class CancelRequest(_Body):
     """POST /v1/sim/runs/{run_id}:cancel."""
 
-    reason: str = Field(min_length=1, max_length=1000, description="why, kept with the run")
+    reason: Text = Field(min_length=1, max_length=1000, description="why, kept with the run")
 
 
 # --------------------------------------------------------------------------- answers
@@ -232,10 +235,17 @@ OPEN_PATHS = frozenset({"/healthz", "/openapi.json"})
 class _Service:
     """What the routes share: the settings, the tokens and the ledger."""
 
-    def __init__(self, settings: "ServiceSettings", tokens: "Tokens", engine: "Engine") -> None:
+    def __init__(
+        self,
+        settings: "ServiceSettings",
+        tokens: "Tokens",
+        engine: "Engine",
+        policy: "ExecutionPolicy",
+    ) -> None:
         self.settings = settings
         self.tokens = tokens
         self.engine = engine
+        self.policy = policy
 
     def write(
         self,
@@ -310,7 +320,7 @@ def create_app(
     settings' file and variable; `environ` replaces os.environ) and connects to the ledger,
     creating or upgrading it, so a wrong setting is refused before the service listens."""
     import sqlalchemy as sa
-    from fastapi import Depends, FastAPI, Header, Query, Request
+    from fastapi import Depends, FastAPI, Header, Path, Query, Request
     from fastapi.exceptions import RequestValidationError
     from fastapi.security import HTTPBearer
     from starlette.exceptions import HTTPException
@@ -321,12 +331,14 @@ def create_app(
     from ..ledger.migrate import prepare_for_writing
     from . import queue
     from .auth import Principal, Refused, check_namespace, forbidden_namespace, load_tokens
+    from .config import load_service_policy
 
     if tokens is None:
         tokens = load_tokens(settings, environ)
+    policy = load_service_policy(settings.policy)
     engine = connect(settings.ledger)
     prepare_for_writing(engine)
-    service = _Service(settings, tokens, engine)
+    service = _Service(settings, tokens, engine, policy)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -451,6 +463,8 @@ def create_app(
         return key
 
     Key = Annotated[str, Depends(idempotency_key)]
+    # An id in the path is a name: refused (422, `path.<name>`) before it reaches the ledger.
+    Id = Annotated[Name, Path(min_length=1, max_length=MAX_TEXT)]
 
     # ----------------------------------------------------------------------- routes
 
@@ -498,7 +512,7 @@ def create_app(
         tags=["scenarios"],
     )
     def submit_version(
-        scenario_id: str,
+        scenario_id: Id,
         body: VersionRequest,
         request: Request,
         principal: Authenticated,
@@ -516,6 +530,8 @@ def create_app(
                 source=body.source,
                 created_by=principal.name,
                 idempotency=idempotency,
+                policy=policy,
+                library=settings.library_dir,
             )
             return {"status": status}
 
@@ -528,8 +544,8 @@ def create_app(
         tags=["scenarios"],
     )
     def review_version(
-        scenario_id: str,
-        version: str,
+        scenario_id: Id,
+        version: Id,
         action: Literal["submit", "approve", "publish", "retire"],
         body: ReviewRequest,
         request: Request,
@@ -586,6 +602,7 @@ def create_app(
                 idempotency=idempotency,
                 capacity=service.capacity(principal),
                 retries=settings.retry_lost_runs,
+                policy=policy,
             )
             return {"run_id": run_id, "manifest_id": manifest_id}
 
@@ -597,7 +614,7 @@ def create_app(
         responses=_errors(*_READ),
         tags=["runs"],
     )
-    def get_run(run_id: str, principal: Authenticated) -> Response:
+    def get_run(run_id: Id, principal: Authenticated) -> Response:
         check_namespace(engine, principal, "run", run_id)
         return JSONResponse(queue.get_run(engine, run_id, tenant=principal.tenant))
 
@@ -608,10 +625,11 @@ def create_app(
         tags=["runs"],
     )
     def get_events(
-        run_id: str,
+        run_id: Id,
         principal: Authenticated,
         after_seq: Annotated[
-            int, Query(ge=0, description="the last seq already read (0: from the start)")
+            int,
+            Query(ge=0, le=INT64_MAX, description="the last seq already read (0: from the start)"),
         ] = 0,
         limit: Annotated[int, Query(ge=1, le=1000, description="at most this many events")] = 500,
     ) -> Response:
@@ -633,10 +651,10 @@ def create_app(
         tags=["runs"],
     )
     def get_evidence(
-        run_id: str,
+        run_id: Id,
         principal: Authenticated,
         criterion: Annotated[
-            str | None, Query(max_length=MAX_TEXT, description="only this criterion")
+            Name | None, Query(max_length=MAX_TEXT, description="only this criterion")
         ] = None,
     ) -> Response:
         check_namespace(engine, principal, "run", run_id)
@@ -651,7 +669,7 @@ def create_app(
         tags=["runs"],
     )
     def cancel_run(
-        run_id: str,
+        run_id: Id,
         body: CancelRequest,
         request: Request,
         principal: Authenticated,
@@ -673,7 +691,7 @@ def create_app(
         responses=_errors(*_READ),
         tags=["manifests"],
     )
-    def get_manifest(manifest_id: str, principal: Authenticated) -> Response:
+    def get_manifest(manifest_id: Id, principal: Authenticated) -> Response:
         check_namespace(engine, principal, "manifest", manifest_id)
         return JSONResponse(queue.get_manifest(engine, manifest_id, tenant=principal.tenant))
 
@@ -725,6 +743,18 @@ def _reclaim_until(engine: "Engine", stop: threading.Event, every: float) -> Non
             log.exception("reclaiming expired leases failed; trying again in %.0f s", every)
 
 
+def describe_policy(policy: "ExecutionPolicy") -> str:
+    """What the execution policy lets runs use, in one line (names only: never a URL)."""
+
+    def names(found: Any) -> str:
+        return ", ".join(sorted(found)) or "none"
+
+    return (
+        f"runs may use providers {names(policy.providers)}; endpoints {names(policy.endpoints)}; "
+        f"simulators {names(policy.simulators)}"
+    )
+
+
 def _missing_key() -> "Refused":
     from .auth import Refused
 
@@ -756,7 +786,7 @@ def _error_response(
 def _request_issues(errors: Any, model: type[BaseModel] | None) -> list[dict[str, str | None]]:
     """FastAPI's validation errors as located issues: the dotted path inside the body (or
     `query.NAME`, `header.NAME`), a message and what was expected there."""
-    from ..core.validation import nearest
+    from ..core.validation import expectation, nearest
 
     issues: list[dict[str, str | None]] = []
     for error in errors:
@@ -765,7 +795,7 @@ def _request_issues(errors: Any, model: type[BaseModel] | None) -> list[dict[str
         path = ".".join(rest) if where == "body" else ".".join(loc)
         kind = error.get("type", "")
         message = str(error.get("msg", "invalid"))
-        expected: str | None = None
+        expected = expectation(kind)
         if kind == "extra_forbidden":
             message = f"unknown key {rest[-1]!r}" if rest else "unknown key"
             if model is not None and len(rest) == 1:
@@ -792,6 +822,7 @@ def _request_issues(errors: Any, model: type[BaseModel] | None) -> list[dict[str
 
 def register_cli(sub: Any) -> None:
     """Add `simreport api` to the `simreport` parser's subcommands."""
+    from ..core.arguments import int64
     from .config import DEFAULT_PORT, DEFAULT_TOKENS_ENV, DEFAULT_WORKERS
 
     p = sub.add_parser(
@@ -808,10 +839,10 @@ def register_cli(sub: Any) -> None:
         "(default: $SIMREPORT_LEDGER_URL, else sqlite:///results/ledger.sqlite)",
     )
     p.add_argument("--host", help="the address to listen on (default: 127.0.0.1)")
-    p.add_argument("--port", type=int, help=f"the port to listen on (default: {DEFAULT_PORT})")
+    p.add_argument("--port", type=int64, help=f"the port to listen on (default: {DEFAULT_PORT})")
     p.add_argument(
         "--workers",
-        type=int,
+        type=int64,
         metavar="N",
         help=f"worker processes started beside the API (default: {DEFAULT_WORKERS}; 0: none, "
         "run `simreport worker` instead)",
@@ -829,7 +860,7 @@ def register_cli(sub: Any) -> None:
     )
     p.add_argument(
         "--max-queue",
-        type=int,
+        type=int64,
         metavar="N",
         help="runs pending or running at once before new ones get 503 (default: 1000)",
     )
@@ -843,14 +874,20 @@ def register_cli(sub: Any) -> None:
         "--lease-seconds", type=float, metavar="S", help="a worker's lease on a run (default: 30)"
     )
     p.add_argument(
-        "--retry-after", type=int, metavar="S", help="the Retry-After of 429 and 503 (default: 5)"
+        "--retry-after", type=int64, metavar="S", help="the Retry-After of 429 and 503 (default: 5)"
     )
     p.add_argument(
         "--retry-lost-runs",
-        type=int,
+        type=int64,
         metavar="N",
         help="times a run whose worker was lost is queued again before it ends crashed "
         "(0 or 1; default: 0)",
+    )
+    p.add_argument(
+        "--policy",
+        metavar="FILE",
+        help="the execution policy: the model endpoints, external simulators and providers "
+        "runs may use, which specs name (default: the offline provider only)",
     )
     p.set_defaults(func=cmd_api)
 
@@ -873,6 +910,7 @@ def cmd_api(args: argparse.Namespace) -> int:
             "lease_seconds": args.lease_seconds,
             "retry_after_seconds": args.retry_after,
             "retry_lost_runs": args.retry_lost_runs,
+            "policy": args.policy,
         }
     )
     serve(settings)
@@ -887,7 +925,8 @@ def serve(settings: "ServiceSettings") -> None:
     from ..ledger.db import describe
 
     library = settings.library_dir.resolve()
-    settings = settings.model_copy(update={"library": library})
+    policy = settings.policy.resolve() if settings.policy is not None else None
+    settings = settings.model_copy(update={"library": library, "policy": policy})
     app = create_app(settings)
     service: _Service = app.state.service
     if not service.tokens.by_digest:
@@ -907,6 +946,7 @@ def serve(settings: "ServiceSettings") -> None:
         f"listening on http://{settings.host}:{settings.port}",
         file=sys.stderr,
     )
+    print(f"simreport api: {describe_policy(service.policy)}", file=sys.stderr)
     pool = start_workers(settings)
     # The application and what it imported live as long as the service: full collections
     # need not walk them.
@@ -982,4 +1022,6 @@ def _worker_main(url: str, worker_id: str, settings: "ServiceSettings", stop: "E
         heartbeat_seconds=min(5.0, settings.lease_seconds / 3),
         library=settings.library_dir,
         stop_event=stop,
+        policy=settings.policy,
+        tokens_env=settings.tokens_env,
     )

@@ -14,6 +14,7 @@ from typing import Any, Final
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..core.errors import SchemaError, ValidationIssue
+from ..core.execution_policy import ExecutionPolicy, load_policy
 from ..core.validation import issues_from
 
 DEFAULT_TOKENS_ENV: Final = "SIMREPORT_API_TOKENS"
@@ -35,6 +36,7 @@ OPTIONS: Final = {
     "lease_seconds": "--lease-seconds",
     "retry_after_seconds": "--retry-after",
     "retry_lost_runs": "--retry-lost-runs",
+    "policy": "--policy",
 }
 """The `simreport api` option behind each setting, named in errors."""
 
@@ -93,6 +95,12 @@ class ServiceSettings(BaseModel):
         "ends crashed (worker_lost); kept with each run when it is queued",
     )
 
+    policy: Path | None = Field(
+        None,
+        description="the execution policy: the providers, model endpoints and external "
+        "simulators runs may use (default: the offline provider only)",
+    )
+
     @field_validator("ledger")
     @classmethod
     def _known_database(cls, value: str) -> str:
@@ -115,6 +123,39 @@ class ServiceSettings(BaseModel):
     def library_dir(self) -> Path:
         """The asset library runs resolve in."""
         return self.library if self.library is not None else Path("assets")
+
+
+def load_service_policy(path: Path | None) -> ExecutionPolicy:
+    """The execution policy in `path` (None: the default, the offline provider only), checked
+    against this installation: every provider it allows exists and reaches no host (a model
+    server is declared as an endpoint, with its URL and key variable)."""
+    from ..kernel.providers import CACHED, PROVIDERS
+
+    if path is None:
+        return ExecutionPolicy()
+    policy = load_policy(path)
+    issues = []
+    for i, name in enumerate(policy.providers):
+        if name not in PROVIDERS:
+            issues.append(
+                ValidationIssue(
+                    f"providers.{i}",
+                    f"there is no provider {name!r}",
+                    "one of " + ", ".join(p for p in sorted(PROVIDERS) if p not in CACHED),
+                )
+            )
+        elif name in CACHED:
+            issues.append(
+                ValidationIssue(
+                    f"providers.{i}",
+                    f"provider {name!r} reaches a host: declare the host under endpoints, with "
+                    "its URL, key variable and models",
+                    "providers that reach no host, such as offline",
+                )
+            )
+    if issues:
+        raise SchemaError(issues, file=path)
+    return policy
 
 
 def settings_from_options(options: Mapping[str, Any]) -> ServiceSettings:

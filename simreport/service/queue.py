@@ -37,8 +37,10 @@ from sqlalchemy.engine import Connection, Engine
 
 from ..core.canonical import content_hash
 from ..core.errors import InputError, SchemaError, join_path
+from ..core.execution_policy import ExecutionPolicy, spec_issues
 from ..core.redaction import redact_document
 from ..core.testbed import SEMVER
+from ..core.values import refused_in_json
 from ..core.versions import RunChecks, VersionState, design_document, design_sha256, version_key
 from ..ledger import tables as t
 from ..ledger.db import as_utc, describe, insert_new, reading, utc_now
@@ -445,11 +447,16 @@ def submit_version(
     source: str | None,
     created_by: str,
     idempotency: IdempotencyKey | None = None,
+    policy: ExecutionPolicy | None = None,
+    library: Path | None = None,
 ) -> str:
     """Submit `spec` as `version` of the scenario: validated completely (422 with every located
     issue), stored as the design its runs will record (`design_document`), in review status
     `reviewing` with its first review transition. 404 for a scenario `tenant` does not hold,
-    409 when the version exists. Returns the status, "reviewing"."""
+    409 when the version exists. With `policy` (a client's request), 422 as well for what the
+    spec may not carry under it and for what could never run: an asset reference that does not
+    resolve in `library`, a surrogate or script inside the SUT boundary (`refuse_unrunnable`).
+    Returns the status, "reviewing"."""
     if not re.match(SEMVER, version or ""):
         raise Unprocessable(
             f"version {version!r} is not a version",
@@ -470,6 +477,10 @@ def submit_version(
                     version,
                 )
             ],
+        )
+    if policy is not None:
+        refuse_unrunnable(
+            scenario, policy, Path(library or "assets"), lambda path: join_path("spec", path)
         )
     stored_spec = design_document(redact_document(scenario.to_doc()))
     sha = design_sha256(stored_spec)
@@ -533,6 +544,14 @@ def _validated(doc: Any, locate: Callable[[str], str]) -> Scenario:
         raise Unprocessable(
             "the spec is not a scenario document",
             issues=[_issue(locate(""), "not a mapping", "a scenario document (a JSON object)")],
+        )
+    # What a scenario file may not hold either (files.py refuses it while reading one), and
+    # what the ledger's JSON columns cannot store: NUL and other control characters, NaN.
+    refused = refused_in_json(doc)
+    if refused is not None:
+        path, message, expected = refused
+        raise Unprocessable(
+            f"{locate(path)}: {message}", issues=[_issue(locate(path), message, expected)]
         )
     try:
         return validate_scenario(doc)
@@ -611,6 +630,8 @@ class _Resolved:
     sha256: str
     file: str
     path: Path
+    content: Any = None
+    """The asset's content, as its kind's model."""
 
 
 def _resolve(scenario: Scenario, library: Path) -> list[_Resolved]:
@@ -640,7 +661,9 @@ def _resolve(scenario: Scenario, library: Path) -> list[_Resolved]:
         except ValueError:
             file = asset.path.as_posix()
         found.append(
-            _Resolved(slot, kind, asset.name, asset.version, asset.sha256, file, asset.path)
+            _Resolved(
+                slot, kind, asset.name, asset.version, asset.sha256, file, asset.path, asset.content
+            )
         )
     if issues:
         raise Unprocessable(
@@ -703,6 +726,71 @@ def _changed(r: _Resolved, message: str) -> Unprocessable:
     )
 
 
+def refuse_unrunnable(
+    scenario: Scenario, policy: ExecutionPolicy, library: Path, locate: Callable[[str], str]
+) -> list[_Resolved]:
+    """What a client's spec must pass before it is stored or run: 422 naming every field it may
+    not carry under `policy` (`not_allowed`: a command, a URL, a key variable, an entry, a
+    provider, endpoint or model the operator did not declare), every asset reference that does
+    not resolve in `library` (`manifest_unresolved`), every surrogate or script inside the SUT
+    boundary (`sut_boundary_replaced`). (A setting the testbed does not implement fails the
+    scenario's validation before.) `locate` turns a path in the spec into one in the request.
+    Returns the resolved assets."""
+    from ..kernel.testbed.assets import AgentAsset
+    from ..kernel.testbed.boundary import REFUSAL, boundary_replacements
+
+    try:
+        resolved = _resolve(scenario, library)
+    except Unprocessable:
+        # What the policy refuses is said first: it does not depend on the library.
+        _refuse_disallowed(scenario, policy, None, locate)
+        raise
+    agent = next((r.content for r in resolved if r.slot == "sut.agent"), None)
+    entry = agent.entry if isinstance(agent, AgentAsset) else None
+    _refuse_disallowed(scenario, policy, entry, locate)
+    if isinstance(agent, AgentAsset) and scenario.sut is not None:
+        replaced = [
+            _issue(locate("sut.boundary"), text, "nothing inside the boundary replaced")
+            for text in boundary_replacements(scenario, agent)
+        ]
+        if replaced:
+            raise _refused(REFUSAL, "the spec replaces what it tests", replaced)
+    return resolved
+
+
+def _refuse_disallowed(
+    scenario: Scenario,
+    policy: ExecutionPolicy,
+    agent_entry: str | None,
+    locate: Callable[[str], str],
+) -> None:
+    found = [
+        _issue(locate(i.path), i.message, i.expected)
+        for i in spec_issues(scenario, policy, agent_entry=agent_entry)
+    ]
+    if found:
+        raise _refused("not_allowed", "not allowed by the run service's execution policy", found)
+
+
+def _refused(code: str, what: str, issues: list[dict[str, Any]]) -> Unprocessable:
+    first = issues[0]
+    return Unprocessable(f"{what}: {first['path']}: {first['message']}", code=code, issues=issues)
+
+
+def operator_resources(scenario: Scenario) -> dict[str, str]:
+    """The operator's resources a scenario names, by where it names them: what its manifest
+    records."""
+    found = {}
+    if scenario.llm.endpoint is not None:
+        found["llm.endpoint"] = scenario.llm.endpoint
+    user_llm = scenario.user.llm if scenario.user is not None else None
+    if user_llm is not None and user_llm.endpoint is not None:
+        found["user.llm.endpoint"] = user_llm.endpoint
+    if scenario.simulator is not None and scenario.simulator.name is not None:
+        found["simulator.name"] = scenario.simulator.name
+    return found
+
+
 def start_run(
     engine: Engine,
     *,
@@ -718,6 +806,7 @@ def start_run(
     idempotency: IdempotencyKey | None = None,
     capacity: Capacity | None = None,
     retries: int = 0,
+    policy: ExecutionPolicy | None = None,
 ) -> tuple[str, str]:
     """Queue a run of `scenario_id@version`: its manifest frozen now (every asset reference
     resolved in `library` and pinned), the run `pending` with the request and who made it.
@@ -727,7 +816,9 @@ def start_run(
     not online (each named). With `capacity`, 429 when `principal`'s runs pending or running
     reach its quota and 503 when the queue's reach its limit, counted in the transaction that
     queues the run (requests sent together never overshoot them). `retries`: how many times
-    (0 to MAX_RETRIES) the run goes back to pending when its worker is lost."""
+    (0 to MAX_RETRIES) the run goes back to pending when its worker is lost. With `policy` (a
+    client's request), 422 for what the version's spec may not carry under it or could never
+    run (`refuse_unrunnable`), whoever submitted it."""
     if not 0 <= retries <= MAX_RETRIES:
         raise ValueError(f"retries must be 0 to {MAX_RETRIES}, not {retries}")
     issues = []
@@ -751,7 +842,10 @@ def start_run(
             code="version_not_online",
             issues=[_issue("spec.identity", "missing", "an identity; or purpose exploration")],
         )
-    resolved = _resolve(scenario, Path(library))
+    if policy is not None:
+        resolved = refuse_unrunnable(scenario, policy, Path(library), _request_path)
+    else:
+        resolved = _resolve(scenario, Path(library))
     pinned = _pin(engine, resolved, tenant)
     frozen = {
         "scenario": {
@@ -776,6 +870,9 @@ def start_run(
         "budget": scenario.execution.budget.to_doc() if scenario.execution is not None else None,
         "purpose": purpose,
     }
+    resources = operator_resources(scenario)
+    if resources:  # absent when the run uses none, so other manifests keep their digests
+        frozen["resources"] = resources
     manifest_sha = content_hash(frozen)
     manifest_id = "manifest-" + manifest_sha[:24]
     request = {

@@ -113,9 +113,10 @@ class Spool:
         work: Path,
     ) -> Entry:
         """Keep the run whose run directory is `work`/run. Copied into the spool (then `work`
-        may go); when the spool cannot be written (its disk full, not writable), the entry
-        stays in `work`, in memory only: the caller must not remove `work` (`on_disk` False),
-        and a worker that dies then loses it."""
+        may go; a run that failed is recorded from `events` alone, without its directory);
+        when the spool cannot be written (its disk full, not writable), the entry stays in
+        `work`, in memory only: the caller must not remove `work` (`on_disk` False), and a
+        worker that dies then loses it."""
         doc = {
             "run_id": run_id,
             "attempt": attempt,
@@ -143,7 +144,8 @@ class Spool:
             shutil.rmtree(new, ignore_errors=True)
             raise OSError(errno.EMFILE, "cannot lock a new spool entry", str(new))
         try:
-            shutil.copytree(work / RUN_FOLDER, new / RUN_FOLDER, symlinks=True)
+            if doc["ending"]["kind"] == "finish":
+                shutil.copytree(work / RUN_FOLDER, new / RUN_FOLDER, symlinks=True)
             write_atomic(new / ENTRY_FILE, json.dumps(doc, ensure_ascii=False, allow_nan=False))
             name = f"{doc['run_id']}.{doc['attempt']}"
             folder = self.folder / name

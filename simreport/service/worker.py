@@ -67,6 +67,10 @@ if TYPE_CHECKING:
 
     from sqlalchemy.engine import Engine
 
+    from ..core.execution_policy import ExecutionPolicy
+    from ..core.redaction import Scrubber
+    from ..core.schema import Scenario
+    from ..core.versions import RunChecks
     from .queue import Claim
     from .spool import Entry, Spool
 
@@ -115,27 +119,36 @@ def run_worker(
     max_runs: int | None = None,
     drain_seconds: float = 5.0,
     on_run: Callable[[str, str], None] | None = None,
+    policy: str | Path | None = None,
+    tokens_env: str = "SIMREPORT_API_TOKENS",
     spool: str | Path | None = None,
 ) -> int:
     """Claim and execute runs of the ledger at `url` until `stop_event` is set (or `max_runs`
     runs were executed); returns how many. `library` is the asset library the runs' manifests
     were frozen from. When `stop_event` is set during a run, the run has `drain_seconds` to
     end by itself before it is cancelled; either way it is recorded (runs kept in the spool
-    get `drain_seconds` more to be recorded, and are left there after). `spool`: the folder
-    runs the ledger could not take yet are kept in (default: `spool.default_spool()`).
-    `on_run(run_id, outcome)` hears of each run once: its execution status when recorded (for
-    a run kept in the spool, once recorded from there), "lease_lost", or "unrecorded" (the
-    ledger refused it)."""
+    get `drain_seconds` more to be recorded, and are left there after). `on_run(run_id,
+    outcome)` hears of each run once: its execution status when recorded (for a run kept in
+    the spool, once recorded from there), "lease_lost", or "unrecorded" (the ledger refused
+    it). `policy`: the execution policy file (None: the offline provider only) every run is
+    checked against before it executes and resolves its endpoints and simulators in.
+    `tokens_env`: the variable holding the service's API tokens, which run processes never
+    see. `spool`: the folder runs the ledger could not take yet are kept in (default:
+    `spool.default_spool()`)."""
     import sqlalchemy as sa
 
     from ..core.redaction import url_secrets
     from ..ledger.db import connect, unavailability
     from ..ledger.migrate import prepare_for_writing
+    from .config import load_service_policy
     from .spool import Spool, default_spool, ledger_name
 
     if not 0 < heartbeat_seconds < lease_seconds:
         raise ValueError("heartbeat_seconds must be positive and shorter than lease_seconds")
+    execution_policy = load_service_policy(Path(policy) if policy is not None else None)
     engine = connect(url)
+    global _SCRUB
+    _SCRUB = worker_scrubber(execution_policy, tokens_env, engine.url.password)
     worker = _Worker(
         engine,
         worker_id=worker_id,
@@ -147,6 +160,8 @@ def run_worker(
         spool=Spool(Path(spool) if spool is not None else default_spool(), ledger_name(url)),
         secrets=url_secrets(url),
         on_run=on_run,
+        policy=execution_policy.to_doc(),
+        hidden=_hidden_variables(tokens_env),
     )
     keeper = worker.keeper
     try:
@@ -233,8 +248,14 @@ class _Worker:
         spool: Spool,
         secrets: tuple[str, ...],
         on_run: Callable[[str, str], None] | None,
+        policy: dict[str, Any] | None = None,
+        hidden: tuple[str, ...] = (),
     ) -> None:
         self.engine = engine
+        self.policy = policy if policy is not None else {}
+        """The execution policy's document, sent with every run to its run process."""
+        self.hidden = hidden
+        """The environment variables run processes go without."""
         self.worker_id = worker_id
         self.library = library
         self.lease_seconds = lease_seconds
@@ -487,7 +508,7 @@ class _Keeper:
             attempt=claimed.attempts,
             owner=execution.worker_id,
             ending=execution.end,
-            events=execution.pending,
+            events=_scrubbed(execution.pending),
             work=execution.work,
         )
         if not entry.on_disk:
@@ -724,14 +745,13 @@ def _record_ending(
             try:
                 return finish(engine, run_id, owner, run_dir, reason=ending.reason, again=True)
             except InputError as exc:
-                ending = Ending("fail", "crashed", f"unrecordable: {exc.one_line()}")
+                ending = Ending("fail", "crashed", _scrub(f"unrecordable: {exc.one_line()}"))
             except sa.exc.DBAPIError as exc:
                 if unavailability(exc) is not None:
                     raise
                 refusal = str(exc.orig).strip().splitlines()[:1] or [type(exc).__name__]
-                ending = Ending(
-                    "fail", "crashed", f"unrecordable: the ledger refused it: {refusal[0]}"
-                )
+                why = f"unrecordable: the ledger refused it: {refusal[0]}"
+                ending = Ending("fail", "crashed", _scrub(why))
         _stream(engine, run_id, owner, events)
         fail(
             engine,
@@ -752,7 +772,7 @@ def _stream(engine: Engine, run_id: str, owner: str, events: list[dict[str, Any]
     from .queue import append_events
 
     while events:
-        batch = events[:BATCH_EVENTS]
+        batch = _scrubbed(events[:BATCH_EVENTS])
         append_events(engine, run_id, batch, worker_id=owner)
         del events[: len(batch)]
 
@@ -797,6 +817,8 @@ class _Execution:
             str(self.run_dir),
             str(self._asset_root()),
             self.claim.checks.to_doc(),
+            self.worker.policy,
+            self.worker.hidden,
         )
         self.process.conn.send(job)
         self.process.runs += 1
@@ -816,6 +838,8 @@ class _Execution:
         if library.name == self.claim.library_dir:
             return library.parent
         root = self.work / "root"
+        if not _plain_name(self.claim.library_dir):
+            return root  # no library there: the run process refuses the run
         link = root / self.claim.library_dir
         link.parent.mkdir(parents=True, exist_ok=True)
         link.symlink_to(library, target_is_directory=True)
@@ -916,6 +940,13 @@ class _Execution:
         """How the ended run is to be recorded."""
         stopped = "cancelled: the worker stopped"
         if (self.run_dir / "result.json").is_file():  # written last: the run is whole
+            holding = _SCRUB.files_holding(self.run_dir) if _SCRUB else []
+            if holding:
+                # The run process blanks credentials out of what a run writes; a file that
+                # still holds one (written by a simulator, say) is never recorded.
+                names = ", ".join(p.relative_to(self.run_dir).as_posix() for p in holding)
+                why = f"not recorded: {names} held a credential of the worker's environment"
+                return Ending("fail", "crashed", why)
             execution = _execution(self.run_dir)
             ended_by_stop = self.interrupted == "stop" and execution == "cancelled"
             return Ending("finish", execution or "completed", stopped if ended_by_stop else None)
@@ -925,8 +956,8 @@ class _Execution:
                 if self.interrupted == "cancel"
                 else stopped
             )
-            return Ending("fail", "cancelled", why)
-        return Ending("fail", "crashed", "crashed: " + self._death())
+            return Ending("fail", "cancelled", _scrub(why))
+        return Ending("fail", "crashed", _scrub("crashed: " + self._death()))
 
     def _death(self) -> str:
         if self.error:
@@ -1054,6 +1085,8 @@ def _run_process(conn: Connection) -> None:
     # SIGINT and SIGTERM become the run's stop request. The process exits when orphaned: when
     # the worker dies, and with it the fork server this process was forked from.
     interrupt.init_worker(os.getppid())
+    from ..core.execution_policy import ExecutionPolicy
+    from ..core.redaction import environment_secrets
     from ..core.versions import RunChecks
     from ..kernel.engine import run_scenario, validate_scenario
 
@@ -1065,20 +1098,29 @@ def _run_process(conn: Connection) -> None:
             return
         if job is None:
             return
-        scenario_doc, run_dir, asset_root, checks_doc = job
+        scenario_doc, run_dir, asset_root, checks_doc, policy_doc, hidden = job
+        for name in hidden:  # what runs never need: the service's own credentials
+            os.environ.pop(name, None)
         # A stop request that came after the last run had ended was that run's, not this one's.
         interrupt.reset()
         loaded = set(sys.modules)
         try:
             sender.send(("started", None))
+            scenario = validate_scenario(scenario_doc)
+            policy = ExecutionPolicy.model_validate(policy_doc)
+            checks = RunChecks.model_validate(checks_doc)
+            _refuse_disallowed(scenario, policy, Path(asset_root), checks)
+            secrets = environment_secrets(os.environ, policy.key_variables())
             run_scenario(
-                validate_scenario(scenario_doc),
+                scenario,
                 run_dir,
                 condition="service",
                 replication=0,
                 asset_root=asset_root,
-                checks=RunChecks.model_validate(checks_doc),
+                checks=checks,
                 on_event=sender.add,
+                resources=policy,
+                secrets=secrets,
             )
             _forget_imports(loaded, Path(asset_root).resolve())
             # The events not handed over yet are in the run directory the worker records.
@@ -1087,6 +1129,38 @@ def _run_process(conn: Connection) -> None:
             with contextlib.suppress(OSError):
                 sender.send(("error", f"{type(exc).__name__}: {exc}"))
             raise SystemExit(1) from None
+
+
+class PolicyRefusal(Exception):
+    """A run its worker's execution policy does not allow (queued before the policy changed,
+    or by another service): it never executes."""
+
+
+def _refuse_disallowed(
+    scenario: Scenario, policy: ExecutionPolicy, asset_root: Path, checks: RunChecks
+) -> None:
+    """PolicyRefusal naming the first thing the scenario carries that `policy` does not allow
+    (as the service checks it when the run is queued): the worker decides what it executes."""
+    from ..core.execution_policy import spec_issues
+    from ..kernel.testbed.assets import AgentAsset, AssetError, AssetLibrary
+
+    sut = scenario.sut
+    # The agent's own entry may be repeated by sut.entry; it is looked up once the rest passed
+    # (the asset library's folder name among it).
+    issues = spec_issues(scenario, policy, agent_entry=sut.entry if sut is not None else None)
+    if not issues and sut is not None and sut.entry is not None:
+        folder = scenario.provenance.asset_library if scenario.provenance else "assets"
+        library = AssetLibrary(asset_root / folder, pins=checks.pins or None)
+        try:
+            entry = library.resolve(sut.agent, "agent", "sut.agent").typed(AgentAsset).entry
+        except (AssetError, TypeError):
+            entry = None
+        issues = spec_issues(scenario, policy, agent_entry=entry)
+    if issues:
+        first = issues[0]
+        raise PolicyRefusal(
+            f"not allowed by the execution policy: spec.{first.path}: {first.message}"
+        )
 
 
 def _forget_imports(loaded: set[str], asset_root: Path) -> None:
@@ -1143,7 +1217,50 @@ class _EventSender:
 
 
 def _say(text: str) -> None:
-    print(f"simreport worker: {text}", file=sys.stderr, flush=True)
+    print(f"simreport worker: {_scrub(text)}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- secrets
+
+
+_SCRUB: Scrubber | None = None
+"""The secrets this worker knows of, blanked out of everything it records or logs."""
+
+
+def worker_scrubber(
+    policy: ExecutionPolicy, tokens_env: str, ledger_password: str | None
+) -> Scrubber:
+    """What a worker blanks out of the runs it records and the lines it logs: the values of its
+    endpoints' key variables, of the variable holding the service's tokens and of every
+    variable named like a credential, and the ledger's password. A run whose error quotes a key
+    (an HTTP library refusing a header) never carries it into the ledger."""
+    from ..core.redaction import Scrubber, environment_secrets
+
+    names = [*policy.key_variables(), tokens_env]
+    return Scrubber([*environment_secrets(os.environ, names), ledger_password])
+
+
+def _scrub(text: str) -> str:
+    return _SCRUB.text(text) if _SCRUB else text
+
+
+def _scrubbed(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return _SCRUB.document(events) if _SCRUB else events
+
+
+def _hidden_variables(tokens_env: str) -> tuple[str, ...]:
+    """The environment variables a run process goes without: the service's API tokens, its
+    ledger's URL and PostgreSQL's password settings."""
+    return (tokens_env, "SIMREPORT_LEDGER_URL", "PGPASSWORD", "PGPASSFILE")
+
+
+def _plain_name(name: str) -> bool:
+    """Whether `name` is one folder's name (no separator, not `.` or `..`)."""
+    import re
+
+    from ..core.schema import RESOURCE_NAME
+
+    return bool(re.match(RESOURCE_NAME, name)) and name not in (".", "..")
 
 
 # --------------------------------------------------------------------------- command line
@@ -1151,6 +1268,9 @@ def _say(text: str) -> None:
 
 def register_cli(sub: Any) -> None:
     """Add `simreport worker` to the `simreport` parser's subcommands."""
+    from ..core.arguments import int64
+    from .config import DEFAULT_TOKENS_ENV
+
     p = sub.add_parser(
         "worker",
         help="execute the run service's queued runs (claims them from the ledger)",
@@ -1194,7 +1314,20 @@ def register_cli(sub: Any) -> None:
         "it does (default: $XDG_STATE_HOME/simreport/spool, else "
         "~/.local/state/simreport/spool)",
     )
-    p.add_argument("--max-runs", type=int, metavar="N", help="exit after N runs")
+    p.add_argument(
+        "--policy",
+        metavar="FILE",
+        help="the execution policy: the model endpoints, external simulators and providers "
+        "runs may use (default: the offline provider only); as `simreport api --policy`",
+    )
+    p.add_argument(
+        "--tokens-env",
+        metavar="NAME",
+        default=DEFAULT_TOKENS_ENV,
+        help="the variable holding the service's API tokens, which runs never see "
+        f"(default: {DEFAULT_TOKENS_ENV})",
+    )
+    p.add_argument("--max-runs", type=int64, metavar="N", help="exit after N runs")
     p.add_argument("--worker-id", metavar="ID", help="(default: host-pid-random)")
     p.set_defaults(func=cmd_worker)
 
@@ -1236,6 +1369,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
         max_runs=args.max_runs,
         drain_seconds=args.drain_seconds,
         on_run=lambda run_id, outcome: _say(f"{run_id} {outcome}"),
+        policy=args.policy,
+        tokens_env=args.tokens_env,
         spool=args.spool,
     )
     _say(f"{worker_id} stopped after {runs} run(s)")

@@ -39,6 +39,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ...core.redaction import MARK, is_redacted, redact_secrets, redact_url, url_secrets
 from ...core.schema import LLMConfig
+from ...core.values import http_url
 from .. import interrupt
 from . import CACHED, PROVIDERS
 from .base import ChatRequest, ChatResponse, Provider, ProviderError, estimate_tokens
@@ -152,11 +153,8 @@ def chat_base_url(base_url: str) -> str:
     """The API root that `/chat/completions` is appended to. A bare host gets `/v1` (what vLLM,
     llama.cpp, Ollama and the hosted API serve); a pasted full endpoint loses its tail. A query
     (`?api-version=…`, `?api_key=…`) stays a query; a fragment, never sent, is dropped."""
-    try:
-        parts = urlsplit(base_url.strip())
-    except ValueError:  # e.g. an unclosed IPv6 bracket
-        parts = None
-    if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
+    parts = http_url(base_url)
+    if parts is None:
         raise config_error(f"llm.baseUrl {redact_url(base_url)!r} is not an http(s) URL")
     if is_redacted(base_url):
         # A scenario.json or plan.json read back: sending the marker as a password would fail
@@ -189,7 +187,20 @@ def read_api_key(env_name: str | None, env: Mapping[str, str] | None = None) -> 
             f"llm.apiKeyEnv names the environment variable {env_name}, which is not set",
             kind="MissingApiKey",
         )
-    return value.strip()
+    key = value.strip()
+    if not usable_in_header(key):
+        # Refused here, before an HTTP library refuses the header quoting the value.
+        raise config_error(
+            f"the environment variable {env_name} does not hold a usable key: it has a line "
+            "break, a control character or a character outside ASCII",
+            kind="BadApiKey",
+        )
+    return key
+
+
+def usable_in_header(value: str) -> bool:
+    """Whether `value` can be sent in an HTTP header as it is (visible ASCII and spaces)."""
+    return value.isascii() and all(" " <= c <= "~" or c == "\t" for c in value)
 
 
 # --------------------------------------------------------------------------- wire format

@@ -535,8 +535,8 @@ class HttpAgent(_ChatAgent):
         return (self._secret,) if self._secret else ()
 
     def redact(self, text: str) -> str:
-        """`text` with the API key blanked out."""
-        return text.replace(self._secret, "[redacted]") if self._secret else text
+        """`text` with the API key blanked out, in whatever form an error quotes it."""
+        return redact_secrets(text, [self._secret]) if self._secret else text
 
     def complete(self, body: dict[str, Any]) -> Any:
         try:

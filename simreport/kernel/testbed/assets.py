@@ -28,6 +28,7 @@ from ...core.files import parse_document
 from ...core.schema import Model, Scenario
 from ...core.testbed import ASSET_REF, ReactionRule
 from ...core.validation import issues_from
+from ...core.values import Int64, http_url
 from ...core.versions import RunChecks, design_sha256
 
 AssetKind = Literal[
@@ -89,6 +90,11 @@ class AgentAsset(Model):
 
     @model_validator(mode="after")
     def _health_is_http(self) -> AgentAsset:
+        if self.adapter == "http" and self.entry is not None and http_url(self.entry) is None:
+            raise ValueError(
+                "an http agent's entry is not an http(s) URL with a host; expected e.g. "
+                "http://127.0.0.1:8000/v1"
+            )
         if self.health is not None and self.adapter != "http":
             raise ValueError(
                 f"health is probed only for an http agent; this agent's adapter is "
@@ -103,13 +109,13 @@ class PromptAsset(Model):
     instructions: str = Field(min_length=1, description="What the agent is told to do.")
     persona: dict[str, str] = Field(default_factory=dict, description="Who the agent is.")
     goals: str | None = Field(None, description="The agent's goal.")
-    memory_window: int = Field(8, ge=0, description="Conversation items the agent remembers.")
+    memory_window: Int64 = Field(8, ge=0, description="Conversation items the agent remembers.")
 
 
 class PatienceLevel(Model):
     """How long a user with this patience waits before giving up."""
 
-    give_up_ms: int = Field(ge=0, description="Logical milliseconds of waiting before giving up.")
+    give_up_ms: Int64 = Field(ge=0, description="Logical milliseconds of waiting before giving up.")
 
 
 class UserPolicyAsset(Model):
@@ -151,7 +157,7 @@ class OrderData(Model):
 
     id: str = Field(min_length=1, description="Order number.")
     account_id: str = Field(min_length=1, description="Owning account.")
-    paid_amount_minor: int = Field(ge=0, description="Amount paid, minor units.")
+    paid_amount_minor: Int64 = Field(ge=0, description="Amount paid, minor units.")
     currency: str = Field("CNY", description="ISO 4217 currency.")
     state: str = Field("delivered", description="Order state.")
     delivered_at: str | None = Field(None, description="Delivery time (ISO 8601).")
@@ -162,7 +168,7 @@ class RefundData(Model):
 
     id: str = Field(min_length=1, description="Refund id.")
     order_id: str = Field(min_length=1, description="Order it refunds.")
-    amount_minor: int = Field(ge=0, description="Amount, minor units.")
+    amount_minor: Int64 = Field(ge=0, description="Amount, minor units.")
     state: Literal["processing", "accepted", "rejected"] = Field(description="Refund state.")
 
 
@@ -176,7 +182,9 @@ class AccountData(Model):
 class BusinessRules(Model):
     """Rules the environment enforces."""
 
-    refund_window_days: int = Field(7, ge=0, description="Days after delivery a refund is allowed.")
+    refund_window_days: Int64 = Field(
+        7, ge=0, description="Days after delivery a refund is allowed."
+    )
     reject_over_refund: bool = Field(
         False,
         description=(
@@ -223,7 +231,7 @@ class ToolSpec(Model):
     parameters: dict[str, ToolParameter] = Field(
         default_factory=dict, description="Parameters by name."
     )
-    latency_ms: int = Field(500, ge=0, description="Logical milliseconds a normal call costs.")
+    latency_ms: Int64 = Field(500, ge=0, description="Logical milliseconds a normal call costs.")
 
     @model_validator(mode="after")
     def _operation_arguments(self) -> ToolSpec:

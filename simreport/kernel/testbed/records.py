@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from ...core.canonical import canonical_json, content_hash, sha256_text, to_plain
 from ...core.files import write_atomic, write_json
-from ...core.redaction import TEXT_MARK
+from ...core.redaction import Scrubber
 from .clock import Clocks
 
 RecordType = Literal["message", "tool_call", "state_change", "control"]
@@ -51,22 +51,6 @@ REDACTED_SECRETS = "secrets"
 """A record's `redaction` when a secret was blanked out of it (absent: nothing was)."""
 
 
-def _without_secrets(value: Any, secrets: Sequence[str]) -> Any:
-    """`value` (plain JSON) with each of `secrets` blanked out of every string in it."""
-    if isinstance(value, str):
-        for secret in secrets:
-            if secret and secret in value:
-                value = value.replace(secret, TEXT_MARK)
-        return value
-    if isinstance(value, dict):
-        return {
-            _without_secrets(k, secrets): _without_secrets(v, secrets) for k, v in value.items()
-        }
-    if isinstance(value, list):
-        return [_without_secrets(v, secrets) for v in value]
-    return value
-
-
 class RecordLog:
     """The run's records, in order. Every record is mirrored as an event (events.jsonl)."""
 
@@ -77,8 +61,11 @@ class RecordLog:
         self._emit = emit
         self._linkages: dict[str, dict[str, Any]] = {}
         self.secrets: tuple[str, ...] = ()
-        """Texts no record may hold (the system under test's API key): blanked out of every
-        payload, and the record marked `redaction: secrets`."""
+        """Texts no record may hold (the system under test's API key, the credentials of the
+        run's environment): blanked out of every payload, in every form an error may quote
+        them, and the record marked `redaction: secrets`."""
+        self._scrubber = Scrubber()
+        self._scrubbing: tuple[str, ...] = ()
 
     def span(self, key: str) -> str:
         """A span id, stable for the same key within this trace (W3C: 16 hex digits)."""
@@ -123,7 +110,9 @@ class RecordLog:
         seq = len(self.records) + 1
         record_id = f"r{seq:06d}"
         plain = to_plain(dict(payload))
-        redacted = _without_secrets(plain, self.secrets) if self.secrets else plain
+        if self.secrets != self._scrubbing:
+            self._scrubber, self._scrubbing = Scrubber(self.secrets), self.secrets
+        redacted = self._scrubber.document(plain)
         record: dict[str, Any] = {
             "seq": seq,
             "recordId": record_id,

@@ -17,6 +17,7 @@ from pydantic import Field
 
 from ...core.errors import RunError
 from ...core.schema import CategoricalField, ConstantField, Model, Scenario, WorldParams
+from ...core.values import Int64, Number
 from ..world import DecisionRequest, World, WorldOutcome
 from . import WORLDS
 
@@ -40,8 +41,10 @@ class Intervention(Model):
     """A treatment: from `timing` on, a share of agents get an extra, cross-cutting item in their
     feed."""
 
-    timing: int = Field(0, ge=0, description="Step at which the treatment starts (0 = the first).")
-    dose: float = Field(0.1, ge=0, le=1, description="Share of agents treated (0–1).")
+    timing: Int64 = Field(
+        0, ge=0, description="Step at which the treatment starts (0 = the first)."
+    )
+    dose: Number = Field(0.1, ge=0, le=1, description="Share of agents treated (0–1).")
     selection: Literal["random", "bridges", "extremes"] = Field(
         "random",
         description=(
@@ -68,16 +71,16 @@ class EchoChamberParams(WorldParams):
         "neutral",
         description="Wording of the topic and posts: neutral, moralised (fairness, harm) or risk.",
     )
-    memory_window: int = Field(
+    memory_window: Int64 = Field(
         3,
         ge=0,
         description="How many of its past steps (feed read, stance given) an agent recalls.",
     )
-    homophily: float = Field(
+    homophily: Number = Field(
         0.8, ge=0, le=1, description="Probability that a follow tie goes to the agent's own group."
     )
-    degree: int = Field(8, ge=1, description="How many other agents each agent follows.")
-    feed_size: int = Field(5, ge=1, description="Posts an agent reads per step.")
+    degree: Int64 = Field(8, ge=1, description="How many other agents each agent follows.")
+    feed_size: Int64 = Field(5, ge=1, description="Posts an agent reads per step.")
     recommender: Literal["random", "engagement"] = Field(
         "random",
         description=(

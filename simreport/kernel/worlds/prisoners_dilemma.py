@@ -15,6 +15,7 @@ import numpy.typing as npt
 from pydantic import Field, model_validator
 
 from ...core.schema import Model, Scenario, WorldParams
+from ...core.values import Int64, Number
 from ..world import DecisionRequest, World, WorldOutcome
 from . import WORLDS
 
@@ -33,10 +34,10 @@ FloatArray = npt.NDArray[np.float64]
 class Payoffs(Model):
     """Points per round for each outcome of one pair."""
 
-    temptation: float = Field(5.0, description="T: you defect while your partner cooperates.")
-    reward: float = Field(3.0, description="R: both cooperate.")
-    punishment: float = Field(1.0, description="P: both defect.")
-    sucker: float = Field(0.0, description="S: you cooperate while your partner defects.")
+    temptation: Number = Field(5.0, description="T: you defect while your partner cooperates.")
+    reward: Number = Field(3.0, description="R: both cooperate.")
+    punishment: Number = Field(1.0, description="P: both defect.")
+    sucker: Number = Field(0.0, description="S: you cooperate while your partner defects.")
 
     @model_validator(mode="after")
     def _is_a_dilemma(self) -> Payoffs:
@@ -64,7 +65,7 @@ class PrisonersDilemmaParams(WorldParams):
             "(being exploited, losses)."
         ),
     )
-    memory_window: int = Field(
+    memory_window: Int64 = Field(
         5, ge=0, description="How many of its past rounds an agent remembers (0 = none)."
     )
     payoffs: Payoffs = Field(default_factory=Payoffs, description="Points per outcome.")

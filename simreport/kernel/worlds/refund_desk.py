@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...core.canonical import content_hash, sha256_text
 from ...core.errors import RunError
+from ...core.execution_policy import resolve_llm
 from ...core.files import read_json, write_json
 from ...core.redaction import redact_document
 from ...core.schema import Scenario, WorldParams
@@ -232,6 +233,7 @@ class TestbedRun:
         self.clocks = Clocks(scenario.environment.clock)
         trace_id = sha256_text("trace|" + content_hash(self.doc))[:32]
         self.log = RecordLog(self.clocks, trace_id, emit=self._emit)
+        self.log.secrets = self.ctx.secrets
         self.life = Lifecycle(self.log)
         self.run_dir: Path | None = ctx.run_dir
         self.workspace: Path | None = None
@@ -757,7 +759,7 @@ class TestbedRun:
             seed=s.seed,
         )
         self.agent = self._make_agent()
-        self.log.secrets = self.agent.secrets
+        self.log.secrets = (*self.agent.secrets, *self.ctx.secrets)
         prompt_asset = self.resolved.get("sut.prompt")
         system = (
             prompt_asset.typed(PromptAsset).instructions
@@ -775,7 +777,9 @@ class TestbedRun:
         if self.user_mode == "regression":
             config = config.model_copy(update={"temperature": 0.0})
         if s.user.llm is not None and self.replay is None:
-            self.user_provider = make_provider(s.user.llm, path="user.llm.provider")
+            self.user_provider = make_provider(
+                resolve_llm(s.user.llm, self.ctx.resources, "user.llm"), path="user.llm.provider"
+            )
         if s.user.llm is not None or self.user_mode == "regression":
             self.ctx.route(USER, config, self.user_provider)
 
