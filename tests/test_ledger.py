@@ -591,6 +591,46 @@ def test_a_pooled_connection_is_pinged_only_after_waiting(
         engine.dispose()
 
 
+def test_a_full_disk_and_a_ledger_away_are_told_apart_from_refusals(tmp_path: Path) -> None:
+    """`unavailability` says why the ledger could not take a statement for now: its disk is
+    full (SQLite's SQLITE_FULL, PostgreSQL's SQLSTATE 53100), or it did not answer (a server
+    that is not there); an answer such as a broken constraint is not that."""
+    import psycopg
+
+    from simreport.ledger.db import DISK_FULL, UNAVAILABLE, unavailability
+
+    # A SQLite database allowed no more pages than it has fails as a full disk does.
+    full = sa.create_engine(f"sqlite:///{tmp_path / 'full.sqlite'}")
+    try:
+        with full.begin() as conn:
+            conn.exec_driver_sql("CREATE TABLE t (x TEXT UNIQUE)")
+            conn.exec_driver_sql("INSERT INTO t VALUES ('a')")
+        with full.begin() as conn:
+            (pages,) = conn.exec_driver_sql("PRAGMA page_count").one()
+            conn.exec_driver_sql(f"PRAGMA max_page_count = {pages}")
+            with pytest.raises(sa.exc.OperationalError) as disk_full:
+                conn.exec_driver_sql("INSERT INTO t VALUES (?)", ("x" * 100_000,))
+        assert unavailability(disk_full.value) == DISK_FULL
+        with full.begin() as conn, pytest.raises(sa.exc.IntegrityError) as refused:
+            conn.exec_driver_sql("INSERT INTO t VALUES ('a')")
+        assert unavailability(refused.value) is None
+    finally:
+        full.dispose()
+
+    # PostgreSQL: a server that is not there, and the error its full disk raises.
+    nowhere = sa.create_engine(f"postgresql+psycopg://postgres@/simreport?host={tmp_path}")
+    try:
+        with pytest.raises(sa.exc.OperationalError) as away:
+            nowhere.connect()
+    finally:
+        nowhere.dispose()
+    assert unavailability(away.value) == UNAVAILABLE
+    no_room = psycopg.errors.DiskFull('could not extend file "base/16384/16400"')
+    wrapped = sa.exc.OperationalError("INSERT …", {}, no_room)
+    assert unavailability(wrapped) == DISK_FULL
+    assert unavailability(ValueError("not the ledger")) is None
+
+
 @postgres_only
 def test_a_write_that_finds_its_connection_lost_is_tried_again(
     ledger_url: str, results: Results

@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -41,7 +39,16 @@ import httpx
 import pytest
 import sqlalchemy as sa
 import yaml
-from service_helpers import add_agent, free_port, simreport_command, write_agents
+from service_helpers import (
+    QUOTA,
+    QUOTA_TOKEN,
+    TOKEN,
+    WAIT,
+    Cluster,
+    add_agent,
+    free_port,
+    write_agents,
+)
 from sqlalchemy.engine import Connection
 
 from simreport.ledger import connect
@@ -67,17 +74,11 @@ on_postgresql = pytest.mark.parametrize(
 run on SQLite and on PostgreSQL."""
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "refund_desk"
-TOKEN = "load-token-0123456789abcdef"
-QUOTA_TOKEN = "quota-token-0123456789abcdef"
-QUOTA = 3
 HEADERS = {"Authorization": f"Bearer {TOKEN}"}
 VERSION = "1.3.0"
 TERMINAL = ("completed", "crashed", "cancelled")
 
 REQUEST_TIMEOUT = 30.0
-START_TIMEOUT = 60.0
-WAIT = 60.0
-"""The longest a fault test waits for one thing to happen."""
 LOAD_TIMEOUT = 150.0
 """The longest the load test waits for its 160 runs to end."""
 
@@ -92,120 +93,6 @@ from slow_agents import respond
 
 
 # --------------------------------------------------------------------------- processes
-
-
-class Cluster:
-    """API and worker processes of one ledger, each logging to a file; all stopped at the end."""
-
-    def __init__(self, tmp_path: Path, ledger: str, library: Path) -> None:
-        self.tmp = tmp_path
-        self.ledger = ledger
-        self.library = library
-        self.tokens = tmp_path / "tokens.yaml"
-        self.tokens.write_text(
-            f"- name: load\n  token: {TOKEN}\n"
-            f"- name: quota\n  token: {QUOTA_TOKEN}\n  maxConcurrentRuns: {QUOTA}\n",
-            encoding="utf-8",
-        )
-        self.processes: dict[str, subprocess.Popen[bytes]] = {}
-        self.logs: dict[str, Path] = {}
-        self.env = {
-            **{
-                k: v
-                for k, v in os.environ.items()
-                if k not in ("SIMREPORT_API_TOKENS", "SIMREPORT_LEDGER_URL")
-            },
-            "PYTHONUNBUFFERED": "1",
-        }
-
-    def _start(self, name: str, command: list[str]) -> subprocess.Popen[bytes]:
-        log = self.logs.setdefault(name, self.tmp / f"{name}.log")
-        with log.open("ab") as out:
-            process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=self.env)
-        self.processes[name] = process
-        return process
-
-    def api(self, name: str, port: int | None = None, *options: str) -> str:
-        """`simreport api --workers 0` on 127.0.0.1 (a free port unless given); its URL once it
-        answers."""
-        port = port or free_port()
-        url = f"http://127.0.0.1:{port}"
-        process = self._start(
-            name,
-            [
-                *simreport_command(),
-                "api",
-                "--ledger",
-                self.ledger,
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--workers",
-                "0",
-                "--library",
-                str(self.library),
-                "--tokens-file",
-                str(self.tokens),
-                *options,
-            ],
-        )
-        deadline = time.monotonic() + START_TIMEOUT
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                pytest.fail(f"{name} exited:\n{self.log(name)}")
-            try:
-                if httpx.get(url + "/healthz", timeout=2).status_code == 200:
-                    return url
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        pytest.fail(f"{name} did not start:\n{self.log(name)}")
-
-    def worker(self, name: str, *, lease: float = 20.0, heartbeat: float = 1.0) -> None:
-        """`simreport worker` with the worker id `name`."""
-        self._start(
-            name,
-            [
-                *simreport_command(),
-                "worker",
-                "--ledger",
-                self.ledger,
-                "--library",
-                str(self.library),
-                "--lease-seconds",
-                str(lease),
-                "--heartbeat-seconds",
-                str(heartbeat),
-                "--poll-seconds",
-                "0.05",
-                "--worker-id",
-                name,
-            ],
-        )
-
-    def kill(self, name: str) -> None:
-        process = self.processes.pop(name)
-        process.send_signal(signal.SIGKILL)
-        process.wait(timeout=WAIT)
-
-    def alive(self) -> None:
-        for name, process in self.processes.items():
-            assert process.poll() is None, f"{name} exited:\n{self.log(name)}"
-
-    def log(self, name: str) -> str:
-        return self.logs[name].read_text(errors="replace")
-
-    def stop(self) -> None:
-        for process in self.processes.values():
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for process in self.processes.values():
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=10)
 
 
 @pytest.fixture

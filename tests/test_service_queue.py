@@ -18,7 +18,7 @@ from sqlalchemy.engine import Engine
 from simreport.core.files import load_document
 from simreport.kernel.engine import run_scenario, validate_scenario
 from simreport.ledger import tables as t
-from simreport.ledger.db import utc_now
+from simreport.ledger.db import as_utc, utc_now
 from simreport.ledger.review import transition
 from simreport.service import queue as q
 
@@ -330,9 +330,15 @@ def test_a_lost_lease_ends_the_run_crashed_and_the_worker_can_write_nothing(
     assert (beat.lease_lost, beat.cancel) == (False, False)
     q.append_events(engine, run_id, [event(1)], worker_id="w1")
     assert q.reclaim_expired(engine) == []  # the lease holds
-    assert q.reclaim_expired(engine, now=utc_now() + timedelta(seconds=60)) == [
-        q.Reclaimed(run_id, "crashed", 1)
-    ]
+    # Expired: the first look only marks the run; a look a confirmation period later (half
+    # the lease) that finds it still expired and unrenewed reclaims it.
+    later = utc_now() + timedelta(seconds=60)
+    assert q.reclaim_expired(engine, now=later) == []
+    marked = run_row(engine, run_id)
+    assert (marked.execution_status, as_utc(marked.lease_suspected_at)) == ("running", later)
+    confirmed = later + timedelta(seconds=q.confirmation_seconds(30))
+    assert q.reclaim_expired(engine, now=confirmed - timedelta(seconds=1)) == []
+    assert q.reclaim_expired(engine, now=confirmed) == [q.Reclaimed(run_id, "crashed", 1)]
     row = run_row(engine, run_id)
     assert (row.execution_status, row.terminal_reason) == ("crashed", "worker_lost")
     assert (row.retries_allowed, row.retries, row.attempts) == (0, 0, 1)
@@ -349,6 +355,36 @@ def test_a_lost_lease_ends_the_run_crashed_and_the_worker_can_write_nothing(
 
 LATER = timedelta(seconds=60)
 """Past any lease these tests take (30 s)."""
+
+
+def reclaim_later(engine: Engine) -> list[q.Reclaimed]:
+    """Reclaim expired leases as reclaimers do, LATER from now: a first look marks the runs,
+    and a look a confirmation period after it reclaims them."""
+    moment = utc_now() + LATER
+    assert q.reclaim_expired(engine, now=moment) == []
+    confirmed = moment + timedelta(seconds=q.confirmation_seconds(30))
+    return q.reclaim_expired(engine, now=confirmed)
+
+
+def test_a_heartbeat_after_the_mark_keeps_the_run_with_its_worker(
+    engine: Engine, library: Path
+) -> None:
+    """A worker whose lease expired while it could not reach the ledger renews it once the
+    ledger answers: a reclaimer that marked the run meanwhile does not reclaim it."""
+    run_id, _ = start(engine, scenario(engine), library)
+    assert q.claim(engine, "w1", lease_seconds=30) is not None
+    moment = utc_now() + LATER
+    assert q.reclaim_expired(engine, now=moment) == []  # marked
+    beat = q.heartbeat(engine, run_id, "w1", lease_seconds=30)
+    assert not beat.lease_lost
+    assert run_row(engine, run_id).lease_suspected_at is None
+    confirmed = moment + timedelta(seconds=q.confirmation_seconds(30))
+    # Renewed from now, so expired again only past LATER: marked afresh, never reclaimed at once.
+    assert q.reclaim_expired(engine, now=confirmed) == []
+    row = run_row(engine, run_id)
+    assert (row.execution_status, row.lease_owner) == ("running", "w1")
+    assert as_utc(row.lease_suspected_at) == confirmed
+    assert q.confirmation_seconds(2) == q.CONFIRM_MIN_SECONDS  # never shorter than that
 
 
 def ledger_events(engine: Engine, run_id: str) -> list[dict[str, Any]]:
@@ -373,7 +409,7 @@ def test_a_lost_run_with_a_retry_goes_back_to_pending_once(engine: Engine, libra
     started = run_row(engine, run_id).started_at
     q.append_events(engine, run_id, [event(s) for s in (1, 2, 3)], worker_id="w1")
 
-    assert q.reclaim_expired(engine, now=utc_now() + LATER) == [q.Reclaimed(run_id, "pending", 2)]
+    assert reclaim_later(engine) == [q.Reclaimed(run_id, "pending", 2)]
     row = run_row(engine, run_id)
     assert (row.execution_status, row.retries, row.attempts, row.event_seq_base) == (
         "pending",
@@ -422,7 +458,7 @@ def test_a_lost_run_with_a_retry_goes_back_to_pending_once(engine: Engine, libra
     assert [e["payload"] for e in events[4:]] == [{"n": 1}, {"n": 2}, {"n": 3}]
 
     # Lost again: no retry is left.
-    assert q.reclaim_expired(engine, now=utc_now() + LATER) == [q.Reclaimed(run_id, "crashed", 2)]
+    assert reclaim_later(engine) == [q.Reclaimed(run_id, "crashed", 2)]
     row = run_row(engine, run_id)
     assert (row.execution_status, row.evidence_status) == ("crashed", "partial")
     assert row.terminal_reason == "worker_lost: attempt 2, the retry, lost its worker too"
@@ -449,7 +485,7 @@ def test_a_retried_run_records_its_retry_whole_after_the_mark(
         on_event=lost.append,
     )
     q.append_events(engine, run_id, lost[:10], worker_id="w1")  # then the worker died
-    assert [r.outcome for r in q.reclaim_expired(engine, now=utc_now() + LATER)] == ["pending"]
+    assert [r.outcome for r in reclaim_later(engine)] == ["pending"]
     second = q.claim(engine, "w2", lease_seconds=30)
     assert second is not None
     seen: list[dict[str, Any]] = []
@@ -489,7 +525,7 @@ def test_a_run_cancelled_while_waiting_for_its_retry_ends_cancelled(
 ) -> None:
     run_id, _ = start(engine, scenario(engine), library, retries=1)
     q.claim(engine, "w1", lease_seconds=30)
-    q.reclaim_expired(engine, now=utc_now() + LATER)
+    reclaim_later(engine)
     assert q.request_cancel(engine, run_id, "not any more", tenant=TENANT) == "cancelled"
     row = run_row(engine, run_id)
     assert (row.execution_status, row.terminal_reason) == ("cancelled", "cancelled: not any more")
@@ -504,7 +540,7 @@ def test_a_lost_run_whose_cancellation_was_asked_is_not_retried(
     run_id, _ = start(engine, scenario(engine), library, retries=1)
     q.claim(engine, "w1", lease_seconds=30)
     q.request_cancel(engine, run_id, "stop", tenant=TENANT)
-    assert q.reclaim_expired(engine, now=utc_now() + LATER) == [q.Reclaimed(run_id, "crashed", 1)]
+    assert reclaim_later(engine) == [q.Reclaimed(run_id, "crashed", 1)]
     row = run_row(engine, run_id)
     assert (row.execution_status, row.terminal_reason, row.retries) == ("crashed", "worker_lost", 0)
     assert ledger_events(engine, run_id) == []
@@ -565,7 +601,9 @@ def test_a_running_run_of_a_ledger_before_retries_is_reclaimed_as_before(ledger_
         row = run_row(engine, "run-old")
         assert (row.retries_allowed, row.retries, row.event_seq_base) == (0, 0, 0)
         q.append_events(engine, "run-old", [event(1), event(2)])
-        assert q.reclaim_expired(engine) == [q.Reclaimed("run-old", "crashed", 1)]
+        assert q.reclaim_expired(engine) == []  # marked: a run of then has no mark
+        confirmed = utc_now() + timedelta(seconds=q.CONFIRM_MIN_SECONDS)
+        assert q.reclaim_expired(engine, now=confirmed) == [q.Reclaimed("run-old", "crashed", 1)]
         row = run_row(engine, "run-old")
         assert (row.execution_status, row.terminal_reason) == ("crashed", "worker_lost")
         assert [e["seq"] for e in ledger_events(engine, "run-old")] == [1, 2]
@@ -675,6 +713,50 @@ def test_finish_records_the_run_whole_under_its_id(
     assert plans == 1
     with pytest.raises(q.LeaseLost):  # finished: nobody holds it any more
         q.finish(engine, run_id, "w1", out)
+
+
+def test_a_worker_s_end_tried_again_finds_it_recorded_once(
+    engine: Engine, library: Path, tmp_path: Path
+) -> None:
+    """A finish (or a fail) whose commit went through but whose answer was lost with the
+    ledger's connection is tried again with `again`: the run this worker ended so is taken
+    as recorded, nothing is written twice, and anyone else is still refused."""
+    scenario_id = scenario(engine)
+    run_id, _ = start(engine, scenario_id, library)
+    claimed = q.claim(engine, "w1", lease_seconds=30)
+    assert claimed is not None
+    out = tmp_path / "run"
+    run_scenario(
+        validate_scenario(claimed.scenario),
+        out,
+        condition="service",
+        replication=0,
+        asset_root=library.parent,
+        checks=claimed.checks,
+    )
+    assert q.finish(engine, run_id, "w1", out) == "completed"
+    written = (count_rows(engine, t.event, run_id), count_rows(engine, t.record, run_id))
+    assert q.finish(engine, run_id, "w1", out, again=True) == "completed"
+    assert (count_rows(engine, t.event, run_id), count_rows(engine, t.record, run_id)) == written
+    with pytest.raises(q.LeaseLost):
+        q.finish(engine, run_id, "w2", out, again=True)
+
+    failed, _ = start(engine, scenario_id, library)
+    assert q.claim(engine, "w1", lease_seconds=30) is not None
+    q.fail(engine, failed, "w1", "crashed: the run process was killed by SIGKILL")
+    q.fail(engine, failed, "w1", "crashed: the run process was killed by SIGKILL", again=True)
+    with pytest.raises(q.LeaseLost):  # not how this worker ended it
+        q.fail(engine, failed, "w1", "cancelled: requested", execution="cancelled", again=True)
+    # A run a reclaimer ended keeps its worker as the lease's owner, but it is not taken for
+    # one the worker recorded.
+    lost, _ = start(engine, scenario_id, library)
+    assert q.claim(engine, "w1", lease_seconds=30) is not None
+    assert reclaim_later(engine) == [q.Reclaimed(lost, "crashed", 1)]
+    with pytest.raises(q.LeaseLost):
+        q.finish(engine, lost, "w1", out, again=True)
+    with pytest.raises(q.LeaseLost):
+        q.fail(engine, lost, "w1", "crashed: the run ended without a result", again=True)
+    assert run_row(engine, lost).terminal_reason == "worker_lost"
 
 
 # --------------------------------------------------------------------------- cancelling

@@ -499,6 +499,86 @@ def test_sigterm_stops_a_worker_after_recording_its_run(
     gapless(engine, run_id)
 
 
+def test_a_dead_worker_s_spool_is_recorded_once_by_the_next_worker(
+    engine: Engine, ledger_url: str, library: Path, tmp_path: Path
+) -> None:
+    """A worker that died with ended runs in its spool (the ledger had not taken them) left
+    them on disk. The next worker started with that spool records each under the dead
+    worker's lease while it stands — a finished run whole, a crashed one with the events it
+    had not streamed — drops one whose lease was lost meanwhile (its run stays as the
+    reclaimer ended it), and leaves alone an entry a live worker holds."""
+    from datetime import timedelta
+
+    from simreport.kernel.engine import run_scenario, validate_scenario
+    from simreport.ledger.db import utc_now
+    from simreport.service.spool import Ending, Spool, ledger_name
+
+    spool = Spool(tmp_path / "spool", ledger_name(ledger_url))
+
+    def executed(owner: str, lease: float, events: list[dict[str, Any]] | None = None) -> Path:
+        claimed = q.claim(engine, owner, lease_seconds=lease)
+        assert claimed is not None
+        work = tmp_path / f"work-{owner}-{claimed.run_id}"
+        run_scenario(
+            validate_scenario(claimed.scenario),
+            work / "run",
+            condition="service",
+            replication=0,
+            asset_root=library.parent,
+            checks=claimed.checks,
+            on_event=None if events is None else events.append,
+        )
+        return work
+
+    def kept(
+        run_id: str, owner: str, ending: Ending, work: Path, events: list[dict[str, Any]]
+    ) -> Any:
+        entry = spool.keep(
+            run_id=run_id, attempt=1, owner=owner, ending=ending, events=events, work=work
+        )
+        assert entry.on_disk
+        return entry
+
+    whole = Ending("finish", "completed")
+    finished = queued(engine, library, name="finished")
+    spool.release(kept(finished, "w-dead", whole, executed("w-dead", 300), []))
+    crashed = queued(engine, library, name="crashed")
+    emitted: list[dict[str, Any]] = []
+    work = executed("w-dead", 300, emitted)
+    why = "crashed: the run process was killed by SIGKILL"
+    spool.release(kept(crashed, "w-dead", Ending("fail", "crashed", why), work, emitted[:5]))
+    lost = queued(engine, library, name="lost")
+    spool.release(kept(lost, "w-gone", whole, executed("w-gone", 30), []))
+    moment = utc_now() + timedelta(seconds=60)  # only the lease of 30 s has run out
+    assert q.reclaim_expired(engine, now=moment) == []
+    later = moment + timedelta(seconds=q.confirmation_seconds(30))
+    assert q.reclaim_expired(engine, now=later) == [q.Reclaimed(lost, "crashed", 1)]
+    held = queued(engine, library, name="held")
+    alive = kept(held, "w-alive", whole, executed("w-alive", 300), [])
+
+    try:
+        worker = Worker(
+            ledger_url, library, max_runs=0, spool=tmp_path / "spool", drain_seconds=WAIT
+        )
+        worker.join()
+        assert sorted(worker.outcomes) == sorted(
+            [(finished, "completed"), (crashed, "crashed"), (lost, "lease_lost")]
+        )
+        done = row(engine, finished)
+        assert (done.execution_status, done.lease_owner) == ("completed", "w-dead")
+        assert done.terminal_reason == "resolved_by_user" and records(engine, finished)
+        assert len(gapless(engine, finished)) > 50
+        ended = row(engine, crashed)
+        assert (ended.execution_status, ended.terminal_reason) == ("crashed", why)
+        assert gapless(engine, crashed) == [1, 2, 3, 4, 5]
+        assert row(engine, lost).terminal_reason == "worker_lost"
+        assert not records(engine, lost)
+        assert row(engine, held).execution_status == "running"
+        assert [p.name for p in spool.folder.iterdir()] == [alive.folder.name]
+    finally:
+        spool.remove(alive)
+
+
 def test_run_folders_left_by_a_killed_worker_are_removed_by_the_next(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

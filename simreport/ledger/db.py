@@ -295,6 +295,35 @@ def reading(engine: Engine) -> Iterator[Connection]:
         yield conn
 
 
+DISK_FULL: Final = "disk_full"
+UNAVAILABLE: Final = "unavailable"
+_DISK_FULL_SQLSTATE: Final = "53100"
+_SQLITE_FULL: Final = 13
+_NO_SPACE: Final = ("no space left on device", "database or disk is full")
+
+
+def unavailability(exc: BaseException) -> str | None:
+    """Why the ledger could not take a statement for now, when `exc` says so: DISK_FULL when
+    its disk is full (SQLite's SQLITE_FULL, PostgreSQL's SQLSTATE 53100 or "No space left on
+    device"), UNAVAILABLE when it did not answer (connection refused or lost, the server
+    shutting down or starting, SQLite's lock still taken when its wait ran out). None for an
+    answer that asking again will not change (a constraint, a malformed statement)."""
+    if not isinstance(exc, sa.exc.DBAPIError):
+        return None
+    orig = exc.orig
+    if getattr(orig, "sqlite_errorcode", None) == _SQLITE_FULL:
+        return DISK_FULL
+    if getattr(orig, "sqlstate", None) == _DISK_FULL_SQLSTATE:
+        return DISK_FULL
+    if any(words in str(orig).lower() for words in _NO_SPACE):
+        return DISK_FULL
+    if exc.connection_invalidated or isinstance(
+        exc, sa.exc.OperationalError | sa.exc.InterfaceError
+    ):
+        return UNAVAILABLE
+    return None
+
+
 def as_utc(value: datetime | None) -> datetime | None:
     """A timestamp read from the ledger, with its zone: SQLite gives UTC without one."""
     if value is None:

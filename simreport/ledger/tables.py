@@ -232,6 +232,10 @@ run = sa.Table(
     sa.Column("retries_allowed", sa.Integer, nullable=False, server_default="0"),
     sa.Column("retries", sa.Integer, nullable=False, server_default="0"),
     sa.Column("event_seq_base", sa.Integer, nullable=False, server_default="0"),
+    # Added for the two-phase reclaim (revision 0006): when a reclaimer first found the lease
+    # expired; the run is reclaimed only if it is still expired and unrenewed a confirmation
+    # period later. A heartbeat clears it.
+    sa.Column("lease_suspected_at", Timestamp),
     _one_of("mode", RUN_MODES),
     _one_of("purpose", PURPOSES),
     _one_of("execution_status", EXECUTION_STATUSES),

@@ -466,11 +466,17 @@ def create_app(
 
     @app.exception_handler(sa.exc.OperationalError)
     def _ledger_down(request: Request, exc: sa.exc.OperationalError) -> Response:
-        log.warning("the ledger did not answer: %s", type(exc.orig).__name__)
+        from ..ledger.db import DISK_FULL, unavailability
+
+        if unavailability(exc) == DISK_FULL:
+            code, message = "ledger_disk_full", "the ledger's disk is full"
+        else:
+            code, message = "ledger_unavailable", "the ledger did not answer"
+        log.warning("%s: %s", message, type(exc.orig).__name__)
         return _error_response(
             503,
-            "ledger_unavailable",
-            "the ledger did not answer: retry with the same Idempotency-Key",
+            code,
+            f"{message}: retry with the same Idempotency-Key",
             retry_after=settings.retry_after_seconds,
         )
 

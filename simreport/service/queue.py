@@ -265,8 +265,11 @@ _LEASE_COLUMNS = (
     t.run.c.event_seq_base,
     t.run.c.cancel_requested_at,
     t.run.c.cancel_reason,
+    t.run.c.terminal_reason,
+    t.run.c.content_sha256,
 )
-"""What a worker's or a cancellation's write reads of the run it changes."""
+"""What a worker's or a cancellation's write reads of the run it changes (the terminal reason
+and content hash say whether a worker's earlier try ended it already)."""
 
 
 # The statements a run takes through the service are built once, here and beside the functions
@@ -1209,6 +1212,7 @@ _TAKE: Final = (
         lease_owner=sa.bindparam("p_owner"),
         lease_expires_at=sa.bindparam("p_expires", type_=t.run.c.lease_expires_at.type),
         heartbeat_at=sa.bindparam("p_now", type_=t.run.c.heartbeat_at.type),
+        lease_suspected_at=None,
         # The first attempt's start stays; a retry's is its run_started event.
         started_at=sa.func.coalesce(
             t.run.c.started_at, sa.bindparam("p_now", type_=t.run.c.started_at.type)
@@ -1362,14 +1366,16 @@ _RENEW: Final = (
     .values(
         lease_expires_at=sa.bindparam("p_expires", type_=t.run.c.lease_expires_at.type),
         heartbeat_at=sa.bindparam("p_now", type_=t.run.c.heartbeat_at.type),
+        lease_suspected_at=None,  # the worker is alive: no reclaimer may take the run
     )
     .returning(t.run.c.cancel_requested_at, t.run.c.cancel_reason)
 )
 
 
 def heartbeat(engine: Engine, run_id: str, worker_id: str, *, lease_seconds: float) -> Heartbeat:
-    """Renew the worker's lease on the run for `lease_seconds` from now; says whether the lease
-    is lost (another ended the run) and whether a cancellation was requested."""
+    """Renew the worker's lease on the run for `lease_seconds` from now, even when it has
+    expired (while no reclaimer has taken the run), and clear a reclaimer's mark; says whether
+    the lease is lost (another ended the run) and whether a cancellation was requested."""
 
     def write(conn: Connection) -> Heartbeat:
         now = utc_now()
@@ -1452,6 +1458,24 @@ def _holds_lease(row: Any, worker_id: str) -> None:
         )
 
 
+def _ended_by(
+    row: Any,
+    worker_id: str,
+    execution: str,
+    *,
+    content: str | None = None,
+    reason: str | None = None,
+) -> bool:
+    """Whether `worker_id` ended the run `row` as `execution`, with this content hash or this
+    terminal reason (a reclaimer that ended it keeps the worker as the lease's owner, but gives
+    its own reason and records no content)."""
+    if row.lease_owner != worker_id or row.execution_status != execution:
+        return False
+    if content is not None:
+        return bool(row.content_sha256 == content)
+    return bool(row.terminal_reason == reason)
+
+
 @dataclass(frozen=True)
 class _ServiceRun(RunDirectory):
     """A run directory recorded under the service's run id, not the one its files make."""
@@ -1470,6 +1494,7 @@ def finish(
     run_dir: Path,
     *,
     reason: str | None = None,
+    again: bool = False,
 ) -> str:
     """Record the finished run in `run_dir` under `run_id`, in one transaction and only while
     `worker_id` holds its lease (LeaseLost otherwise): its statuses, end, terminal reason,
@@ -1477,16 +1502,22 @@ def finish(
     after its retry mark, as `append_events` numbers them), and its records,
     fault plans and steps, observations, evidence and completeness. `reason` replaces the
     terminal reason the files give. Returns the execution status recorded. Raises InputError
-    for a run directory that breaks its contract (then nothing is written)."""
+    for a run directory that breaks its contract (then nothing is written).
+
+    `again`: this may repeat a try whose answer was lost with the ledger's connection after it
+    committed; a run `worker_id` ended already with this very content is then taken as
+    recorded, not as a lost lease."""
     with few_collections():
-        return _finish(engine, run_id, worker_id, run_dir, reason)
+        return _finish(engine, run_id, worker_id, run_dir, reason, again)
 
 
 _FINISHED: Final = t.run.update().where(_HELD)
 """Executed with the values of the columns to set, beside the _HELD parameters."""
 
 
-def _finish(engine: Engine, run_id: str, worker_id: str, run_dir: Path, reason: str | None) -> str:
+def _finish(
+    engine: Engine, run_id: str, worker_id: str, run_dir: Path, reason: str | None, again: bool
+) -> str:
     read = read_run_dir(run_dir)
     run = _ServiceRun(
         **{f.name: getattr(read, f.name) for f in fields(RunDirectory)}, service_run_id=run_id
@@ -1494,9 +1525,12 @@ def _finish(engine: Engine, run_id: str, worker_id: str, run_dir: Path, reason: 
     finished = [e for e in run.events if e["type"] == "run_finished"]
 
     def write(conn: Connection) -> None:
-        row = _locked_run_to_append(conn, run_id, worker_id)
-        now = utc_now()
+        row = _locked_run_to_append(conn, run_id, None)
         status = run.result.status
+        if again and _ended_by(row, worker_id, status.execution, content=run.content_sha256):
+            return
+        _holds_lease(row, worker_id)
+        now = utc_now()
         terminal = reason
         cancelled = row.cancel_requested_at is not None and status.execution == "cancelled"
         if terminal is None and cancelled:
@@ -1553,15 +1587,18 @@ def fail(
     reason: str,
     *,
     execution: str = "crashed",
+    again: bool = False,
 ) -> None:
     """End a run the worker holds without a result: `crashed` (or `cancelled`) with `reason`,
     its evidence partial (what was streamed stays). LeaseLost when the worker no longer holds
-    it."""
+    it. `again`: as `finish` takes it (a run this worker ended so already is left as it is)."""
 
     def write(conn: Connection) -> None:
         row = _locked_run(conn, run_id)
         if row is None:
             raise NotFound(f"there is no run {run_id}", code="unknown_run")
+        if again and _ended_by(row, worker_id, execution, reason=reason):
+            return
         _holds_lease(row, worker_id)
         r = t.run.c
         conn.execute(
@@ -1589,13 +1626,39 @@ _ANY_EXPIRED: Final = (
 )
 
 
+CONFIRM_SHARE: Final = 0.5
+"""How long an expired lease must stay expired and unrenewed after a reclaimer first found it
+so before the run is reclaimed, as a share of the lease's length (its last renewal's)."""
+CONFIRM_MIN_SECONDS: Final = 1.0
+"""The shortest confirmation period, whatever the lease."""
+
+
+def confirmation_seconds(lease_seconds: float) -> float:
+    """The confirmation period of a lease of `lease_seconds` (see `reclaim_expired`)."""
+    return max(CONFIRM_MIN_SECONDS, lease_seconds * CONFIRM_SHARE)
+
+
+def _confirmation(row: Any) -> float:
+    expires, renewed = as_utc(row.lease_expires_at), as_utc(row.heartbeat_at)
+    lease = (expires - renewed).total_seconds() if expires and renewed else 0.0
+    return confirmation_seconds(lease)
+
+
 def reclaim_expired(engine: Engine, *, now: datetime | None = None) -> list[Reclaimed]:
-    """Reclaim every running run whose lease expired before `now`. A run with a retry left
-    (queued with `retries`, not retried as often yet, and no cancellation requested) goes back
-    to `pending` for the next claim: a `run_retried` event follows the events it recorded and
-    the retry's are numbered after it. Any other ends `crashed`, terminal reason "worker_lost"
-    (for a retry lost too: "worker_lost: …" saying so), evidence partial. Returns them, by
-    run id."""
+    """Reclaim every running run whose lease expired before `now` and whose worker is gone.
+
+    Reclaiming takes two looks: the first that finds a lease expired only marks the run
+    (`lease_suspected_at`); a look at least the confirmation period later (half the lease, see
+    `confirmation_seconds`) that finds it still expired and the mark still there reclaims it.
+    A heartbeat renews the lease and clears the mark. A worker whose heartbeats could not reach
+    the ledger (down, its disk full) keeps trying, so once the ledger answers again it renews
+    its lease within that period: marking needs the ledger to take writes too.
+
+    A run reclaimed with a retry left (queued with `retries`, not retried as often yet, and no
+    cancellation requested) goes back to `pending` for the next claim: a `run_retried` event
+    follows the events it recorded and the retry's are numbered after it. Any other ends
+    `crashed`, terminal reason "worker_lost" (for a retry lost too: "worker_lost: …" saying
+    so), evidence partial. Returns those reclaimed, by run id."""
     moment = now if now is not None else utc_now()
     r = t.run.c
     expired = (r.execution_status == "running") & (r.lease_expires_at < moment)
@@ -1609,7 +1672,14 @@ def reclaim_expired(engine: Engine, *, now: datetime | None = None) -> list[Recl
         if conn.dialect.name == "postgresql":
             query = query.with_for_update()  # another reclaimer's runs are then no longer expired
         done = []
+        marked = []
         for row in conn.execute(query).all():
+            suspected = as_utc(row.lease_suspected_at)
+            if suspected is None:
+                marked.append(row.run_id)
+                continue
+            if (moment - suspected).total_seconds() < _confirmation(row):
+                continue  # its worker still has time to renew the lease
             attempt = int(row.retries) + 1
             if row.retries < row.retries_allowed and row.cancel_requested_at is None:
                 _retry(conn, row, moment)
@@ -1630,6 +1700,12 @@ def reclaim_expired(engine: Engine, *, now: datetime | None = None) -> list[Recl
                 )
             )
             done.append(Reclaimed(row.run_id, "crashed", attempt))
+        if marked:
+            conn.execute(
+                t.run.update()
+                .where(r.run_id.in_(marked), r.lease_suspected_at.is_(None))
+                .values(lease_suspected_at=moment)
+            )
         return done
 
     return _write(engine, write)
@@ -1673,6 +1749,7 @@ def _retry(conn: Connection, row: Any, moment: datetime) -> None:
             lease_owner=None,
             lease_expires_at=None,
             heartbeat_at=None,
+            lease_suspected_at=None,
             retries=t.run.c.retries + 1,
             event_seq_base=seq,
         )
@@ -2137,6 +2214,7 @@ __all__ = [
     "Unprocessable",
     "append_events",
     "claim",
+    "confirmation_seconds",
     "count_active",
     "create_scenario",
     "events_after",
