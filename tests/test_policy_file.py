@@ -147,7 +147,7 @@ def test_simreport_run_resolves_a_simulator_s_name_with_a_policy(tmp_path: Path)
     )
     policy = tmp_path / "policy.yaml"
     policy.write_text(yaml.safe_dump(POLICY))
-    base = [*simreport_command(), "run", str(scenario), "--ledger", "off"]
+    base = [*simreport_command(), "run", str(scenario), "--no-ledger"]
     ran = subprocess.run(
         [*base, "--out", str(tmp_path / "a"), "--policy", str(policy)],
         capture_output=True,

@@ -8,7 +8,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_service_load import Cluster, cluster, library  # noqa: F401  (fixtures)
+from service_helpers import Cluster
+from test_service_load import cluster, library  # noqa: F401  (fixtures)
 
 
 @pytest.fixture

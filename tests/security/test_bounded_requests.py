@@ -28,7 +28,7 @@ from raw_http import (
     read_answer,
     request_head,
 )
-from test_service_load import Cluster
+from service_helpers import Cluster
 
 pytestmark = pytest.mark.slow
 

@@ -22,10 +22,10 @@ from typing import Any
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from service_helpers import Cluster
 from test_service_load import (
     REQUEST_TIMEOUT,
     TERMINAL,
-    Cluster,
     _runs,
     _scenario,
     _start,
