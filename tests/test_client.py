@@ -828,7 +828,12 @@ def test_a_paced_run_is_followed_live_and_cancelled_while_it_runs(tmp_path: Path
             assert client.run_status(run_id)["execution_status"] == "running"
             cancelled = _remote_command(url, token_file, "cancel", run_id, "--reason", "not needed")
             assert cancelled.returncode == 0, cancelled.stderr
-            rest, said = follow.communicate(timeout=180)
+            # Read on through the same buffered stream: communicate() would read the pipe
+            # underneath it and lose the lines the loop above had already buffered.
+            rest = follow.stdout.read()  # to its end, when the run ends (or the watchdog kills)
+            assert follow.stderr is not None
+            said = follow.stderr.read()
+            follow.wait(timeout=30)
         finally:
             watchdog.cancel()
             _stop(follow)

@@ -464,11 +464,15 @@ def create_app(
             headers=dict(exc.headers or {}),
         )
 
-    @app.exception_handler(sa.exc.OperationalError)
-    def _ledger_down(request: Request, exc: sa.exc.OperationalError) -> Response:
+    @app.exception_handler(sa.exc.DBAPIError)
+    def _ledger_down(request: Request, exc: sa.exc.DBAPIError) -> Response:
         from ..ledger.db import DISK_FULL, unavailability
 
-        if unavailability(exc) == DISK_FULL:
+        cause = unavailability(exc)
+        if cause is None:  # the database refused the statement: ours to fix, not the client's
+            log.error("the ledger refused a statement", exc_info=exc)
+            return _error_response(500, "internal", "internal error")
+        if cause == DISK_FULL:
             code, message = "ledger_disk_full", "the ledger's disk is full"
         else:
             code, message = "ledger_unavailable", "the ledger did not answer"
