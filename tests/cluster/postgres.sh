@@ -81,7 +81,7 @@ if [ ! -f "$dir/data/PG_VERSION" ]; then
 fi
 as_owner "$bin/pg_ctl" status -D "$dir/data" >/dev/null 2>&1 ||
     as_owner "$bin/pg_ctl" start -D "$dir/data" -w -t 60 -l "$dir/postgres.log" \
-    -o "-c listen_addresses='' -c unix_socket_directories='$dir' -c fsync=off -c max_connections=100" \
+    -o "-c listen_addresses='' -c unix_socket_directories='$dir' -c fsync=off -c max_connections=200" \
     >/dev/null || {
     echo "PostgreSQL did not start; see $dir/postgres.log" >&2
     exit 1
