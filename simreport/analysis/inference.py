@@ -1,0 +1,408 @@
+"""Tests and intervals that decide a condition's conclusion against its base (SPEC §6a).
+
+Exact rank tests with ties (unpaired and paired), intervals of the mean difference and an
+equivalence test, all of *condition − base*. Pure: samples in, a result out; the only randomness is
+a bootstrap generator built from an integer `seed` argument.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+import numpy as np
+import numpy.typing as npt
+from scipy import stats as _scipy_stats
+
+from .stats import BOOTSTRAP_DRAWS, FloatArray, Sample, _center, _is_constant, _spread, finite
+
+IntArray: TypeAlias = npt.NDArray[np.int64]
+
+# Exact null distributions up to these sizes. Their counts (at most C(60, 30) ≈ 1.2e17 subsets,
+# or 2**60 sign patterns) stay exact in 64-bit integers, so the exact p-values are exact
+# fractions rounded once; 60 covers 30 replications against 30. Beyond it the normal
+# approximation is within a few thousandths of the exact p.
+EXACT_MAX_POOLED = 60
+EXACT_MAX_PAIRS = 60
+
+# Values (and paired differences) that agree to this fraction of their magnitude are ties, and
+# such a difference is zero: rounding in how a metric was computed must not decide ranks.
+TIE_RTOL = 1e-9
+
+RANK_SUM_EXACT = "exact permutation, rank sum with midranks"
+RANK_SUM_NORMAL = "normal approximation, rank sum"
+SIGNED_RANK_EXACT = "exact sign-flip, signed rank with midranks"
+SIGNED_RANK_NORMAL = "normal approximation, signed rank"
+TOST_WELCH = "two one-sided Welch t-tests"
+TOST_PAIRED = "two one-sided paired t-tests"
+TOST_NO_SPREAD = "two one-sided tests, exact without spread"
+
+WELCH_T = "Welch t interval"
+PAIRED_T = "paired t interval"
+PERCENTILE = "percentile bootstrap"
+BCA = "BCa bootstrap"
+EXPANDED_PERCENTILE = "expanded percentile bootstrap"
+NO_SPREAD = "exact, no spread"
+
+PAIRED_BOOTSTRAP_METHODS = (EXPANDED_PERCENTILE, PERCENTILE, BCA)
+UNPAIRED_METHODS = (WELCH_T, BCA, PERCENTILE)
+
+
+@dataclass(frozen=True)
+class TestResult:
+    """One test of a condition against its base.
+
+    `p` is two-sided; `method` is one of this module's method names; `statistic` is the rank
+    sum W of the condition (rank sum), S = Σ sign(d)·rank(|d|) (signed rank) or the mean
+    difference (equivalence). For a paired test `n_base` and `n_cond` are both the number of
+    pairs with a finite value on each side.
+    """
+
+    p: float
+    method: str
+    statistic: float
+    paired: bool
+    n_base: int
+    n_cond: int
+
+
+@dataclass(frozen=True)
+class Interval:
+    """An interval [lo, hi] of mean(cond) − mean(base) and the method that gave it."""
+
+    lo: float
+    hi: float
+    method: str
+
+
+# ------------------------------------------------------------------------------ rank machinery
+
+
+def _doubled_midranks(values: FloatArray, tolerance: FloatArray) -> IntArray:
+    """Twice the midranks of `values`, as integers; neighbours closer than their tolerance tie."""
+    n = values.size
+    order = np.argsort(values, kind="stable")
+    ordered, slack = values[order], tolerance[order]
+    new_block = np.diff(ordered) > np.maximum(slack[1:], slack[:-1])
+    starts = np.flatnonzero(np.concatenate(([True], new_block)))
+    ends = np.append(starts[1:], n)
+    # Positions start+1 … end share the midrank (start + 1 + end) / 2: doubled, an integer.
+    doubled = np.empty(n, dtype=np.int64)
+    doubled[order] = np.repeat(starts + 1 + ends, ends - starts)
+    return doubled
+
+
+def _subset_sum_counts(weights: IntArray, max_size: int) -> IntArray:
+    """counts[k, s]: how many k-element subsets of `weights` sum to s, for k ≤ `max_size`."""
+    total = int(weights.sum())
+    counts = np.zeros((max_size + 1, total + 1), dtype=np.int64)
+    counts[0, 0] = 1
+    for seen, weight in enumerate(weights.tolist()):
+        top = min(seen + 1, max_size)
+        # The right side is built before the assignment, so each weight joins a subset once.
+        counts[1 : top + 1, weight:] = (
+            counts[1 : top + 1, weight:] + counts[:top, : total + 1 - weight]
+        )
+    return counts
+
+
+def _exact_share(counts: IntArray, centre: int, observed: int) -> float:
+    """P(|s − centre| ≥ |observed − centre|) for sums s with these counts; integers throughout,
+    so sums at the same distance from the centre count as equal without a tolerance."""
+    sums = np.arange(counts.size)
+    extreme = np.abs(sums - centre) >= abs(observed - centre)
+    return int(counts[extreme].sum()) / int(counts.sum())
+
+
+def _normal_p(deviation: float, variance: float, correction: float) -> float:
+    """Two-sided normal p of |statistic − mean| with a continuity correction, capped at 1."""
+    z = max(abs(deviation) - correction, 0.0) / math.sqrt(variance)
+    return min(1.0, 2.0 * float(_scipy_stats.norm.sf(z)))
+
+
+def _pairs(base: Sample, cond: Sample) -> tuple[FloatArray, FloatArray]:
+    """The pairs (base[i], cond[i]) with a finite value in both members."""
+    b = np.asarray(base, dtype=np.float64)
+    c = np.asarray(cond, dtype=np.float64)
+    if b.ndim != 1 or b.shape != c.shape:
+        raise ValueError(f"paired samples need one equal length, got {b.shape} and {c.shape}")
+    keep = np.isfinite(b) & np.isfinite(c)
+    return b[keep], c[keep]
+
+
+def _rounding(b: FloatArray, c: FloatArray) -> FloatArray:
+    """How far cond − base may be off from rounding in the values it was computed from."""
+    scale: FloatArray = TIE_RTOL * np.maximum(np.abs(b), np.abs(c))
+    return scale
+
+
+def _no_spread(d: FloatArray, slack: FloatArray) -> bool:
+    return bool(float(d.max() - d.min()) <= float(slack.max()))
+
+
+# ----------------------------------------------------------------------------------- rank tests
+
+
+def rank_sum_test(base: Sample, cond: Sample) -> TestResult:
+    """Two-sided rank-sum (Mann-Whitney) test of the condition against its base, unpaired.
+
+    W is the sum of the condition's midranks in the pooled sample. Up to `EXACT_MAX_POOLED`
+    pooled values, p = P(|W − E[W]| ≥ |w − E[W]|) over all equally likely assignments of the
+    pooled values to the groups, exact with ties; beyond, the normal approximation with the
+    tie-corrected variance and a 0.5 continuity correction. All pooled values equal gives 1.
+
+    Raises:
+        ValueError: when either group has no finite value.
+    """
+    b, c = finite(base), finite(cond)
+    if b.size == 0 or c.size == 0:
+        raise ValueError(f"both groups need a finite value, got {b.size} and {c.size}")
+    pooled = np.concatenate([b, c])
+    n, m = pooled.size, c.size
+    doubled = _doubled_midranks(pooled, TIE_RTOL * np.abs(pooled))
+    observed = int(doubled[b.size :].sum())
+    centre = m * (n + 1)  # twice E[W]
+    exact = n <= EXACT_MAX_POOLED
+    method = RANK_SUM_EXACT if exact else RANK_SUM_NORMAL
+    result = TestResult(1.0, method, observed / 2.0, False, int(b.size), int(m))
+    if np.all(doubled == doubled[0]):
+        return result
+    if exact:
+        # The smaller group's sum has the same distance from its centre as the other's.
+        k = min(m, b.size)
+        if k != m:
+            observed, centre = int(doubled[: b.size].sum()), k * (n + 1)
+        p = _exact_share(_subset_sum_counts(doubled, k)[k], centre, observed)
+    else:
+        ranks = doubled / 2.0
+        # The permutation variance of W, which is the tie-corrected one.
+        variance = b.size * m / (n * (n - 1.0)) * float(np.sum((ranks - ranks.mean()) ** 2))
+        p = _normal_p((observed - centre) / 2.0, variance, 0.5)
+    return TestResult(p, method, result.statistic, False, result.n_base, result.n_cond)
+
+
+def signed_rank_test(base: Sample, cond: Sample) -> TestResult:
+    """Two-sided Wilcoxon signed-rank test of paired samples (pair i = base[i], cond[i]).
+
+    A pair with a non-finite member is dropped; zero differences d = cond − base are dropped
+    and |d| ranked with midranks. S = Σ sign(d)·rank(|d|). Up to `EXACT_MAX_PAIRS` nonzero
+    differences, p = P(|S| ≥ |s|) over all sign flips, exact with ties; beyond, the normal
+    approximation with variance Σ rank² (tie-corrected) and the usual continuity correction.
+    All differences zero gives 1.
+
+    Raises:
+        ValueError: when the samples differ in length or no pair is left.
+    """
+    b, c = _pairs(base, cond)
+    if b.size == 0:
+        raise ValueError("no pair with a finite value in both members")
+    d, slack = c - b, _rounding(b, c)
+    nonzero = np.abs(d) > slack
+    d, slack = d[nonzero], slack[nonzero]
+    exact = d.size <= EXACT_MAX_PAIRS
+    method = SIGNED_RANK_EXACT if exact else SIGNED_RANK_NORMAL
+    if d.size == 0:
+        return TestResult(1.0, method, 0.0, True, int(b.size), int(b.size))
+    doubled = _doubled_midranks(np.abs(d), slack)
+    centre = int(doubled.sum()) // 2  # n(n + 1) / 2, an integer
+    positive = int(doubled[d > 0].sum())
+    statistic = float(positive - centre)  # S = Σ⁺ rank − Σ⁻ rank
+    if exact:
+        p = _exact_share(_subset_sum_counts(doubled, d.size).sum(axis=0), centre, positive)
+    else:
+        # The usual 0.5 on the positive rank sum is 1 on S.
+        p = _normal_p(statistic, float(np.sum((doubled / 2.0) ** 2)), 1.0)
+    return TestResult(p, method, statistic, True, int(b.size), int(b.size))
+
+
+def smallest_p(n_base: int, n_cond: int, *, paired: bool) -> float:
+    """The smallest two-sided p the rank test can give at these sizes, values all distinct.
+
+    Unpaired: the groups completely separated; paired: min(n_base, n_cond) pairs all moving the
+    same way. When it exceeds α, no data of these sizes can reach α. (Ties between unequal
+    groups can occasionally go lower, to no less than half of it.)
+    """
+    if n_base < 1 or n_cond < 1:
+        raise ValueError(f"both groups need a value, got {n_base} and {n_cond}")
+    if paired:
+        n = min(n_base, n_cond)
+        return signed_rank_test(np.zeros(n), np.arange(1.0, n + 1.0)).p
+    low = np.arange(float(n_base))
+    return rank_sum_test(low, np.arange(float(n_base), float(n_base + n_cond))).p
+
+
+# ------------------------------------------------------------------------------------ intervals
+
+
+def _check_interval_args(draws: int, level: float, method: str, allowed: tuple[str, ...]) -> None:
+    if draws < 1:
+        raise ValueError(f"draws must be positive, got {draws}")
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must lie strictly between 0 and 1, got {level}")
+    if method not in allowed:
+        raise ValueError(f"method must be one of {allowed}, got {method!r}")
+
+
+def _t_interval(centre: float, se: float, df: float, level: float, method: str) -> Interval:
+    q = float(_scipy_stats.t.ppf(0.5 + level / 2.0, df))
+    return Interval(centre - q * se, centre + q * se, method)
+
+
+def _difference_of_means(b: FloatArray, c: FloatArray, axis: int = -1) -> FloatArray:
+    diff: FloatArray = np.mean(c, axis=axis) - np.mean(b, axis=axis)
+    return diff
+
+
+def _bootstrap(
+    samples: tuple[FloatArray, ...],
+    statistic: Callable[..., Any],
+    *,
+    seed: int,
+    draws: int,
+    level: float,
+    method: str,
+) -> Interval:
+    kind = "BCa" if method == BCA else "percentile"
+    result = _scipy_stats.bootstrap(
+        samples,
+        statistic,
+        n_resamples=draws,
+        confidence_level=level,
+        method=kind,
+        vectorized=True,
+        rng=np.random.default_rng(seed),
+    )
+    ci = result.confidence_interval
+    return Interval(float(ci.low), float(ci.high), method)
+
+
+def _expanded_level(n: int, level: float) -> float:
+    """Hesterberg's expanded percentile: the level whose normal tails, widened by √(n/(n−1)),
+    match Student's t with n − 1 degrees of freedom; small samples get t-like widths."""
+    t = float(_scipy_stats.t.ppf(0.5 + level / 2.0, n - 1))
+    return 1.0 - 2.0 * float(_scipy_stats.norm.sf(math.sqrt(n / (n - 1.0)) * t))
+
+
+def _paired_differences(base: Sample, cond: Sample) -> FloatArray | Interval | None:
+    """cond − base over the pairs with both members finite; None for fewer than 2 pairs, and
+    the exact interval when the differences have no spread (up to rounding)."""
+    b, c = _pairs(base, cond)
+    if b.size < 2:
+        return None
+    d = c - b
+    if _no_spread(d, _rounding(b, c)):
+        centre = _center(d)
+        return Interval(centre, centre, NO_SPREAD)
+    return d
+
+
+def paired_bootstrap_ci(
+    base: Sample,
+    cond: Sample,
+    *,
+    seed: int,
+    draws: int = BOOTSTRAP_DRAWS,
+    level: float = 0.95,
+    method: str = EXPANDED_PERCENTILE,
+) -> Interval | None:
+    """Bootstrap interval of mean(cond − base) over pairs resampled together.
+
+    The default, the expanded percentile bootstrap, covered best of the bootstraps in
+    simulation (bench/bench_coverage.py; the plain percentile and BCa fall to about 0.90 at 10
+    pairs). Pairs with a non-finite member are dropped; fewer than 2 pairs give None; differences
+    without spread (up to rounding) give their value exactly.
+    """
+    _check_interval_args(draws, level, method, PAIRED_BOOTSTRAP_METHODS)
+    d = _paired_differences(base, cond)
+    if not isinstance(d, np.ndarray):
+        return d
+    if method == EXPANDED_PERCENTILE:
+        level = _expanded_level(d.size, level)
+    return _bootstrap((d,), np.mean, seed=seed, draws=draws, level=level, method=method)
+
+
+def paired_t_interval(base: Sample, cond: Sample, *, level: float = 0.95) -> Interval | None:
+    """Student t interval of mean(cond − base) over the pairs (n − 1 degrees of freedom).
+
+    Pairs with a non-finite member are dropped; fewer than 2 pairs give None; differences
+    without spread (up to rounding) give their value exactly.
+    """
+    _check_interval_args(1, level, PAIRED_T, (PAIRED_T,))
+    d = _paired_differences(base, cond)
+    if not isinstance(d, np.ndarray):
+        return d
+    return _t_interval(_center(d), math.sqrt(_spread(d) / d.size), d.size - 1.0, level, PAIRED_T)
+
+
+def unpaired_interval(
+    base: Sample,
+    cond: Sample,
+    *,
+    seed: int,
+    draws: int = BOOTSTRAP_DRAWS,
+    level: float = 0.95,
+    method: str = WELCH_T,
+) -> Interval | None:
+    """Interval of mean(cond) − mean(base) for independent groups.
+
+    The default, Welch's t interval, covered best in simulation at n = 3 to 30 for normal and
+    skewed data (bench/bench_coverage.py); `BCA` and `PERCENTILE` bootstraps resample the groups
+    independently with a generator seeded by `seed` (Welch uses no randomness). Fewer than 2
+    finite values in a group give None; two constant groups give the exact difference.
+    """
+    _check_interval_args(draws, level, method, UNPAIRED_METHODS)
+    b, c = finite(base), finite(cond)
+    if b.size < 2 or c.size < 2:
+        return None
+    diff = _center(c) - _center(b)
+    if _is_constant(b) and _is_constant(c):
+        return Interval(diff, diff, NO_SPREAD)
+    if method != WELCH_T:
+        return _bootstrap(
+            (b, c), _difference_of_means, seed=seed, draws=draws, level=level, method=method
+        )
+    vb, vc = _spread(b) / b.size, _spread(c) / c.size
+    # Welch-Satterthwaite; a constant group contributes nothing (one variance is nonzero here).
+    df = (vb + vc) ** 2 / (vb**2 / (b.size - 1) + vc**2 / (c.size - 1))
+    return _t_interval(diff, math.sqrt(vb + vc), df, level, WELCH_T)
+
+
+# ---------------------------------------------------------------------------------- equivalence
+
+
+def equivalence_test(base: Sample, cond: Sample, margin: float, *, paired: bool) -> TestResult:
+    """Two one-sided t-tests (TOST) that mean(cond) − mean(base) lies within (−margin, margin).
+
+    `margin` is in the metric's raw units. p is the larger one-sided p: Welch's (unequal
+    variances) for independent groups, the paired t-test's over pairs with both members finite.
+    Samples without spread (two constant groups; paired differences equal up to rounding) are
+    decided exactly: p = 0 when the difference lies strictly inside the margin, 1 otherwise.
+
+    Raises:
+        ValueError: for a margin that is not a positive finite number, or fewer than 2 values
+            (pairs) in a group.
+    """
+    if not (math.isfinite(margin) and margin > 0.0):
+        raise ValueError(f"margin must be a positive finite number, got {margin}")
+    b, c = _pairs(base, cond) if paired else (finite(base), finite(cond))
+    if b.size < 2 or c.size < 2:
+        raise ValueError(f"each group needs 2 finite values, got {b.size} and {c.size}")
+    if paired:
+        diff = _center(c - b)
+        flat = _no_spread(c - b, _rounding(b, c))
+    else:
+        diff = _center(c) - _center(b)
+        flat = _is_constant(b) and _is_constant(c)
+    sizes = (int(b.size), int(c.size))
+    if flat:
+        return TestResult(0.0 if abs(diff) < margin else 1.0, TOST_NO_SPREAD, diff, paired, *sizes)
+    # statsmodels takes over a second to import; only this test needs it.
+    from statsmodels.stats.weightstats import ttost_ind, ttost_paired
+
+    if paired:
+        p = ttost_paired(c, b, -margin, margin)[0]
+    else:
+        p = ttost_ind(c, b, -margin, margin, usevar="unequal")[0]
+    return TestResult(float(p), TOST_PAIRED if paired else TOST_WELCH, diff, paired, *sizes)
