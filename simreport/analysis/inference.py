@@ -94,18 +94,33 @@ def _doubled_midranks(values: FloatArray, tolerance: FloatArray) -> IntArray:
     return doubled
 
 
-def _subset_sum_counts(weights: IntArray, max_size: int) -> IntArray:
-    """counts[k, s]: how many k-element subsets of `weights` sum to s, for k ≤ `max_size`."""
+def _subset_sum_counts(weights: IntArray, size: int | None = None) -> IntArray:
+    """counts[s]: how many subsets of `weights` sum to s; only `size`-element ones when given.
+
+    Each step adds one weight to the subsets counted so far; the right-hand sides are built
+    before the assignment, so a weight joins a subset at most once.
+    """
     total = int(weights.sum())
-    counts = np.zeros((max_size + 1, total + 1), dtype=np.int64)
-    counts[0, 0] = 1
-    for seen, weight in enumerate(weights.tolist()):
-        top = min(seen + 1, max_size)
-        # The right side is built before the assignment, so each weight joins a subset once.
-        counts[1 : top + 1, weight:] = (
-            counts[1 : top + 1, weight:] + counts[:top, : total + 1 - weight]
+    if size is None:
+        counts = np.zeros(total + 1, dtype=np.int64)
+        counts[0] = 1
+        for weight in weights.tolist():
+            counts[weight:] = counts[weight:] + counts[: total + 1 - weight]
+        return counts
+    # by_size[k, s]: k-element subsets summing to s. Rows that can no longer reach `size` with
+    # the weights still to come are left behind; with the weights in ascending order, no sum
+    # so far exceeds that of the largest `size` of them, which bounds the columns.
+    ordered = np.sort(weights).tolist()
+    by_size = np.zeros((size + 1, total + 1), dtype=np.int64)
+    by_size[0, 0] = 1
+    for seen, weight in enumerate(ordered):
+        low, top = max(1, size - (len(ordered) - seen - 1)), min(seen + 1, size)
+        reach = sum(ordered[seen + 1 - top : seen + 1]) + 1
+        by_size[low : top + 1, weight:reach] = (
+            by_size[low : top + 1, weight:reach] + by_size[low - 1 : top, : reach - weight]
         )
-    return counts
+    row: IntArray = by_size[size]
+    return row
 
 
 def _exact_share(counts: IntArray, centre: int, observed: int) -> float:
@@ -166,21 +181,21 @@ def rank_sum_test(base: Sample, cond: Sample) -> TestResult:
     centre = m * (n + 1)  # twice E[W]
     exact = n <= EXACT_MAX_POOLED
     method = RANK_SUM_EXACT if exact else RANK_SUM_NORMAL
-    result = TestResult(1.0, method, observed / 2.0, False, int(b.size), int(m))
+    statistic, sizes = observed / 2.0, (int(b.size), int(m))
     if np.all(doubled == doubled[0]):
-        return result
+        return TestResult(1.0, method, statistic, False, *sizes)
     if exact:
         # The smaller group's sum has the same distance from its centre as the other's.
         k = min(m, b.size)
         if k != m:
             observed, centre = int(doubled[: b.size].sum()), k * (n + 1)
-        p = _exact_share(_subset_sum_counts(doubled, k)[k], centre, observed)
+        p = _exact_share(_subset_sum_counts(doubled, k), centre, observed)
     else:
         ranks = doubled / 2.0
         # The permutation variance of W, which is the tie-corrected one.
         variance = b.size * m / (n * (n - 1.0)) * float(np.sum((ranks - ranks.mean()) ** 2))
         p = _normal_p((observed - centre) / 2.0, variance, 0.5)
-    return TestResult(p, method, result.statistic, False, result.n_base, result.n_cond)
+    return TestResult(p, method, statistic, False, *sizes)
 
 
 def signed_rank_test(base: Sample, cond: Sample) -> TestResult:
@@ -210,7 +225,7 @@ def signed_rank_test(base: Sample, cond: Sample) -> TestResult:
     positive = int(doubled[d > 0].sum())
     statistic = float(positive - centre)  # S = Σ⁺ rank − Σ⁻ rank
     if exact:
-        p = _exact_share(_subset_sum_counts(doubled, d.size).sum(axis=0), centre, positive)
+        p = _exact_share(_subset_sum_counts(doubled), centre, positive)
     else:
         # The usual 0.5 on the positive rank sum is 1 on S.
         p = _normal_p(statistic, float(np.sum((doubled / 2.0) ** 2)), 1.0)
@@ -221,8 +236,9 @@ def smallest_p(n_base: int, n_cond: int, *, paired: bool) -> float:
     """The smallest two-sided p the rank test can give at these sizes, values all distinct.
 
     Unpaired: the groups completely separated; paired: min(n_base, n_cond) pairs all moving the
-    same way. When it exceeds α, no data of these sizes can reach α. (Ties between unequal
-    groups can occasionally go lower, to no less than half of it.)
+    same way. When it exceeds α, no data of these sizes can reach α. In the exact range ties
+    can go lower only between groups of unequal sizes, and to no less than half of it; beyond
+    it, the normal approximation overstates such extreme tails.
     """
     if n_base < 1 or n_cond < 1:
         raise ValueError(f"both groups need a value, got {n_base} and {n_cond}")
@@ -236,11 +252,15 @@ def smallest_p(n_base: int, n_cond: int, *, paired: bool) -> float:
 # ------------------------------------------------------------------------------------ intervals
 
 
-def _check_interval_args(draws: int, level: float, method: str, allowed: tuple[str, ...]) -> None:
-    if draws < 1:
-        raise ValueError(f"draws must be positive, got {draws}")
+def _check_level(level: float) -> None:
     if not 0.0 < level < 1.0:
         raise ValueError(f"level must lie strictly between 0 and 1, got {level}")
+
+
+def _check_interval_args(draws: int, level: float, method: str, allowed: tuple[str, ...]) -> None:
+    _check_level(level)
+    if draws < 1:
+        raise ValueError(f"draws must be positive, got {draws}")
     if method not in allowed:
         raise ValueError(f"method must be one of {allowed}, got {method!r}")
 
@@ -329,7 +349,7 @@ def paired_t_interval(base: Sample, cond: Sample, *, level: float = 0.95) -> Int
     Pairs with a non-finite member are dropped; fewer than 2 pairs give None; differences
     without spread (up to rounding) give their value exactly.
     """
-    _check_interval_args(1, level, PAIRED_T, (PAIRED_T,))
+    _check_level(level)
     d = _paired_differences(base, cond)
     if not isinstance(d, np.ndarray):
         return d
