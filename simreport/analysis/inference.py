@@ -331,8 +331,10 @@ def paired_bootstrap_ci(
 
     The default, the expanded percentile bootstrap, covered best of the bootstraps in
     simulation (bench/bench_coverage.py; the plain percentile and BCa fall to about 0.90 at 10
-    pairs). Pairs with a non-finite member are dropped; fewer than 2 pairs give None; differences
-    without spread (up to rounding) give their value exactly.
+    pairs). No bootstrap covers well at 3 to 5 pairs, where resampled means cannot leave the
+    range of the differences; `paired_t_interval` did. Pairs with a non-finite member are
+    dropped; fewer than 2 pairs give None; differences without spread (up to rounding) give
+    their value exactly.
     """
     _check_interval_args(draws, level, method, PAIRED_BOOTSTRAP_METHODS)
     d = _paired_differences(base, cond)
@@ -346,7 +348,9 @@ def paired_bootstrap_ci(
 def paired_t_interval(base: Sample, cond: Sample, *, level: float = 0.95) -> Interval | None:
     """Student t interval of mean(cond − base) over the pairs (n − 1 degrees of freedom).
 
-    Pairs with a non-finite member are dropped; fewer than 2 pairs give None; differences
+    In simulation it covered 0.95 for normal differences from 3 pairs on, and 0.88 to 0.94 for
+    skewed ones, more than any paired bootstrap (bench/bench_coverage.py). Pairs with a
+    non-finite member are dropped; fewer than 2 pairs give None; differences
     without spread (up to rounding) give their value exactly.
     """
     _check_level(level)
