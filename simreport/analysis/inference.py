@@ -23,7 +23,7 @@ IntArray: TypeAlias = npt.NDArray[np.int64]
 # Exact null distributions up to these sizes. Their counts (at most C(60, 30) ≈ 1.2e17 subsets,
 # or 2**60 sign patterns) stay exact in 64-bit integers, so the exact p-values are exact
 # fractions rounded once; 60 covers 30 replications against 30. Beyond it the normal
-# approximation is within a few thousandths of the exact p.
+# approximation is within about 0.001 of the exact p near the usual α's.
 EXACT_MAX_POOLED = 60
 EXACT_MAX_PAIRS = 60
 
@@ -54,10 +54,11 @@ UNPAIRED_METHODS = (WELCH_T, BCA, PERCENTILE)
 class TestResult:
     """One test of a condition against its base.
 
-    `p` is two-sided; `method` is one of this module's method names; `statistic` is the rank
-    sum W of the condition (rank sum), S = Σ sign(d)·rank(|d|) (signed rank) or the mean
-    difference (equivalence). For a paired test `n_base` and `n_cond` are both the number of
-    pairs with a finite value on each side.
+    `p` is two-sided for the rank tests and the larger one-sided p for the equivalence test;
+    `method` is one of this module's method names; `statistic` is the rank sum W of the
+    condition (rank sum), S = Σ sign(d)·rank(|d|) (signed rank) or the mean difference
+    (equivalence). For a paired test `n_base` and `n_cond` are both the number of pairs with a
+    finite value on each side.
     """
 
     p: float
