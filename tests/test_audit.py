@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -92,7 +93,9 @@ def _conditions() -> list[dict[str, Any]]:
     return out
 
 
-SHIFT = {"base": 0.0, "framing=moral": 0.8, "framing=risk": -0.5, "window=1": 0.1}
+# Large enough that framing's rows are concluded moved after Holm over every row of both
+# metrics, so direction consistency has rows to count; window barely moves.
+SHIFT = {"base": 0.0, "framing=moral": 2.0, "framing=risk": -1.8, "window=1": 0.1}
 
 
 def _result(cid: str, r: int, rng: np.random.Generator, **over: Any) -> RunResult:
@@ -119,12 +122,14 @@ def _records() -> list[RunRecord]:
     records = []
     for cond in _conditions():
         for r in range(12):
-            records.append(RunRecord(cond["id"], r, _result(cond["id"], r, rng)))
+            # Replication r of every condition runs with the same seed: the rows are paired.
+            records.append(RunRecord(cond["id"], r, _result(cond["id"], r, rng), seed=(11, r)))
     # one failed run, one incomplete run, one missing run in framing=moral@m1
     records[24] = RunRecord(
         records[24].condition,
         records[24].replication,
-        _result(
+        seed=(11, records[24].replication),
+        result=_result(
             records[24].condition,
             records[24].replication,
             rng,
@@ -137,7 +142,8 @@ def _records() -> list[RunRecord]:
     records[25] = RunRecord(
         records[25].condition,
         records[25].replication,
-        _result(
+        seed=(11, records[25].replication),
+        result=_result(
             records[25].condition,
             records[25].replication,
             rng,
@@ -184,6 +190,73 @@ def _used(rec: RunRecord, include: bool) -> bool:
     if include:
         return res.failure is None or bool(res.metrics)
     return res.failure is None and res.integrity.complete
+
+
+def _by_seed(
+    records: Sequence[RunRecord], cid: str, metric: str, include: bool
+) -> dict[Any, float]:
+    out = {}
+    for rec in records:
+        if rec.condition == cid and rec.result is not None and _used(rec, include):
+            value = rec.result.metrics.get(metric, math.nan)
+            if math.isfinite(value):
+                out[rec.seed] = value
+    return out
+
+
+def _ref_signed_rank_p(d: np.ndarray) -> float:
+    """Every one of the 2^n sign flips of the nonzero differences, by brute force."""
+    # Differences equal up to rounding (0.3 - 0.1 and 0.4 - 0.2) are ties, and none is a zero.
+    d = np.round(d, 12)
+    d = d[d != 0]
+    if d.size == 0:
+        return 1.0
+    ranks = sps.rankdata(np.abs(d))
+    observed = abs(float(np.sum(np.sign(d) * ranks)))
+    signs = np.array(list(itertools.product((-1.0, 1.0), repeat=d.size)))
+    flipped = np.abs(signs @ ranks)
+    return float(np.mean(flipped >= observed - 1e-9))
+
+
+def _ref_rank_sum_p(base: np.ndarray, cond: np.ndarray) -> float:
+    """scipy's exact permutation test over every split of the pooled values, with the distance
+    of the condition's midrank sum from its expectation as the statistic."""
+    if np.all(np.concatenate([base, cond]) == base[0]):
+        return 1.0
+    centre = cond.size * (base.size + cond.size + 1) / 2
+
+    def distance(x: np.ndarray, y: np.ndarray, axis: int) -> np.ndarray:
+        ranks = sps.rankdata(np.concatenate([x, y], axis=axis), axis=axis)
+        return np.abs(ranks[..., x.shape[axis] :].sum(axis=axis) - centre)
+
+    result = sps.permutation_test(
+        (base, cond),
+        distance,
+        permutation_type="independent",
+        n_resamples=np.inf,
+        alternative="greater",
+        vectorized=True,
+    )
+    return float(result.pvalue)
+
+
+def _ref_decide(
+    records: Sequence[RunRecord], cond: Mapping[str, Any], metric: str, include: bool
+) -> dict[str, Any]:
+    """The design-fitting columns (SPEC §6a): paired when both sides hold the same seeds."""
+    base = _by_seed(records, cond["baseId"], metric, include)
+    mine = _by_seed(records, cond["id"], metric, include)
+    if None not in base and set(base) == set(mine):
+        order = sorted(base, key=lambda s: s[1])
+        d = np.array([mine[s] - base[s] for s in order])
+        return {"paired": True, "p": _ref_signed_rank_p(d), "meanDiff": float(d.mean())}
+    b, c = np.array(list(base.values())), np.array(list(mine.values()))
+    welch = sps.ttest_ind(c, b, equal_var=False).confidence_interval(0.95)
+    return {
+        "paired": False,
+        "p": _ref_rank_sum_p(b, c),
+        "interval95": [float(welch.low), float(welch.high)],
+    }
 
 
 def _values(records: Sequence[RunRecord], cid: str, metric: str, include: bool) -> np.ndarray:
@@ -311,6 +384,7 @@ def _reference(
             else:
                 d = diff / pooled
             larger_mean = max(abs(base.mean()), abs(values.mean()))
+            row.update(_ref_decide(records, cond, metric, include))
             row.update(
                 tested=True,
                 cohenD=d,
@@ -328,6 +402,23 @@ def _reference(
             for r, p in zip(tested, holm, strict=True):
                 r["holmP"] = float(p)
         tests[metric] = rows
+
+    # One family over every tested row of every metric; no margins, so nothing is unchanged.
+    family = [r for metric in plan["metrics"] for r in tests[metric] if r["tested"]]
+    if family:
+        for r, p in zip(
+            family, multipletests([r["p"] for r in family], method="holm")[1], strict=True
+        ):
+            r["familyP"] = float(p)
+    for rows in tests.values():
+        for r in rows:
+            r["conclusion"] = (
+                "untested"
+                if not r["tested"]
+                else "moved"
+                if r["familyP"] < 0.05
+                else "inconclusive"
+            )
 
     by_id = {c["id"]: c for c in conditions}
     isolated: dict[str, tuple[float, str, str]] = {}
@@ -361,7 +452,7 @@ def _reference(
     consistency: dict[str, dict[str, Any]] = {}
     outcomes = (plan.get("hypothesis") or {}).get("outcomes") or {}
     for metric, rows in tests.items():
-        counted = [r for r in rows if r["tested"] and r["expected"] is not None]
+        counted = [r for r in rows if r["conclusion"] == "moved" and r["expected"] is not None]
         if metric not in outcomes and all(r["expected"] is None for r in rows):
             continue
 
@@ -406,6 +497,16 @@ def _check_against_reference(
                 assert row[key] == want[key], (where, key)
             for key in ("diff", "w1", "cliffDelta", "cohenD", "mwuP", "holmP"):
                 assert row[key] == pytest.approx(want.get(key), nan_ok=False), (where, key)
+            assert row["conclusion"] == want["conclusion"], where
+            if want["tested"]:
+                assert row["paired"] is want["paired"], where
+                assert row["p"] == pytest.approx(want["p"], rel=1e-9), where
+                assert row["familyP"] == pytest.approx(want["familyP"], rel=1e-9), where
+                lo, hi = row["interval95"]
+                if want["paired"]:
+                    assert lo <= want["meanDiff"] <= hi, where
+                else:
+                    assert [lo, hi] == pytest.approx(want["interval95"], rel=1e-9), where
             if want["ci95"] is None:
                 assert row["ci95"] is None, where
             else:
@@ -466,7 +567,7 @@ def test_pairwise_rows_recomputed_independently(audit: dict[str, Any]) -> None:
     assert all(r["tested"] and r["expected"] == "increase" for r in rows)
     assert all(r["expected"] is None for r in audit["tests"]["rate"])
     _check_against_reference(audit, PLAN, _conditions(), records)
-    assert audit["schemaVersion"] == 2
+    assert audit["schemaVersion"] == 3
 
 
 def _factorial_case() -> tuple[dict[str, Any], list[dict[str, Any]], list[RunRecord]]:
@@ -538,7 +639,10 @@ def _factorial_case() -> tuple[dict[str, Any], list[dict[str, Any]], list[RunRec
             }
             records.append(
                 RunRecord(
-                    cond["id"], r, _result("base@m1", r, rng, condition=cond["id"], metrics=metrics)
+                    cond["id"],
+                    r,
+                    _result("base@m1", r, rng, condition=cond["id"], metrics=metrics),
+                    seed=(5, r),
                 )
             )
     return plan, conditions, records
@@ -554,7 +658,8 @@ def test_factorial_audit_recomputed_independently() -> None:
     assert any(r["expected"] is None for r in rows)  # framing up, window down
     assert any(r["smallSpread"] for r in audit["tests"]["steady"])
     assert any(e["rankedBy"] == "isolated" for e in audit["sensitivity"])
-    assert audit["directionConsistency"]["score"]["expected"] == "mixed"
+    # Rows expect both directions; only the moved ones count for direction consistency.
+    assert {r["expected"] for r in rows if r["tested"]} >= {"increase", "decrease"}
     # framing=risk expects rate to rise; window, which expects nothing of rate, does not object.
     risk = {
         r["condition"]: r["expected"] for r in audit["tests"]["rate"] if "risk" in r["condition"]
@@ -589,10 +694,11 @@ def test_sensitivity_direction_cross_model(audit: dict[str, Any]) -> None:
     assert all(e["isolated"] == e["anyCell"] and e["rankedBy"] == "isolated" for e in ranked)
     assert ranked[0]["isolated"]["maxAbsD"] >= ranked[1]["isolated"]["maxAbsD"]
     consistency = audit["directionConsistency"]["score"]
-    diffs = [r["diff"] for r in audit["tests"]["score"]]
-    assert consistency["total"] == len(diffs)
-    assert consistency["consistent"] == sum(1 for d in diffs if d > 0)
-    assert consistency["byAxis"]["framing"]["total"] == 4
+    # Only rows concluded moved hold or reverse the expected direction.
+    moved = [r["diff"] for r in audit["tests"]["score"] if r["conclusion"] == "moved"]
+    assert moved
+    assert consistency["total"] == len(moved)
+    assert consistency["consistent"] == sum(1 for d in moved if d > 0)
     assert "rate" not in audit["directionConsistency"]
     records = _records()
     m2 = [

@@ -38,6 +38,22 @@ ROW_KEYS = {
     "tested",
     "expected",
     "smallSpread",
+    # Schema 3: the conclusion of the row and the statistics that decide it (SPEC §6a).
+    "paired",
+    "pairing",
+    "test",
+    "p",
+    "interval95",
+    "intervalMethod",
+    "intervalNote",
+    "margin",
+    "equivalenceP",
+    "equivalenceTest",
+    "family",
+    "familyP",
+    "mde",
+    "conclusion",
+    "reason",
 }
 STATISTICS = ("diff", "ci95", "cohenD", "mwuP", "holmP", "w1", "cliffDelta", "directionFlip")
 IDENTICAL_NOTE = "identical to the base, not tested"
@@ -170,9 +186,10 @@ def _identical_audit() -> tuple[dict[str, Any], dict[str, list[float]]]:
         "base": _shifted(0.0),
         # Far from the base on purpose: were it tested, it would dominate every ranking.
         "framing=neutral": _shifted(-6.0),
-        "framing=moral": _shifted(0.9),
+        # Far enough to be concluded moved: only moved rows count for direction consistency.
+        "framing=moral": _shifted(4.0),
         "window=3": _shifted(8.0),
-        "tone=warm": _shifted(0.4, 1.3),
+        "tone=warm": _shifted(3.5, 1.3),
     }
     plan = _plan(axes, hypothesis={"outcomes": {"score": "increase"}})
     audit = analyse(plan, conditions, _records({c: {"score": v} for c, v in scores.items()}))
@@ -491,9 +508,9 @@ def test_expectation_per_level_beats_axis_beats_metric() -> None:
     ]
     values = {
         "base@m1": {"score": _shifted(0.0), "rate": _shifted(0.0)},
-        "framing=moral@m1": {"score": _shifted(1.0), "rate": _shifted(1.0)},
-        "framing=risk@m1": {"score": _shifted(1.0), "rate": _shifted(1.0)},
-        "window=1@m1": {"score": _shifted(-1.0), "rate": _shifted(1.0)},
+        "framing=moral@m1": {"score": _shifted(4.0), "rate": _shifted(1.0)},
+        "framing=risk@m1": {"score": _shifted(4.0), "rate": _shifted(1.0)},
+        "window=1@m1": {"score": _shifted(-4.0), "rate": _shifted(1.0)},
     }
     plan = _plan(axes, hypothesis=hypothesis, metrics=("score", "rate"), models=("m1",))
     audit = analyse(plan, conditions, _records(values))
@@ -531,9 +548,9 @@ def test_factorial_cell_whose_moved_axes_disagree_has_no_expectation() -> None:
         "axes": {"framing": {"score": "increase"}, "window": {"score": "decrease"}},
     }
     cells = {
-        "framing=neutral|window=1": ({"framing": "neutral", "window": 1}, -0.5),
-        "framing=moral|window=3": ({"framing": "moral", "window": 3}, 0.5),
-        "framing=moral|window=1": ({"framing": "moral", "window": 1}, 0.5),
+        "framing=neutral|window=1": ({"framing": "neutral", "window": 1}, -4.0),
+        "framing=moral|window=3": ({"framing": "moral", "window": 3}, 4.0),
+        "framing=moral|window=1": ({"framing": "moral", "window": 1}, 4.0),
     }
     audit, _ = _factorial(axes, cells, hypothesis)
     expected = {r["condition"]: r["expected"] for r in audit["tests"]["score"]}
@@ -567,7 +584,7 @@ def test_moved_axis_without_expectation_does_not_disagree() -> None:
     ]
     cells = {
         "framing=neutral|window=1": ({"framing": "neutral", "window": 1}, 0.2),
-        "framing=moral|window=1": ({"framing": "moral", "window": 1}, 0.5),
+        "framing=moral|window=1": ({"framing": "moral", "window": 1}, 4.0),
     }
     audit, _ = _factorial(axes, cells, {"axes": {"framing": {"score": "increase"}}})
     assert _row(audit, "framing=moral|window=1")["expected"] == "increase"
@@ -608,12 +625,38 @@ def test_unknown_direction_is_an_input_error(hypothesis: dict[str, Any], path: s
     assert caught.value.expected is not None and "increase" in caught.value.expected
 
 
+def test_a_row_that_did_not_move_holds_or_reverses_no_direction() -> None:
+    axes = [_axis("framing", "params.framing", ["moral", "risk", "calm"])]
+    conditions = [_condition("base", {})] + [
+        _condition(f"framing={lvl}", {"framing": lvl}) for lvl in ("moral", "risk", "calm")
+    ]
+    values = {
+        "base": {"score": _shifted(0.0)},
+        "framing=moral": {"score": _shifted(4.0)},  # moved, as expected
+        "framing=risk": {"score": _shifted(-0.3)},  # a small drop the test cannot tell apart
+        "framing=calm": {"score": _shifted(0.0)},  # the same values: a zero difference
+    }
+    plan = _plan(axes, hypothesis={"outcomes": {"score": "increase"}})
+    audit = analyse(plan, conditions, _records(values))
+    assert [_row(audit, f"framing={lvl}")["conclusion"] for lvl in ("moral", "risk", "calm")] == [
+        "moved",
+        "inconclusive",
+        "inconclusive",
+    ]
+    assert _row(audit, "framing=calm")["directionFlip"] is False
+    consistency = audit["directionConsistency"]["score"]
+    assert (consistency["consistent"], consistency["total"]) == (1, 1)
+
+
 # --------------------------------------------------------------------------- the form
 
 
-def test_schema_version_two_and_every_contract_key() -> None:
+def test_schema_version_three_and_every_contract_key() -> None:
     audit, _ = _identical_audit()
-    assert audit["schemaVersion"] == 2
+    assert audit["schemaVersion"] == 3
+    assert audit["verdict"]["headline"]
+    assert audit["family"]["primaryMetrics"] == ["score"]
+    assert audit["grade"]["achieved"] in ("weak", "moderate", "strong", "insufficient")
     for rows in audit["tests"].values():
         for row in rows:
             assert set(row) == ROW_KEYS

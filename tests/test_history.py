@@ -150,6 +150,7 @@ def test_provenance_lists_the_distinct_input_versions_of_a_condition(tmp_path: P
     assert record == {
         "planHash": "p",
         "kernelFingerprints": ["k1", "k2"],
+        "decisions": [],
         "models": ["m", "n"],
         "providers": ["offline", "openai"],
         "conditions": {

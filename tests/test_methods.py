@@ -183,6 +183,9 @@ def test_every_number_in_the_text_comes_from_the_audit(audit: dict[str, Any], te
     known |= {v for v in audit["cost"].values() if isinstance(v, int)}  # totals, not the tables
     known |= {0, 1, 2, 5, 8, 10, 30, 95, 100, 2000}  # the grade rule, TRAILS codes, conventions
     known |= {int(s) for s in re.findall(r"\d+", audit["grade"]["rule"])}
+    known |= {audit["family"]["primaryRows"], audit["family"]["secondaryRows"]}
+    known |= {sum(1 for rows in audit["tests"].values() for r in rows if r.get("tested"))}
+    known |= {sum(1 for rows in audit["tests"].values() for r in rows if r.get("paired"))}
     # Notes and the method of the power analysis are quoted as audit.json words them.
     quoted = [(audit.get("power") or {}).get("method") or ""] + [
         row.get("note") or "" for rows in (audit.get("noiseFloor") or {}).values() for row in rows

@@ -266,6 +266,50 @@ def test_hypothesis_metric_must_be_reported(tmp_path: Path) -> None:
     assert err.path == "hypothesis.outcomes.trust"
 
 
+def test_an_unchanged_outcome_with_its_margin_is_a_robustness_claim(tmp_path: Path) -> None:
+    plan = PLAN + (
+        "primaryMetrics: [averagePayoff]\n"
+        "hypothesis:\n  outcomes:\n    averagePayoff: unchanged\n"
+        "  margins:\n    averagePayoff: 0.25\n"
+    )
+    loaded = load_plan(plan_in(tmp_path, plan))
+    assert loaded.hypothesis is not None
+    assert loaded.hypothesis.outcomes == {"averagePayoff": "unchanged"}
+    assert loaded.hypothesis.margins == {"averagePayoff": 0.25}
+    assert loaded.plan.primary_metrics == ["averagePayoff"]
+
+
+def test_a_plan_without_margins_or_primary_metrics_keeps_its_hash(tmp_path: Path) -> None:
+    doc = load_plan(plan_in(tmp_path)).normalised()
+    assert "primaryMetrics" not in doc
+    assert "margins" not in (doc.get("hypothesis") or {})
+
+
+def test_an_unchanged_outcome_needs_its_margin(tmp_path: Path) -> None:
+    plan = PLAN + "hypothesis:\n  outcomes:\n    averagePayoff: unchanged\n"
+    err = load_error(plan_in(tmp_path, plan))
+    assert "margins.averagePayoff" in err.message
+
+
+@pytest.mark.parametrize("margin", ["0", "-1", ".nan", "true", "wide"])
+def test_a_margin_is_a_positive_number(tmp_path: Path, margin: str) -> None:
+    plan = PLAN + f"hypothesis:\n  margins:\n    averagePayoff: {margin}\n"
+    err = load_error(plan_in(tmp_path, plan))
+    assert err.path is not None and err.path.startswith("hypothesis.margins")
+
+
+def test_a_margin_names_a_reported_metric(tmp_path: Path) -> None:
+    plan = PLAN + "hypothesis:\n  margins:\n    trust: 0.1\n"
+    err = load_error(plan_in(tmp_path, plan), PlanError)
+    assert err.path == "hypothesis.margins.trust"
+
+
+def test_primary_metrics_are_metrics_the_plan_compares(tmp_path: Path) -> None:
+    err = load_error(plan_in(tmp_path, PLAN + "primaryMetrics: [mutualCooperationRate]\n"))
+    assert (err.path, err.line) == ("primaryMetrics.0", 9)
+    assert err.expected is not None and "averagePayoff" in err.expected
+
+
 def test_target_distribution_must_name_a_reported_distribution(tmp_path: Path) -> None:
     plan = PLAN + "hypothesis:\n  targetDistribution:\n    moves: {cooperate: 1}\n"
     err = load_error(plan_in(tmp_path, plan), PlanError)

@@ -559,11 +559,10 @@ def test_the_verdict_opens_the_report_with_the_grade_and_its_reasons(
 ) -> None:
     from markupsafe import escape
 
-    from simreport.report.verdict import headline
-
     box = _section_of(html, '<div class="verdict" id="verdict">', "</div>")
     assert html.index('id="verdict"') < html.index('id="h-plan-summary"')
-    assert f"<strong>Verdict.</strong> {escape(headline(audit))}</p>" in box
+    assert f"<strong>Verdict.</strong> {escape(audit['verdict']['headline'])}</p>" in box
+    assert '<p id="decisions"><strong>Decisions made by:</strong>' in box
     assert f'<span class="grade grade-{audit["grade"]["grade"]}">' in box
     for reason in audit["grade"]["reasons"]:
         assert f"<li>{escape(reason)}</li>" in box
@@ -833,7 +832,13 @@ def test_the_report_reads_at_400_px_without_sideways_scrolling(
 
 
 def test_the_verdict_escapes_plan_text(audit: dict[str, Any]) -> None:
+    stated = copy.deepcopy(audit)
+    stated["verdict"]["headline"] = "cooperation moved under <script>framing</script>."
+    box = _section_of(render_report(stated), '<div class="verdict" id="verdict">', "</div>")
+    assert "&lt;script&gt;framing&lt;/script&gt;" in box and "<script>" not in box
+    # An audit of an older schema has no headline of its own: the report words one, escaped too.
     edited = copy.deepcopy(audit)
+    del edited["verdict"]
     edited["plan"]["axes"][0]["dimension"] = "<script>framing</script>"
     row = next(r for r in edited["tests"]["cooperation"] if r["tested"])
     row["holmP"] = 0.001

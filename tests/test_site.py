@@ -289,11 +289,12 @@ def test_each_audit_has_its_verdict_and_grade_reasons_in_the_index(
 ) -> None:
     from markupsafe import escape
 
-    from simreport.report.verdict import headline
-
     page = (site / "index.html").read_text(encoding="utf-8")
     first = re.findall(r'<tr class="verdict">\n<td colspan="11">(.*?)</td>', page, re.S)[0]
-    assert f"<strong>Verdict.</strong> {escape(headline(audit))} Evidence grade" in first
+    assert f"<strong>Verdict.</strong> {escape(audit['verdict']['headline'])} " in first
+    assert "<strong>Decisions made by:</strong> the offline stand-in (not a language model)." in (
+        first
+    )
     grade = audit["grade"]
     assert f'<strong>{grade["grade"]}</strong>: <span class="reasons">' in first
     for reason in grade["reasons"]:

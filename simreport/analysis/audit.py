@@ -7,6 +7,7 @@ audit.json and runs.parquet.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections import defaultdict
@@ -24,14 +25,14 @@ from ..core.schema import RunResult
 from ..core.version import __version__
 from ..kernel.testbed.quality import QUALITY_FILE
 from ..kernel.testbed.records import RECORDS_FILE
-from . import power, stats
+from . import conclusions, power, stats
 from .cost import cost_section
 from .coverage import coverage_matrix, read_condition_specs
 from .grade import GRADE_RULE, evidence_grade
 from .testbed import EvaluatedRun, FaultSteps, fault_problems, fault_steps, summarise_testbed
 from .user_quality import UserQualityRun, summarise_user_quality
 
-AUDIT_SCHEMA_VERSION = 2
+AUDIT_SCHEMA_VERSION = 3
 IDENTICAL_NOTE = "identical to the base, not tested"
 """The note of a condition flagged identicalToBase: it ran, but it is no test (SPEC §5)."""
 
@@ -56,6 +57,10 @@ class RunRecord:
     """The agent testbed's user-quality.json (the user simulator's quality control)."""
     validity_problems: tuple[str, ...] = ()
     """Why the run is violated, as the run's own `run.validity` record says."""
+    seed: tuple[int, ...] | None = None
+    """The seed lineage the run ran under: its root seed, then its seed path (from its
+    manifest); None when it recorded none. Base and condition runs with the same lineage are
+    paired."""
 
 
 LOST_DECISIONS = ("parseFailures", "llmFailures", "promptTooLong")
@@ -203,6 +208,7 @@ def analyse(
         by_condition[record.condition].append(record)
 
     samples: dict[str, dict[str, list[float]]] = {}
+    replicates: dict[str, dict[str, list[conclusions.Replicate]]] = {}
     condition_rows: list[dict[str, Any]] = []
     used_runs = 0
     reported: dict[str, int] = dict.fromkeys(metrics, 0)
@@ -213,6 +219,14 @@ def analyse(
         kept = [r for r in records if excluded_because(r, include, purpose) is None]
         samples[cid] = {
             m: [r.result.metrics.get(m, math.nan) for r in kept if r.result is not None]
+            for m in metrics
+        }
+        replicates[cid] = {
+            m: [
+                conclusions.Replicate(r.replication, r.seed, r.result.metrics.get(m, math.nan))
+                for r in kept
+                if r.result is not None
+            ]
             for m in metrics
         }
         used_runs += len(kept)
@@ -260,15 +274,23 @@ def analyse(
             base_sample = samples.get(base_id, {}).get(metric, [])
             cond_sample = samples[row["id"]][metric]
             expected = expectations.for_row(row, moved[row["id"]], metric)
+            margin = expectations.margins.get(metric)
             if row["identicalToBase"]:
                 result = _identical_row(base_sample, cond_sample)
             else:
-                result = stats.pairwise(
-                    base_sample,
-                    cond_sample,
-                    seed=stats.bootstrap_seed(plan_hash, metric, row["id"]),
-                    expected=expected,
+                seed = stats.bootstrap_seed(plan_hash, metric, row["id"])
+                result = stats.pairwise(base_sample, cond_sample, seed=seed, expected=expected)
+            if result["tested"]:
+                result.update(
+                    conclusions.decide(
+                        replicates.get(base_id, {}).get(metric, []),
+                        replicates[row["id"]][metric],
+                        seed=seed,
+                        margin=margin,
+                    )
                 )
+            else:
+                result.update(conclusions.undecided(result["note"], margin))
             result["condition"] = row["id"]
             result["baseId"] = base_id
             result["expected"] = expected
@@ -292,8 +314,12 @@ def analyse(
         if note:
             notes[metric] = note
 
-    # What the design could have detected, and how often the test calls identical data different.
+    # One family for the headline, what the design could have detected, and each conclusion.
+    family = conclusions.apply_family(tests, plan.get("primaryMetrics"))
     power_doc = power.power_section(tests)
+    for metric, rows in tests.items():
+        for r, entry in zip(rows, power_doc["metrics"][metric], strict=True):
+            conclusions.conclude(r, entry["mde"], entry["note"])
     base_samples = {
         m: {row["id"]: samples[row["id"]][m] for row in condition_rows if row["isBase"]}
         for m in metrics
@@ -348,12 +374,18 @@ def analyse(
         )
 
     models = list(plan.get("models") or [])
-    grade = evidence_grade(
-        replications=int(plan.get("replications", 1)),
-        axis_levels=[(str(a["id"]), str(a["level"]), len(a.get("levels") or [])) for a in axes],
-        n_models=len(models),
-        claim_type=str(plan.get("claimType", "exploratory")),
-    )
+
+    def graded(replications: int) -> Any:
+        return evidence_grade(
+            replications=replications,
+            axis_levels=[(str(a["id"]), str(a["level"]), len(a.get("levels") or [])) for a in axes],
+            n_models=len(models),
+            claim_type=str(plan.get("claimType", "exploratory")),
+        )
+
+    grade = graded(int(plan.get("replications", 1)))
+    lost = conclusions.lost_runs(condition_rows, run_rows)
+    achieved = conclusions.achieved_grade(grade.to_dict(), condition_rows, lost, graded)
     failed = sum(1 for r in run_rows if r["failure"] is not None)
     incomplete = sum(1 for r in run_rows if r["failure"] is None and not r["complete"])
     excluded = sum(1 for r in run_rows if not r["used"])
@@ -366,7 +398,15 @@ def analyse(
             "providerOverride": provider_override,
             "llmOverride": dict(llm_override) if llm_override else None,
         },
-        "grade": {**grade.to_dict(), "rule": GRADE_RULE},
+        "grade": {
+            **grade.to_dict(),
+            "rule": GRADE_RULE,
+            "achieved": achieved["grade"],
+            "achievedReasons": achieved["reasons"],
+            "usableMin": achieved["usableMin"],
+        },
+        "verdict": conclusions.verdict(metrics, condition_rows, tests, notes, moved, lost),
+        "family": family,
         "purpose": _purpose_section(purpose, runs),
         "metrics": metrics,
         "summary": {
@@ -519,6 +559,10 @@ class Expectations:
     outcomes: Mapping[str, str]
     axes: Mapping[str, Mapping[str, str]]
     levels: Mapping[str, Mapping[str, str]]
+    unchanged: frozenset[str] = frozenset()
+    """Metrics the hypothesis expects to stay within their margin (a robustness claim)."""
+    margins: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    """Metric → equivalence margin in the metric's units."""
 
     @classmethod
     def from_hypothesis(cls, hypothesis: Mapping[str, Any]) -> Expectations:
@@ -527,10 +571,20 @@ class Expectations:
             raise InputError(
                 "the hypothesis is not a mapping", path="hypothesis", expected="a mapping"
             )
+        outcomes = hypothesis.get("outcomes")
+        unchanged = (
+            frozenset(m for m, o in outcomes.items() if o == "unchanged")
+            if isinstance(outcomes, Mapping)
+            else frozenset()
+        )
+        if unchanged and isinstance(outcomes, Mapping):
+            outcomes = {m: o for m, o in outcomes.items() if m not in unchanged}
         return cls(
-            outcomes=_directions(hypothesis.get("outcomes"), "hypothesis.outcomes"),
+            outcomes=_directions(outcomes, "hypothesis.outcomes"),
             axes=_directions_by_key(hypothesis.get("axes"), "hypothesis.axes"),
             levels=_directions_by_key(hypothesis.get("levels"), "hypothesis.levels"),
+            unchanged=unchanged,
+            margins=_margins(hypothesis.get("margins")),
         )
 
     def for_row(
@@ -581,6 +635,25 @@ def _directions(value: Any, path: str) -> dict[str, str]:
                 expected=" or ".join(stats.DIRECTIONS),
             )
         out[str(metric)] = str(direction)
+    return out
+
+
+def _margins(value: Any) -> dict[str, float]:
+    if value is None:
+        return {}
+    expected = "a mapping of metric name to a positive number in the metric's units"
+    if not isinstance(value, Mapping):
+        raise InputError("not a mapping", path="hypothesis.margins", expected=expected)
+    out: dict[str, float] = {}
+    for metric, margin in value.items():
+        number = margin if isinstance(margin, (int, float)) else None
+        if isinstance(margin, bool) or number is None or not 0 < number < math.inf:
+            raise InputError(
+                f"not a positive margin: {margin!r}",
+                path=f"hypothesis.margins.{metric}",
+                expected=expected,
+            )
+        out[str(metric)] = float(number)
     return out
 
 
@@ -669,8 +742,9 @@ def _direction_consistency(
     axes: Sequence[Mapping[str, Any]],
     moved: Mapping[str, Sequence[str]],
 ) -> dict[str, dict[str, Any]]:
-    """Per metric with any expectation, how many tested rows with an expectation moved as
-    expected, overall and per moved axis (a factorial cell counts for each axis it moves).
+    """Per metric with any expectation, how many rows concluded `moved` with an expectation
+    moved as expected, overall and per moved axis (a factorial cell counts for each axis it
+    moves). A row the test could not tell from the base counts neither way.
 
     `expected` is the direction those rows share, "mixed" when they differ, and the metric's
     outcome (or None) when there is no such row.
@@ -680,7 +754,9 @@ def _direction_consistency(
         rows = tests.get(metric, [])
         if metric not in expectations.outcomes and all(r["expected"] is None for r in rows):
             continue
-        counted = [r for r in rows if r["tested"] and r["expected"] is not None]
+        # Only a row that moved can hold or reverse a direction: a difference the test could not
+        # tell from noise, or a zero one, is no evidence either way.
+        counted = [r for r in rows if r["conclusion"] == "moved" and r["expected"] is not None]
         directions = {r["expected"] for r in counted}
         expected = (
             expectations.outcomes.get(metric)
@@ -831,9 +907,22 @@ def load_audit_inputs(
                     faults=read_fault_steps(path.parent),
                     validity_problems=read_validity_problems(path.parent),
                     user_quality=read_user_quality(path.parent),
+                    seed=seed_lineage(manifest) if result is not None else None,
                 )
             )
     return plan, conditions, records
+
+
+def seed_lineage(manifest: Any) -> tuple[int, ...] | None:
+    """A run's root seed followed by its seed path, from its manifest; None when it has none."""
+    if not isinstance(manifest, Mapping):
+        return None
+    seed, path = manifest.get("seed"), manifest.get("seedPath")
+    if not isinstance(seed, int) or isinstance(seed, bool) or not isinstance(path, list):
+        return None
+    if not all(isinstance(s, int) and not isinstance(s, bool) for s in path):
+        return None
+    return (seed, *path)
 
 
 def current_evaluation(run_dir: Path, result_bytes: bytes | None) -> dict[str, Any] | None:

@@ -46,8 +46,11 @@ def provenance(
     fingerprints: set[str] = set()
     models: set[str] = set()
     providers: set[str] = set()
+    deciders: dict[str, None] = {}
     per_condition: dict[str, Any] = {}
     for cond in conditions:
+        for who in decision_makers(_first_scenario(root, cond)):
+            deciders.setdefault(who)
         inputs: dict[str, set[str]] = defaultdict(set)
         replications = int(cond.get("replications", plan.get("replications", 1)))
         for manifest in _manifests(root, cond, replications):
@@ -67,8 +70,63 @@ def provenance(
         "kernelFingerprints": sorted(fingerprints),
         "models": sorted(models),
         "providers": sorted(providers),
+        "decisions": list(deciders),
         "conditions": per_condition,
     }
+
+
+OFFLINE_STAND_IN = "the offline stand-in (not a language model)"
+"""How pages name the offline provider: a seeded rule set that imitates an agent's answers, so
+no effect it shows is a finding about a language model."""
+
+
+def _first_scenario(root: Path, cond: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The scenario.json of a condition's first run that has one; None when none ran."""
+    runs = root / "runs" / str(cond["dir"])
+    for r in range(int(cond.get("replications") or 1)):
+        path = runs / str(r) / "scenario.json"
+        if path.is_file():
+            doc = load_document(path, allow_control_characters=True).data
+            return doc if isinstance(doc, Mapping) else None
+    return None
+
+
+def decision_makers(scenario: Mapping[str, Any] | None) -> list[str]:
+    """Who made a scenario's decisions, as every page names them: the language model and its
+    provider, the offline stand-in ("not a language model"), a fixed rule by its name, an
+    external simulator or the agent under test."""
+    if scenario is None:
+        return []
+    raw = scenario.get("llm")
+    llm: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+    provider, model = str(llm.get("provider") or "offline"), llm.get("model")
+    if provider == "offline":
+        by_model = OFFLINE_STAND_IN
+    else:
+        via = f" at endpoint {llm['endpoint']}" if llm.get("endpoint") else ""
+        by_model = f"the language model {model} ({provider} provider{via})"
+    out: list[str] = []
+    simulator = scenario.get("simulator")
+    if isinstance(simulator, Mapping):
+        name = simulator.get("name") or " ".join(str(c) for c in simulator.get("command") or [])
+        out.append(f"the external simulator {name}")
+    sut = scenario.get("sut")
+    if isinstance(sut, Mapping) and sut.get("agent"):
+        out.append(f"the agent under test {sut['agent']}")
+    executors = scenario.get("executors")
+    if not isinstance(executors, list) or not executors:
+        executors = [] if out else [{"kind": "llm"}]
+    for executor in executors:
+        if not isinstance(executor, Mapping):
+            continue
+        if executor.get("kind") == "rule":
+            out.append(f"the fixed rule {executor.get('rule')}")
+        else:
+            out.append(by_model)
+    if isinstance(sut, Mapping) and by_model not in out:
+        # The scenario's own model calls (the reference agent, the simulated user) name theirs.
+        out.append(f"{by_model} for the scenario's model calls")
+    return list(dict.fromkeys(out))
 
 
 def _manifests(root: Path, cond: Mapping[str, Any], replications: int) -> list[dict[str, Any]]:

@@ -356,11 +356,28 @@ class ExecutorConfig(Model):
         return self
 
 
-class Hypothesis(Model):
-    """What the study expects: a direction per metric and optional target distributions."""
+Margin = Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)]
+"""An equivalence margin: a positive finite number in the metric's own units."""
 
-    outcomes: dict[str, Literal["increase", "decrease"]] = Field(
-        default_factory=dict, description="Metric name → expected direction."
+
+class Hypothesis(Model):
+    """What the study expects: a direction per metric, or that it stays within a margin, and
+    optional target distributions."""
+
+    outcomes: dict[str, Literal["increase", "decrease", "unchanged"]] = Field(
+        default_factory=dict,
+        description=(
+            "Metric name → expected direction, or `unchanged`: a robustness claim, judged by an "
+            "equivalence test against the metric's margin."
+        ),
+    )
+    margins: dict[str, Margin] | None = Field(
+        None,
+        exclude_if=lambda value: value is None,
+        description=(
+            "Metric name → equivalence margin in the metric's units: a difference from the base "
+            "smaller than this counts as no change. Required for an `unchanged` outcome."
+        ),
     )
     target_distribution: dict[str, dict[str, Number]] | None = Field(
         None, description="Distribution name → category → probability."
@@ -381,6 +398,21 @@ class Hypothesis(Model):
             if sum(dist.values()) <= 0:
                 raise ValueError(f"target distribution {name!r} sums to zero")
         return value
+
+    @model_validator(mode="after")
+    def _margins_for_unchanged(self) -> Hypothesis:
+        missing = sorted(
+            m
+            for m, o in self.outcomes.items()
+            if o == "unchanged" and m not in (self.margins or {})
+        )
+        if missing:
+            raise ValueError(
+                "an `unchanged` outcome needs its equivalence margin: give hypothesis.margins."
+                + f"{missing[0]} (the largest difference that still counts as no change, in the "
+                "metric's units)"
+            )
+        return self
 
 
 Direction = Literal["increase", "decrease"]
@@ -640,6 +672,17 @@ class AuditPlan(Model):
         description="Metrics to compare, each once.",
         json_schema_extra={"uniqueItems": True},
     )
+    primary_metrics: list[str] | None = Field(
+        None,
+        exclude_if=lambda value: value is None,
+        min_length=1,
+        description=(
+            "The metrics the headline's claim is about: family-wise error is controlled over "
+            "their tested rows; the other metrics form a secondary family. Unset: every metric "
+            "is primary."
+        ),
+        json_schema_extra={"uniqueItems": True},
+    )
     claim_type: Literal["exploratory", "mechanism", "policy"] = Field(
         "exploratory", description="Policy claims need micro, meso and macro axes to be strong."
     )
@@ -662,9 +705,11 @@ class AuditPlan(Model):
         ),
     )
 
-    @field_validator("metrics")
+    @field_validator("metrics", "primary_metrics")
     @classmethod
-    def _metrics_once(cls, value: list[str]) -> list[str]:
+    def _metrics_once(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return value
         repeated = sorted({m for m in value if value.count(m) > 1})
         if repeated:
             raise ValueError(f"metrics must not repeat; repeated: {', '.join(repeated)}")

@@ -385,16 +385,22 @@ def _resolve_base_file(text: str, plan_file: Path, document: Document) -> Path:
 def _check_metrics(
     plan: AuditPlan, available: tuple[str, ...], plan_file: Path, document: Document
 ) -> None:
-    for i, name in enumerate(plan.metrics):
-        if name not in available:
-            path = f"metrics.{i}"
-            raise PlanError(
-                f"unknown metric {name!r}: the base scenario does not report it",
-                file=plan_file,
-                path=path,
-                line=document.line_of(path),
-                expected=_one_of(available, "metrics"),
-            )
+    compared = tuple(plan.metrics) or available
+    checks = (
+        ("metrics", plan.metrics, available, "the base scenario does not report it"),
+        ("primaryMetrics", plan.primary_metrics or [], compared, "the plan does not compare it"),
+    )
+    for key, names, known, why in checks:
+        for i, name in enumerate(names):
+            if name not in known:
+                path = f"{key}.{i}"
+                raise PlanError(
+                    f"unknown metric {name!r}: {why}",
+                    file=plan_file,
+                    path=path,
+                    line=document.line_of(path),
+                    expected=_one_of(known, "metrics"),
+                )
 
 
 def _check_hypothesis(
@@ -405,6 +411,9 @@ def _check_hypothesis(
     prefix: str,
 ) -> None:
     _check_outcome_metrics(hypothesis.outcomes, metrics, document, join_path(prefix, "outcomes"))
+    _check_outcome_metrics(
+        hypothesis.margins or {}, metrics, document, join_path(prefix, "margins")
+    )
     for name in hypothesis.target_distribution or {}:
         if name not in distributions:
             path = join_path(prefix, "targetDistribution", name)
@@ -473,7 +482,7 @@ def _check_hypothesis_levels(
 
 
 def _check_outcome_metrics(
-    outcomes: Mapping[str, str], metrics: tuple[str, ...], document: Document, prefix: str
+    outcomes: Mapping[str, Any], metrics: tuple[str, ...], document: Document, prefix: str
 ) -> None:
     for name in outcomes:
         if name not in metrics:

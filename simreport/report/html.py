@@ -276,6 +276,14 @@ def _test_rows(
                 "p": format_p(row.get("mwuP")),
                 "holm": format_p(row.get("holmP")),
                 "significant": verdict.is_significant(row, identical),
+                "conclusion": _text(row.get("conclusion"), "untested" if not tested else MISSING),
+                "paired": row.get("paired") is True,
+                "decisive_p": format_p(row.get("p")),
+                "family_p": format_p(row.get("familyP")),
+                "equivalence_p": format_p(row.get("equivalenceP")),
+                "interval": format_interval(row.get("interval95")),
+                "interval_note": _text(row.get("intervalNote"), ""),
+                "reason": _text(row.get("reason"), ""),
                 "expected": EXPECTED_MARKS.get(str(row.get("expected")), MISSING),
                 "flip": FLIP_MARK if row.get("directionFlip") is True else NO_FLIP_MARK,
                 "flipped": row.get("directionFlip") is True,
@@ -505,10 +513,21 @@ def _tests(
         rows = tests.get(metric) or []
         drawn = any(r.get("diff") is not None for r in rows)
         shown = _test_rows(rows, names, identical) if _has_test(rows) else []
+        methods: dict[str, int] = {}
+        for r in rows:
+            if r.get("test"):
+                kind = f"{r['test']} ({'paired' if r.get('paired') else 'unpaired'})"
+                methods[kind] = methods.get(kind, 0) + 1
+        pairings = sorted({str(r["pairing"]) for r in rows if r.get("pairing")})
         out.append(
             {
                 "metric": metric,
                 "note": _text(notes.get(metric), ""),
+                "methods": [
+                    f"{name}: {n} row{'s' if n != 1 else ''}" for name, n in methods.items()
+                ],
+                "pairings": pairings,
+                "family": _text((rows[0] if rows else {}).get("family"), ""),
                 "rows": shown,
                 "row_notes": any(r["note"] or r["small_spread"] for r in shown),
                 "figure": by_kind.get(("effects", metric), "") if drawn else "",
@@ -637,6 +656,33 @@ def _small_spread(audit: Mapping[str, Any], names: Mapping[str, str]) -> dict[st
     }
 
 
+def _headline(audit: Mapping[str, Any]) -> str:
+    """The audit's own headline (schema 3), else the sentence read from its rows (older ones)."""
+    stated = (audit.get("verdict") or {}).get("headline")
+    return str(stated) if isinstance(stated, str) and stated else verdict.headline(audit)
+
+
+def _verdict_details(audit: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The small table under the headline: per metric, how many rows each conclusion took."""
+    out = []
+    for detail in (audit.get("verdict") or {}).get("details") or []:
+        largest = detail.get("largest") or {}
+        out.append(
+            {
+                "metric": _text(detail.get("metric")),
+                "family": _text(detail.get("family"), MISSING),
+                "tested": format_number(detail.get("tested")),
+                "moved": len(detail.get("moved") or []),
+                "unchanged": len(detail.get("unchanged") or []),
+                "inconclusive": len(detail.get("inconclusive") or []),
+                "untested": len(detail.get("untested") or []),
+                "largest": format_number(largest.get("diff")) if largest else MISSING,
+                "detectable": format_number(detail.get("detectable")),
+            }
+        )
+    return out
+
+
 def _figure_markup(svgs: Mapping[str, str]) -> dict[str, Markup]:
     """Each generated SVG inlined, its ids prefixed by its position so figures never share one."""
     markup: dict[str, Markup] = {}
@@ -666,7 +712,9 @@ def context(
     return {
         "title": title,
         "stamp": naming.audit_fingerprint(audit),
-        "verdict": verdict.headline(audit),
+        "verdict": _headline(audit),
+        "verdict_details": _verdict_details(audit),
+        "decisions": verdict.decisions(audit),
         "purpose": _purpose(audit),
         "changes": Markup(history.diff_html(changes, level=3)) if changes is not None else None,
         "small_spread": _small_spread(audit, names),
@@ -680,6 +728,8 @@ def context(
             "grade": _text(grade.get("grade"), "unknown"),
             "reasons": [str(r) for r in grade.get("reasons") or []],
             "rule": _text(grade.get("rule"), ""),
+            "achieved": _text(grade.get("achieved"), ""),
+            "achieved_reasons": [str(r) for r in grade.get("achievedReasons") or []],
         },
         "axes": _axes(audit),
         "metrics": metrics,

@@ -427,6 +427,51 @@ def context(audit: Mapping[str, Any]) -> dict[str, Any]:
         "llm_calls": _int(cost.get("llmCalls")),
         "prompt_tokens": _int(cost.get("promptTokens")),
         "completion_tokens": _int(cost.get("completionTokens")),
+        "conclusions": _conclusions(audit, metrics),
+        "decisions": md_escape(verdict.decisions(audit)),
+    }
+
+
+def _conclusions(audit: Mapping[str, Any], metrics: Sequence[str]) -> dict[str, Any] | None:
+    """What methods.md says of the conclusions (schema 3): the tests that ran and on how many
+    rows, how rows were paired, the family, the margins, the intervals and the achieved grade."""
+    family = audit.get("family")
+    if not isinstance(family, Mapping):
+        return None
+    rows = [r for m in metrics for r in (audit.get("tests") or {}).get(m) or []]
+    tested = [r for r in rows if r.get("tested")]
+
+    def counted(key: str) -> list[Md]:
+        counts: dict[str, int] = {}
+        for r in tested:
+            if r.get(key):
+                counts[str(r[key])] = counts.get(str(r[key]), 0) + 1
+        return [Md(f"{md_escape(name)} ({plural(n, 'row')})") for name, n in counts.items()]
+
+    paired = sum(1 for r in tested if r.get("paired"))
+    unpaired_reasons = sorted({str(r["pairing"]) for r in tested if not r.get("paired")})
+    margins = {m: r.get("margin") for m in metrics for r in (audit.get("tests") or {}).get(m) or []}
+    grade: Mapping[str, Any] = audit.get("grade") or {}
+    return {
+        "tests": counted("test"),
+        "intervals": counted("intervalMethod"),
+        "equivalence": counted("equivalenceTest"),
+        "paired": paired,
+        "tested": len(tested),
+        "unpaired_reasons": [md_escape(r.removeprefix("unpaired: ")) for r in unpaired_reasons],
+        "family_method": md_escape(family.get("method")),
+        "primary": [md_code(str(m)) for m in family.get("primaryMetrics") or []],
+        "secondary": [md_code(str(m)) for m in family.get("secondaryMetrics") or []],
+        "primary_rows": _int(family.get("primaryRows")),
+        "alpha": family.get("alpha"),
+        "margins": [
+            Md(f"±{_number(float(v), 3)} for {md_code(m)}")
+            for m, v in margins.items()
+            if isinstance(v, (int, float))
+        ],
+        "achieved": md_escape(grade.get("achieved")) if grade.get("achieved") else None,
+        "achieved_reasons": [md_escape(r) for r in grade.get("achievedReasons") or []],
+        "headline": md_escape((audit.get("verdict") or {}).get("headline") or ""),
     }
 
 

@@ -90,7 +90,9 @@ def site_entry(audit: Mapping[str, Any], plan_id: str | None = None) -> dict[str
         "claimType": plan.get("claimType"),
         "grade": (audit.get("grade") or {}).get("grade"),
         "gradeReasons": [str(r) for r in (audit.get("grade") or {}).get("reasons") or []],
-        "verdict": verdict.headline(audit),
+        "verdict": _stated_headline(audit),
+        "decisions": verdict.decisions(audit),
+        "achievedGrade": (audit.get("grade") or {}).get("achieved"),
         "smallSpread": len(verdict.small_spread_rows(audit)),
         "replications": plan.get("replications"),
         "models": list(plan.get("models") or []),
@@ -111,6 +113,12 @@ def site_entry(audit: Mapping[str, Any], plan_id: str | None = None) -> dict[str
 # --------------------------------------------------------------------------- rendering
 
 
+def _stated_headline(audit: Mapping[str, Any]) -> str:
+    """The headline audit.json states (schema 3), else the sentence read from its rows."""
+    stated = (audit.get("verdict") or {}).get("headline")
+    return str(stated) if isinstance(stated, str) and stated else verdict.headline(audit)
+
+
 def _text(value: Any) -> str:
     return MISSING if value is None or value == "" else str(value)
 
@@ -129,6 +137,8 @@ def _row(entry: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "id": str(entry.get("id")),
         "verdict": _text(entry.get("verdict")),
+        "decisions": _text(entry.get("decisions")),
+        "achieved": str(entry.get("achievedGrade") or ""),
         "reasons": [str(r) for r in entry.get("gradeReasons") or []],
         "small_spread": _count(entry.get("smallSpread")),
         "title": _text(entry.get("title")) if entry.get("title") else "",

@@ -430,6 +430,23 @@ def _sentence_case(text: str) -> str:
     return text[:1].upper() + text[1:] if first in own_words else text
 
 
+def decisions(audit: Mapping[str, Any]) -> str:
+    """Who made the simulated decisions, as every page states it: from the runs' scenarios
+    (provenance), else the providers and models their manifests name."""
+    prov = audit.get("provenance") or {}
+    named = [str(d) for d in prov.get("decisions") or [] if d]
+    if not named:
+        providers = [str(p) for p in prov.get("providers") or []]
+        models = [str(m) for m in prov.get("models") or []]
+        named = [
+            "the offline stand-in (not a language model)" if p == "offline" else f"provider {p}"
+            for p in providers
+        ]
+        if models and any(p != "offline" for p in providers):
+            named.append("models " + ", ".join(models))
+    return "; ".join(named) if named else "not recorded (no run left a scenario or manifest)"
+
+
 def small_spread_rows(audit: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
     """(metric, row) for every tested row whose |d| comes from near-zero spread."""
     return [
