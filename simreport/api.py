@@ -445,28 +445,55 @@ def power(
     effect: float | None = None,
     power: float = 0.8,
     alpha: float = 0.05,
+    design: str = "auto",
+    correlation: float = 0.0,
     max_runs: int | None = None,
 ) -> dict[str, Any]:
-    """Replications per condition the plan needs to detect, with `power` at α/m (m: the
-    comparisons per metric the plan tests, the conservative end of Holm), each effect a pilot
-    audit saw, or `effect` (a |d|) for every comparison; and the smallest |d| the plan's own
-    replications detect. The pilot must have run this plan; only its replications may differ
-    (then `warnings` says so), anything else is an InputError naming what differs."""
+    """Replications per condition the plan needs for the rank test the audit will run to
+    detect, with `power` at α/m, each effect a pilot audit saw, or `effect` (a pooled |d|) for
+    every comparison; and the smallest effect the plan's own replications detect.
+
+    m is the decision family: the plan's tested conditions times its metrics (the conservative
+    end of Holm over all of them). `design` is "paired", "unpaired" or "auto": a plan pairs
+    base and condition replications by their shared seeds unless an axis varies the seed.
+    Paired sizing converts a pooled |d| to δ = |d| / sqrt(2 (1 - `correlation`)), in SDs of
+    the differences. The pilot must have run this plan; only its replications may differ (then
+    `warnings` says so), anything else is an InputError naming what differs."""
     from .analysis import power as sizing
+    from .analysis.rank_power import test_kind
     from .harness import build_conditions, load_plan
 
     _sizing_levels(power, alpha, effect)
+    if design not in ("auto", "paired", "unpaired"):
+        raise InputError(f"design is {design}", path="design", expected="auto, paired or unpaired")
+    if not -1.0 <= correlation < 1.0:
+        raise InputError(
+            f"correlation is {correlation}", path="correlation", expected="a number in [-1, 1)"
+        )
     loaded = load_plan(plan_path, max_runs=max_runs)
     ran = sizing.read_pilot(pilot)
     warning = sizing.check_pilot(
         plan_path, loaded.hash, loaded.plan.replications, ran, max_runs=max_runs
     )
     tested = [c for c in build_conditions(loaded) if not c.is_base and not c.identical_to_base]
-    m = max(len(tested), 1)
-    rows = sizing.recommend_replications(ran.tests, effect=effect, power=power, alpha=alpha, m=m)
+    seed_axes = [a.id for a in loaded.plan.axes if sizing.varies_seed(a.target)]
+    paired = design == "paired" or (design == "auto" and not seed_axes)
+    metrics = list(ran.tests)
+    m = max(len(tested) * max(len(metrics), 1), 1)
+    seed = sizing.simulation_seed(loaded.hash)
+    rows = sizing.recommend_replications(
+        ran.tests,
+        effect=effect,
+        power=power,
+        alpha=alpha,
+        m=m,
+        paired=paired,
+        correlation=correlation,
+        seed=seed,
+    )
     planned = loaded.plan.replications
     at_plan_mde, at_plan_note = (
-        sizing.detectable_effect(planned, planned, alpha / m, power)
+        sizing.detectable_effect(planned, planned, alpha / m, power, paired=paired, seed=seed)
         if tested
         else (None, "no conditions besides the base: nothing to test")
     )
@@ -480,7 +507,14 @@ def power(
         },
         "power": power,
         "alpha": alpha,
+        "paired": paired,
+        "design": design,
+        "seedAxes": seed_axes,
+        "correlation": correlation if paired else None,
+        "test": test_kind(paired),
         "comparisons": len(tested),
+        "familyMetrics": metrics,
+        "familySize": m,
         "alphaPerComparison": alpha / m,
         "effect": effect,
         "warnings": [warning] if warning else [],
@@ -490,6 +524,7 @@ def power(
             "replications": planned,
             "alpha": alpha / m,
             "mde": at_plan_mde,
+            "paired": paired,
             "note": at_plan_note,
         },
     }
