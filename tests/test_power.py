@@ -21,6 +21,7 @@ from tiny_study import PLAN, SCENARIO
 
 import simreport.api as api
 from simreport.analysis import power as pw
+from simreport.analysis import rank_power as rp
 from simreport.analysis import stats
 from simreport.cli import main
 from simreport.core.errors import InputError
@@ -175,6 +176,215 @@ def test_detectable_effect_is_the_rank_tests_and_says_when_it_cannot_reach_alpha
     assert value is not None and t_mde is not None and value > t_mde
     value, note = pw.detectable_effect(1, 5, 0.05)
     assert value is None and note == stats.too_few_note(1, 5)
+
+
+# ------------------------------------------------ the rank tests, against independent computations
+
+
+def _enumerated_counts(n_base: int, n_cond: int, paired: bool) -> tuple[list[int], int]:
+    """Every rearrangement's count statistic (U, or the positive-rank sum T+) and M."""
+    if paired:
+        flips = itertools.product((0, 1), repeat=n_base)
+        return [
+            sum(r for r, up in zip(range(1, n_base + 1), f, strict=True) if up) for f in flips
+        ], (n_base * (n_base + 1) // 2)
+    low = n_cond * (n_cond + 1) // 2
+    combos = itertools.combinations(range(1, n_base + n_cond + 1), n_cond)
+    return [sum(c) - low for c in combos], n_base * n_cond
+
+
+@pytest.mark.parametrize(
+    ("n_base", "n_cond", "paired"),
+    [(3, 5, False), (4, 4, False), (6, 5, False), (7, 7, False), (4, 4, True), (6, 6, True),
+     (9, 9, True), (12, 12, True)],
+)  # fmt: skip
+def test_critical_region_matches_enumeration(n_base: int, n_cond: int, paired: bool) -> None:
+    """The smallest distance |2X - M| with p < α, found by listing every rearrangement."""
+    counts, span = _enumerated_counts(n_base, n_cond, paired)
+    design = rp.RankDesign(n_base, n_cond, paired)
+    distances = sorted({abs(2 * x - span) for x in counts})
+    p_of = {c: sum(abs(2 * x - span) >= c for x in counts) / len(counts) for c in distances}
+    for alpha in (0.05, 0.01, 0.05 / 3, 0.1, min(p_of.values()), 2 * min(p_of.values())):
+        want = next((c for c in distances if p_of[c] < alpha), None)
+        assert rp.critical_distance(design, alpha) == want, alpha
+    grid, p = rp.distance_pvalues(design)
+    for c, value in zip(grid.tolist(), p.tolist(), strict=True):
+        if c in p_of:
+            assert value == pytest.approx(p_of[c], abs=1e-15)
+    assert pw.smallest_rank_p(n_base, n_cond, paired=paired) == pytest.approx(min(p_of.values()))
+
+
+def test_a_p_equal_to_alpha_does_not_reject() -> None:
+    # 4 + 4 values: the extreme rank sums have p = 2 / 70 exactly.
+    design = rp.RankDesign(4, 4)
+    assert rp.critical_distance(design, 2 / 70) is None
+    assert rp.critical_distance(design, math.nextafter(2 / 70, 1.0)) == 16
+    assert rp.critical_distance(rp.RankDesign(5, 5, True), 1 / 16) is None  # p = 2 / 32
+
+
+def test_critical_region_agrees_with_scipy_permutation_test() -> None:
+    """On random data, the exact test rejects exactly when scipy's full permutation test (all
+    rearrangements enumerated) gives p < α."""
+    rng = np.random.default_rng(21)
+
+    def rank_sum(x: np.ndarray, y: np.ndarray, axis: int) -> np.ndarray:
+        ranks = scipy_stats.rankdata(np.concatenate([x, y], axis=axis), axis=axis)
+        return np.sum(ranks[..., x.shape[axis] :], axis=axis)
+
+    def signed_rank(d: np.ndarray, axis: int) -> np.ndarray:
+        ranks = scipy_stats.rankdata(np.abs(d), axis=axis)
+        return np.sum(np.sign(d) * ranks, axis=axis)
+
+    for trial in range(12):
+        n_base, n_cond, alpha = 5 + trial % 3, 6, (0.05, 0.01)[trial % 2]
+        base, cond = rng.normal(size=n_base), rng.normal(1.2, 1.0, n_cond)
+        res = scipy_stats.permutation_test(
+            (base, cond), rank_sum, permutation_type="independent", n_resamples=10**6,
+            alternative="two-sided", vectorized=True,
+        )  # fmt: skip
+        design = rp.RankDesign(n_base, n_cond)
+        u = int(rank_sum(base, cond, 0)) - n_cond * (n_cond + 1) // 2
+        critical = rp.critical_distance(design, alpha)
+        ours = critical is not None and abs(2 * u - design.span) >= critical
+        assert ours == (res.pvalue < alpha), (trial, res.pvalue)
+
+        diffs = rng.normal(0.9, 1.0, 9)
+        res = scipy_stats.permutation_test(
+            (diffs,), signed_rank, permutation_type="samples", n_resamples=10**6,
+            alternative="two-sided", vectorized=True,
+        )  # fmt: skip
+        paired = rp.RankDesign(9, 9, True)
+        t_plus = int(scipy_stats.rankdata(np.abs(diffs))[diffs > 0].sum())
+        critical = rp.critical_distance(paired, alpha)
+        ours = critical is not None and abs(2 * t_plus - paired.span) >= critical
+        assert ours == (res.pvalue < alpha), (trial, res.pvalue)
+
+
+def test_normal_approximation_matches_scipy_beyond_60_values() -> None:
+    rng = np.random.default_rng(8)
+    for _ in range(10):
+        base, cond = rng.normal(size=31), rng.normal(0.4, 1.0, 30)
+        design = rp.RankDesign(31, 30)
+        assert not design.exact
+        u = int(scipy_stats.rankdata(np.concatenate([base, cond]))[31:].sum()) - 30 * 31 // 2
+        grid, p = rp.distance_pvalues(design)
+        ours = float(p[np.searchsorted(grid, abs(2 * u - design.span))])
+        theirs = scipy_stats.mannwhitneyu(
+            cond, base, alternative="two-sided", method="asymptotic", use_continuity=True
+        ).pvalue
+        assert ours == pytest.approx(theirs, rel=1e-9)
+
+        diffs = rng.normal(0.3, 1.0, 61)
+        design = rp.RankDesign(61, 61, True)
+        t_plus = int(scipy_stats.rankdata(np.abs(diffs))[diffs > 0].sum())
+        grid, p = rp.distance_pvalues(design)
+        ours = float(p[np.searchsorted(grid, abs(2 * t_plus - design.span))])
+        theirs = scipy_stats.wilcoxon(diffs, method="asymptotic", correction=True).pvalue
+        assert ours == pytest.approx(theirs, rel=1e-9)
+
+
+def test_rank_sum_null_with_ties_matches_enumeration_and_scipy() -> None:
+    # The example where scipy's exact Mann-Whitney ignores ties (0.2) and permutation gives 0.3.
+    null = rp.RankSumNull(np.array([1.0, 2, 2, 2, 3, 4]), 3)
+    assert null.pvalue(np.array([3, 4, 5])) == pytest.approx(0.3)
+    rng = np.random.default_rng(4)
+    for _ in range(20):
+        pooled = rng.integers(0, 4, size=9).astype(float)
+        cond = rng.choice(9, size=4, replace=False)
+        rest = np.setdiff1d(np.arange(9), cond)
+        want = _enumerated_rank_sum_p(pooled[rest], pooled[cond])
+        assert rp.RankSumNull(pooled, 4).pvalue(cond) == pytest.approx(want, abs=1e-12)
+    pooled = rng.integers(0, 6, size=70).astype(float)
+    cond = np.arange(35, 70)
+    theirs = scipy_stats.mannwhitneyu(
+        pooled[cond], pooled[:35], alternative="two-sided", method="asymptotic"
+    ).pvalue
+    assert rp.RankSumNull(pooled, 35).pvalue(cond) == pytest.approx(theirs, rel=1e-9)
+    assert rp.RankSumNull(np.ones(70), 35).pvalue(cond) == 1.0
+
+
+def _scipy_power(d: float, n: int, alpha: float, *, paired: bool, draws: int, seed: int) -> float:
+    """Rejection rate of the audit's test at a normal shift, each draw's p from scipy's own
+    exact null distributions (normal approximation past 60 values): independent of the code
+    under test."""
+    rng = np.random.default_rng(seed)
+    if paired:
+        diffs = rng.normal(d, 1.0, size=(draws, n))
+        method = "exact" if n <= 60 else "asymptotic"
+        p = scipy_stats.wilcoxon(diffs, axis=1, method=method, correction=True).pvalue
+    else:
+        base, cond = rng.normal(size=(draws, n)), rng.normal(d, 1.0, size=(draws, n))
+        method = "exact" if 2 * n <= 60 else "asymptotic"
+        p = scipy_stats.mannwhitneyu(
+            cond, base, axis=1, method=method, use_continuity=True, alternative="two-sided"
+        ).pvalue
+    return float(np.mean(p < alpha))
+
+
+def test_scipy_exact_tests_equal_enumeration_without_ties() -> None:
+    """The independent simulation's p values are the exact two-sided permutation p's: scipy's
+    exact tests agree with listing every rearrangement where ties cannot occur."""
+    rng = np.random.default_rng(2)
+    for _ in range(10):
+        base, cond = rng.normal(size=6), rng.normal(1.0, 1.0, 5)
+        counts, span = _enumerated_counts(6, 5, False)
+        u = int(scipy_stats.rankdata(np.concatenate([base, cond]))[6:].sum()) - 15
+        want = sum(abs(2 * x - span) >= abs(2 * u - span) for x in counts) / len(counts)
+        got = scipy_stats.mannwhitneyu(cond, base, method="exact").pvalue
+        assert got == pytest.approx(want, abs=1e-12)
+        diffs = rng.normal(0.7, 1.0, 8)
+        counts, span = _enumerated_counts(8, 8, True)
+        t_plus = int(scipy_stats.rankdata(np.abs(diffs))[diffs > 0].sum())
+        want = sum(abs(2 * x - span) >= abs(2 * t_plus - span) for x in counts) / len(counts)
+        assert scipy_stats.wilcoxon(diffs, method="exact").pvalue == pytest.approx(want, abs=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("d", "n", "alpha", "paired"),
+    [(1.3, 8, 0.05, False), (0.9, 10, 0.05, True), (1.0, 14, 0.01, True), (0.6, 40, 0.05, False)],
+)
+def test_rank_test_power_matches_an_independent_simulation(
+    d: float, n: int, alpha: float, paired: bool
+) -> None:
+    ours = pw.rank_test_power(d, n, n, alpha, paired=paired, seed=1)
+    theirs = _scipy_power(d, n, alpha, paired=paired, draws=4000, seed=99)
+    assert ours is not None
+    # Both estimates have SE <= 0.008: their difference stays within 4 SE.
+    assert abs(ours - theirs) < 0.045, (ours, theirs)
+
+
+def test_rank_mde_reaches_its_power_is_seeded_and_exceeds_the_t_tests() -> None:
+    for n, alpha, paired in ((10, 0.05, False), (8, 0.05 / 3, False), (12, 0.01, True)):
+        value = pw.rank_mde(n, n, alpha, paired=paired, seed=5)
+        assert value is not None
+        assert value == pw.rank_mde(n, n, alpha, paired=paired, seed=5)
+        assert value != pw.rank_mde(n, n, alpha, paired=paired, seed=6)
+        at = pw.rank_test_power(value, n, n, alpha, paired=paired, seed=5)
+        below = pw.rank_test_power(value - 2 * rp.MDE_TOLERANCE, n, n, alpha, paired=paired, seed=5)
+        assert at is not None and below is not None and at >= 0.8 > below
+        t_power = (
+            pw.paired_t_test_power(value, n, alpha)
+            if paired
+            else pw.t_test_power(value, n, n, alpha)
+        )
+        assert t_power > 0.8  # no test beats the t-test on normal data
+    assert pw.rank_mde(3, 3, 0.05) is None and pw.rank_mde(1, 9, 0.05) is None
+    # More draws for the same point: the MDE moves by about its Monte Carlo error only.
+    coarse = pw.rank_mde(10, 10, 0.05, seed=5)
+    fine = pw.rank_mde(10, 10, 0.05, seed=5, draws=16_000)
+    assert coarse is not None and fine is not None and abs(coarse - fine) < 0.05
+
+
+def test_paired_t_test_power_matches_statsmodels() -> None:
+    from statsmodels.stats.power import TTestPower
+
+    for n in (3, 5, 10, 40):
+        for d in (0.3, 1.0, 2.0):
+            for alpha in (0.05, 0.01):
+                theirs = TTestPower().power(d, n, alpha, alternative="two-sided")
+                assert pw.paired_t_test_power(d, n, alpha) == pytest.approx(theirs, abs=1e-9)
+    with pytest.raises(ValueError):
+        pw.paired_t_test_power(1.0, 1, 0.05)
 
 
 # ------------------------------------------------------------------------- Holm and audit["power"]
@@ -792,3 +1002,29 @@ def test_estimate_from_the_response_cache(
     assert result["runs"] == 6
     empty = api.estimate(tmp_path / "audit.yaml", cache_dir=tmp_path / "no-cache")
     assert empty["basis"] == "none"
+
+
+ACCEPTANCE = [
+    (d, target, alpha, paired)
+    for target in (0.8, 0.9)
+    for alpha in (0.05, 0.05 / 6)
+    for paired in (False, True)
+    for d in (1.0, 0.6)
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("d", "target", "alpha", "paired"), ACCEPTANCE)
+def test_recommended_replications_have_the_target_power_by_independent_simulation(
+    d: float, target: float, alpha: float, paired: bool
+) -> None:
+    """At the recommended n an independent simulation (10,000 draws, each p from scipy's exact
+    tests or their normal approximation) finds at least target - 0.03, and the power the tool
+    states there is within ±0.03 of it."""
+    sized = pw.size_replications(d, alpha, target, paired=paired, seed=pw.simulation_seed("plan"))
+    n, stated = sized.replications, sized.power
+    assert n is not None and stated is not None and stated >= target
+    seed = 1000 + n + 7 * int(paired)
+    simulated = _scipy_power(d, n, alpha, paired=paired, draws=10_000, seed=seed)
+    assert simulated >= target - 0.03, (n, stated, simulated)
+    assert abs(stated - simulated) <= 0.03, (n, stated, simulated)
