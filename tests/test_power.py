@@ -375,6 +375,24 @@ def test_rank_mde_reaches_its_power_is_seeded_and_exceeds_the_t_tests() -> None:
     assert coarse is not None and fine is not None and abs(coarse - fine) < 0.05
 
 
+def test_mde_from_step_shifts_equals_bisection_and_large_designs_bisect() -> None:
+    """The MDE read off each data set's step shifts is where bisection on the simulated power
+    lands; designs too large for the shifts (80 + 80 values) bisect and still reach the power."""
+    for design in (rp.RankDesign(9, 7), rp.RankDesign(15, 15, True), rp.RankDesign(40, 40)):
+        assert design.span <= rp.BREAKPOINT_SPAN
+        for alpha in (0.05, 0.01):
+            quick = rp.simulated_mdes(design, [alpha], 0.8, seed=4)[alpha]
+            slow = rp._bisected_mde(design, alpha, 0.8, seed=4, draws=rp.POWER_DRAWS)
+            assert quick is not None and abs(quick - slow) <= rp.MDE_TOLERANCE
+    large = rp.RankDesign(80, 80)
+    assert large.span > rp.BREAKPOINT_SPAN
+    value = pw.rank_mde(80, 80, 0.01, seed=4)
+    assert value is not None
+    assert (pw.rank_test_power(value, 80, 80, 0.01, seed=4) or 0.0) >= 0.8
+    below = pw.rank_test_power(value - rp.MDE_TOLERANCE, 80, 80, 0.01, seed=4)
+    assert below is not None and below < 0.8
+
+
 def test_paired_t_test_power_matches_statsmodels() -> None:
     from statsmodels.stats.power import TTestPower
 

@@ -234,18 +234,9 @@ def rank_mde(
     draws: int = POWER_DRAWS,
 ) -> float | None:
     """The audit's minimum detectable effect: the smallest |d| (paired: δ) at which
-    `rank_test_power` reaches `power`, by bisection over one seeded set of draws. None when a
-    group has fewer than 2 values or the test cannot reach `alpha` at these sizes."""
-    _check_levels(alpha, power)
-    design = _design(n_base, n_cond, paired)
-    if design is None or rank_power.critical_distance(design, alpha) is None:
-        return None
-    if _beyond_simulation(design):
-        nb, nc = _efficient_n(design)
-        if paired:
-            return _solve_effect(lambda d: paired_t_test_power(d, nb, alpha), power)
-        return mde(nb, nc, alpha, power)
-    return rank_power.simulated_mde(design, alpha, power, seed=seed, draws=draws)
+    `rank_test_power` reaches `power` over its seeded draws. None when a group has fewer than 2
+    values or the test cannot reach `alpha` at these sizes (`detectable_effect` says why)."""
+    return detectable_effect(n_base, n_cond, alpha, power, paired=paired, seed=seed, draws=draws)[0]
 
 
 def unreachable_note(n_base: int, n_cond: int, alpha: float, *, paired: bool = False) -> str:
@@ -259,6 +250,47 @@ def unreachable_note(n_base: int, n_cond: int, alpha: float, *, paired: bool = F
     )
 
 
+def detectable_effects(
+    n_base: int,
+    n_cond: int,
+    alphas: Iterable[float],
+    power: float = DEFAULT_POWER,
+    *,
+    paired: bool = False,
+    seed: int = 0,
+    draws: int = POWER_DRAWS,
+) -> dict[float, tuple[float | None, str | None]]:
+    """α → (mde, note) for one comparison as the audit tests it, every α over the same draws
+    (the rows of one design share them, so a whole Holm family costs one simulation): the
+    rank test's MDE (`rank_power.simulated_mdes`; beyond `rank_power.SIMULATION_LIMIT` values
+    per group the t-test's at n times 3/π), or None with the reason when a group has fewer
+    than 2 values or when the test cannot reach α at these sizes (smallest reachable p above
+    α)."""
+    wanted = list(dict.fromkeys(alphas))
+    for alpha in wanted:
+        _check_levels(alpha, power)
+    if min(n_base, n_cond) < stats.MIN_REPLICATIONS:
+        return {alpha: (None, stats.too_few_note(n_base, n_cond)) for alpha in wanted}
+    design = RankDesign(n_base, n_cond, paired)
+    if _beyond_simulation(design):
+        nb, nc = _efficient_n(design)
+
+        def t_mde(alpha: float) -> float | None:
+            if paired:
+                return _solve_effect(lambda d: paired_t_test_power(d, nb, alpha), power)
+            return mde(nb, nc, alpha, power)
+
+        values = {a: t_mde(a) if rank_power.critical_distance(design, a) else None for a in wanted}
+    else:
+        values = rank_power.simulated_mdes(design, wanted, power, seed=seed, draws=draws)
+    return {
+        alpha: (value, None if value is not None else unreachable_note(
+            n_base, n_cond, alpha, paired=paired
+        ))
+        for alpha, value in values.items()
+    }  # fmt: skip
+
+
 def detectable_effect(
     n_base: int,
     n_cond: int,
@@ -269,16 +301,11 @@ def detectable_effect(
     seed: int = 0,
     draws: int = POWER_DRAWS,
 ) -> tuple[float | None, str | None]:
-    """(mde, note) for one comparison as the audit tests it: `rank_mde`, or None with the
-    reason when a group has fewer than 2 values or when the rank test cannot reach `alpha`
-    at these sizes (smallest reachable p above alpha)."""
-    _check_levels(alpha, power)
-    if min(n_base, n_cond) < stats.MIN_REPLICATIONS:
-        return None, stats.too_few_note(n_base, n_cond)
-    value = rank_mde(n_base, n_cond, alpha, power, paired=paired, seed=seed, draws=draws)
-    if value is None:
-        return None, unreachable_note(n_base, n_cond, alpha, paired=paired)
-    return value, None
+    """(mde, note) for one comparison at one α: `detectable_effects` for a single threshold."""
+    found = detectable_effects(
+        n_base, n_cond, [alpha], power, paired=paired, seed=seed, draws=draws
+    )
+    return found[alpha]
 
 
 # ----------------------------------------------------------------------- Holm and audit["power"]
@@ -411,6 +438,20 @@ def power_section(
     alpha_of = family_alphas(members, alpha)
     family_metrics = list(dict.fromkeys(metric for metric, _, _ in members))
     in_family = {(metric, cond) for metric, cond, _ in members}
+    # Every threshold of one design is found over the same draws, in one pass.
+    wanted: dict[tuple[int, int, bool], set[float]] = {}
+    for metric, rows in tests.items():
+        for row in rows:
+            row_alpha = alpha_of.get((metric, str(row["condition"])))
+            if row_alpha is not None:
+                paired = bool(row.get("paired", False))
+                wanted.setdefault((*_row_sizes(row, paired), paired), set()).add(row_alpha)
+    found = {
+        key: detectable_effects(
+            key[0], key[1], sorted(alphas), power, paired=key[2], seed=seed, draws=draws
+        )
+        for key, alphas in wanted.items()
+    }
     used: list[str] = []
     metrics: dict[str, list[dict[str, Any]]] = {}
     for metric, rows in tests.items():
@@ -423,9 +464,7 @@ def power_section(
             value: float | None = None
             test: str | None = None
             if row_alpha is not None:
-                value, note = detectable_effect(
-                    n_base, n_cond, row_alpha, power, paired=paired, seed=seed, draws=draws
-                )
+                value, note = found[(n_base, n_cond, paired)][row_alpha]
                 if min(n_base, n_cond) >= stats.MIN_REPLICATIONS:
                     test = RankDesign(n_base, n_cond, paired).test_name
                     used.append(test)
