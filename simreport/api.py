@@ -459,6 +459,7 @@ def power(
     Paired sizing converts a pooled |d| to δ = |d| / sqrt(2 (1 - `correlation`)), in SDs of
     the differences. The pilot must have run this plan; only its replications may differ (then
     `warnings` says so), anything else is an InputError naming what differs."""
+    from .analysis import pilot as pilots
     from .analysis import power as sizing
     from .analysis.rank_power import test_kind
     from .harness import build_conditions, load_plan
@@ -471,8 +472,8 @@ def power(
             f"correlation is {correlation}", path="correlation", expected="a number in [-1, 1)"
         )
     loaded = load_plan(plan_path, max_runs=max_runs)
-    ran = sizing.read_pilot(pilot)
-    warning = sizing.check_pilot(
+    ran = pilots.read_pilot(pilot)
+    warning = pilots.check_pilot(
         plan_path, loaded.hash, loaded.plan.replications, ran, max_runs=max_runs
     )
     tested = [c for c in build_conditions(loaded) if not c.is_base and not c.identical_to_base]
@@ -542,7 +543,7 @@ def estimate(
     pilot audit of the same plan times the planned runs, or without a pilot the tokens per call
     the response cache (`cache_dir`, default the environment's) recorded for the plan's models.
     `basis` says which ("pilot", "cache" or "none") and `notes` what the numbers rest on."""
-    from .analysis import power as sizing
+    from .analysis import pilot as pilots
     from .harness import build_conditions, load_plan
     from .kernel.providers import CACHED
     from .kernel.providers.cache import ResponseCache
@@ -555,16 +556,16 @@ def estimate(
     warnings_: list[str] = []
     pilot_cost = None
     if pilot is not None:
-        ran = sizing.read_pilot(pilot)
-        warning = sizing.check_pilot(plan_path, loaded.hash, reps, ran, max_runs=max_runs)
+        ran = pilots.read_pilot(pilot)
+        warning = pilots.check_pilot(plan_path, loaded.hash, reps, ran, max_runs=max_runs)
         if warning:
             warnings_.append(warning)
         pilot_cost = ran.cost
     rates = None
     if provider in CACHED and (pilot_cost is None or pilot_cost.llm_calls == 0):
         cache = ResponseCache(cache_dir)
-        rates = sizing.cache_token_rates(cache.recorded_usage(), provider, models)
-    result = sizing.estimate_cost(
+        rates = pilots.cache_token_rates(cache.recorded_usage(), provider, models)
+    result = pilots.estimate_cost(
         runs=len(conds) * reps, provider=provider, pilot=pilot_cost, rates=rates
     )
     return {

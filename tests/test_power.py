@@ -20,6 +20,7 @@ from statsmodels.stats.power import NormalIndPower, TTestIndPower
 from tiny_study import PLAN, SCENARIO
 
 import simreport.api as api
+from simreport.analysis import pilot as pilots
 from simreport.analysis import power as pw
 from simreport.analysis import rank_power as rp
 from simreport.analysis import stats
@@ -703,28 +704,28 @@ def test_recommend_replications_from_pilot_rows() -> None:
 
 
 def test_estimate_from_a_pilot() -> None:
-    pilot = pw.PilotCost(
+    pilot = pilots.PilotCost(
         runs=4, llm_calls=30, cache_hits=10, prompt_tokens=3000, completion_tokens=60,
         provider="openai",
     )  # fmt: skip
-    out = pw.estimate_cost(runs=10, provider="openai", pilot=pilot)
+    out = pilots.estimate_cost(runs=10, provider="openai", pilot=pilot)
     assert out["basis"] == "pilot" and not out["free"]
     assert out["perRun"]["llmCalls"] == 10.0  # cache hits are requests too
     assert out["perCall"] == {"promptTokens": 100.0, "completionTokens": 2.0}
     assert out["total"] == {"llmCalls": 100, "promptTokens": 10000, "completionTokens": 200}
 
-    offline = pw.PilotCost(4, 40, 0, 4000, 40, "offline")
-    out = pw.estimate_cost(runs=10, provider="openai", pilot=offline)
+    offline = pilots.PilotCost(4, 40, 0, 4000, 40, "offline")
+    out = pilots.estimate_cost(runs=10, provider="openai", pilot=offline)
     assert any("four characters a token" in n for n in out["notes"])
     assert any("the pilot ran with provider offline" in n for n in out["notes"])
-    out = pw.estimate_cost(runs=10, provider="offline", pilot=offline)
+    out = pilots.estimate_cost(runs=10, provider="offline", pilot=offline)
     assert out["free"] and any("nothing is billed" in n for n in out["notes"])
 
-    cached_only = pw.PilotCost(2, 0, 20, 0, 0, "openai")
-    rates = pw.TokenRates(entries=3, prompt_tokens=50.0, completion_tokens=1.0, models=("m",))
-    out = pw.estimate_cost(runs=4, provider="openai", pilot=cached_only, rates=rates)
+    cached_only = pilots.PilotCost(2, 0, 20, 0, 0, "openai")
+    rates = pilots.TokenRates(entries=3, prompt_tokens=50.0, completion_tokens=1.0, models=("m",))
+    out = pilots.estimate_cost(runs=4, provider="openai", pilot=cached_only, rates=rates)
     assert out["total"] == {"llmCalls": 40, "promptTokens": 2000, "completionTokens": 40}
-    out = pw.estimate_cost(runs=4, provider="openai", pilot=cached_only)
+    out = pilots.estimate_cost(runs=4, provider="openai", pilot=cached_only)
     assert out["total"] == {"llmCalls": 40, "promptTokens": None, "completionTokens": None}
 
 
@@ -736,26 +737,26 @@ def test_estimate_without_a_pilot() -> None:
         ({"provider": "elsewhere", "model": "m1"}, 9999, 9999),
         ({}, 1, 1),
     ]
-    rates = pw.cache_token_rates(usage, "openai", ["m1", "m2"])
+    rates = pilots.cache_token_rates(usage, "openai", ["m1", "m2"])
     assert rates is not None and rates.entries == 2 and rates.note is None
     assert (rates.prompt_tokens, rates.completion_tokens) == (200.0, 5.0)
-    fallback = pw.cache_token_rates(usage, "openai", ["m3"])
+    fallback = pilots.cache_token_rates(usage, "openai", ["m3"])
     assert (
         fallback is not None
         and fallback.entries == 3
         and "no recorded response" in str(fallback.note)
     )
-    assert pw.cache_token_rates(usage, "nobody", ["m1"]) is None
+    assert pilots.cache_token_rates(usage, "nobody", ["m1"]) is None
 
-    out = pw.estimate_cost(runs=8, provider="openai", rates=rates)
+    out = pilots.estimate_cost(runs=8, provider="openai", rates=rates)
     assert out["basis"] == "cache" and out["perRun"] is None
     assert out["perCall"] == {"promptTokens": 200.0, "completionTokens": 5.0}
     assert out["total"]["llmCalls"] is None
     assert any("calls per run are unknown" in n for n in out["notes"])
-    assert pw.OFFLINE_PILOT_HINT in out["notes"]
-    none = pw.estimate_cost(runs=8, provider="openai")
+    assert pilots.OFFLINE_PILOT_HINT in out["notes"]
+    none = pilots.estimate_cost(runs=8, provider="openai")
     assert none["basis"] == "none" and any("no basis" in n for n in none["notes"])
-    offline = pw.estimate_cost(runs=8, provider="offline")
+    offline = pilots.estimate_cost(runs=8, provider="offline")
     assert any("offline responses are not cached" in n for n in offline["notes"])
 
 
