@@ -172,13 +172,6 @@ def smallest_rank_p(n_base: int, n_cond: int, *, paired: bool = False) -> float:
     return rank_power.smallest_p(RankDesign(n_base, n_cond, paired))
 
 
-def _design(n_base: int, n_cond: int, paired: bool) -> RankDesign | None:
-    """The design of a comparison, or None when a group has too few values to test."""
-    if min(n_base, n_cond) < stats.MIN_REPLICATIONS:
-        return None
-    return RankDesign(n_base, n_cond, paired)
-
-
 def _beyond_simulation(design: RankDesign) -> bool:
     return max(design.n_base, design.n_cond) > rank_power.SIMULATION_LIMIT
 
@@ -275,7 +268,9 @@ def detectable_effects(
                 return _solve_effect(lambda d: paired_t_test_power(d, nb, alpha), power)
             return mde(nb, nc, alpha, power)
 
-        values = {a: t_mde(a) if rank_power.critical_distance(design, a) else None for a in wanted}
+        values = {
+            a: None if rank_power.critical_distance(design, a) is None else t_mde(a) for a in wanted
+        }
     else:
         values = rank_power.simulated_mdes(design, wanted, power, seed=seed, draws=draws)
     return {
