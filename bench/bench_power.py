@@ -1,7 +1,7 @@
 """Replications for the rank tests the audit runs, checked by an independent simulation.
 
 For power targets 0.8 and 0.9, α = 0.05 and a Holm α (0.05 / 6, the strictest threshold of a
-family of six), and effects of 1.0 and 0.6 (unpaired: pooled SDs; paired: SDs of the
+family of six), and effects of 2.0, 1.0 and 0.6 (unpaired: pooled SDs; paired: SDs of the
 differences), prints the recommended n per condition (pairs when paired), the power the tool
 states there, the rejection rate of an independent simulation (scipy's exact rank tests or
 their normal approximation, 10,000 draws, its own seed), the t-test's n and the rank test's
@@ -22,7 +22,7 @@ from simreport.analysis import power as pw
 
 TARGETS = (0.8, 0.9)
 ALPHAS = (0.05, 0.05 / 6)
-EFFECTS = (1.0, 0.6)
+EFFECTS = (2.0, 1.0, 0.6)
 
 
 def independent_rate(effect: float, n: int, alpha: float, paired: bool, draws: int) -> float:
