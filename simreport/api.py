@@ -445,28 +445,56 @@ def power(
     effect: float | None = None,
     power: float = 0.8,
     alpha: float = 0.05,
+    design: str = "auto",
+    correlation: float = 0.0,
     max_runs: int | None = None,
 ) -> dict[str, Any]:
-    """Replications per condition the plan needs to detect, with `power` at α/m (m: the
-    comparisons per metric the plan tests, the conservative end of Holm), each effect a pilot
-    audit saw, or `effect` (a |d|) for every comparison; and the smallest |d| the plan's own
-    replications detect. The pilot must have run this plan; only its replications may differ
-    (then `warnings` says so), anything else is an InputError naming what differs."""
+    """Replications per condition the plan needs for the rank test the audit will run to
+    detect, with `power` at α/m, each effect a pilot audit saw, or `effect` (a pooled |d|) for
+    every comparison; and the smallest effect the plan's own replications detect.
+
+    m is the decision family: the plan's tested conditions times its metrics (the conservative
+    end of Holm over all of them). `design` is "paired", "unpaired" or "auto": a plan pairs
+    base and condition replications by their shared seeds unless an axis varies the seed.
+    Paired sizing converts a pooled |d| to δ = |d| / sqrt(2 (1 - `correlation`)), in SDs of
+    the differences. The pilot must have run this plan; only its replications may differ (then
+    `warnings` says so), anything else is an InputError naming what differs."""
+    from .analysis import pilot as pilots
     from .analysis import power as sizing
+    from .analysis.rank_power import test_kind
     from .harness import build_conditions, load_plan
 
     _sizing_levels(power, alpha, effect)
+    if design not in ("auto", "paired", "unpaired"):
+        raise InputError(f"design is {design}", path="design", expected="auto, paired or unpaired")
+    if not -1.0 <= correlation < 1.0:
+        raise InputError(
+            f"correlation is {correlation}", path="correlation", expected="a number in [-1, 1)"
+        )
     loaded = load_plan(plan_path, max_runs=max_runs)
-    ran = sizing.read_pilot(pilot)
-    warning = sizing.check_pilot(
+    ran = pilots.read_pilot(pilot)
+    warning = pilots.check_pilot(
         plan_path, loaded.hash, loaded.plan.replications, ran, max_runs=max_runs
     )
     tested = [c for c in build_conditions(loaded) if not c.is_base and not c.identical_to_base]
-    m = max(len(tested), 1)
-    rows = sizing.recommend_replications(ran.tests, effect=effect, power=power, alpha=alpha, m=m)
+    seed_axes = [a.id for a in loaded.plan.axes if sizing.varies_seed(a.target)]
+    paired = design == "paired" or (design == "auto" and not seed_axes)
+    metrics = list(ran.tests)
+    m = max(len(tested) * max(len(metrics), 1), 1)
+    seed = sizing.simulation_seed(loaded.hash)
+    rows = sizing.recommend_replications(
+        ran.tests,
+        effect=effect,
+        power=power,
+        alpha=alpha,
+        m=m,
+        paired=paired,
+        correlation=correlation,
+        seed=seed,
+    )
     planned = loaded.plan.replications
     at_plan_mde, at_plan_note = (
-        sizing.detectable_effect(planned, planned, alpha / m, power)
+        sizing.detectable_effect(planned, planned, alpha / m, power, paired=paired, seed=seed)
         if tested
         else (None, "no conditions besides the base: nothing to test")
     )
@@ -480,7 +508,14 @@ def power(
         },
         "power": power,
         "alpha": alpha,
+        "paired": paired,
+        "design": design,
+        "seedAxes": seed_axes,
+        "correlation": correlation if paired else None,
+        "test": test_kind(paired),
         "comparisons": len(tested),
+        "familyMetrics": metrics,
+        "familySize": m,
         "alphaPerComparison": alpha / m,
         "effect": effect,
         "warnings": [warning] if warning else [],
@@ -490,6 +525,7 @@ def power(
             "replications": planned,
             "alpha": alpha / m,
             "mde": at_plan_mde,
+            "paired": paired,
             "note": at_plan_note,
         },
     }
@@ -507,7 +543,7 @@ def estimate(
     pilot audit of the same plan times the planned runs, or without a pilot the tokens per call
     the response cache (`cache_dir`, default the environment's) recorded for the plan's models.
     `basis` says which ("pilot", "cache" or "none") and `notes` what the numbers rest on."""
-    from .analysis import power as sizing
+    from .analysis import pilot as pilots
     from .harness import build_conditions, load_plan
     from .kernel.providers import CACHED
     from .kernel.providers.cache import ResponseCache
@@ -520,16 +556,16 @@ def estimate(
     warnings_: list[str] = []
     pilot_cost = None
     if pilot is not None:
-        ran = sizing.read_pilot(pilot)
-        warning = sizing.check_pilot(plan_path, loaded.hash, reps, ran, max_runs=max_runs)
+        ran = pilots.read_pilot(pilot)
+        warning = pilots.check_pilot(plan_path, loaded.hash, reps, ran, max_runs=max_runs)
         if warning:
             warnings_.append(warning)
         pilot_cost = ran.cost
     rates = None
     if provider in CACHED and (pilot_cost is None or pilot_cost.llm_calls == 0):
         cache = ResponseCache(cache_dir)
-        rates = sizing.cache_token_rates(cache.recorded_usage(), provider, models)
-    result = sizing.estimate_cost(
+        rates = pilots.cache_token_rates(cache.recorded_usage(), provider, models)
+    result = pilots.estimate_cost(
         runs=len(conds) * reps, provider=provider, pilot=pilot_cost, rates=rates
     )
     return {

@@ -211,6 +211,16 @@ def _effect_size(text: str) -> float:
     return value
 
 
+def _correlation(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
+    if not -1.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"must lie in [-1, 1), not {text}")
+    return value
+
+
 def _count(value: float | None) -> str:
     return "unknown" if value is None else f"{round(value):,}"
 
@@ -267,14 +277,20 @@ def cmd_power(args: argparse.Namespace) -> int:
     from .api import power
 
     result = power(
-        args.plan, pilot=args.pilot, effect=args.effect, power=args.power, alpha=args.alpha
+        args.plan,
+        pilot=args.pilot,
+        effect=args.effect,
+        power=args.power,
+        alpha=args.alpha,
+        design=args.design,
+        correlation=args.correlation,
     )
     for warning in result["warnings"]:
         print(f"simreport: warning: {warning}", file=sys.stderr)
     if args.json:
         print(json.dumps(result, indent=2, sort_keys=True))
         return EXIT_OK
-    header = ("metric", "condition", "pilot n base/cond", "pilot |d|", "replications")
+    header = ("metric", "condition", "pilot n base/cond", "pilot |d|", "replications", "power")
     table = [
         (
             metric,
@@ -282,6 +298,7 @@ def cmd_power(args: argparse.Namespace) -> int:
             f"{row['nBase']}/{row['nCond']}",
             "-" if row["pilotD"] is None else f"{abs(row['pilotD']):.3g}",
             "-" if row["replications"] is None else f"{row['replications']:,}",
+            "-" if row["power"] is None else f"{row['power']:.3f}",
             row["note"],
         )
         for metric, rows in result["metrics"].items()
@@ -293,8 +310,25 @@ def cmd_power(args: argparse.Namespace) -> int:
         print("  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip())
         if note:
             print(f"{'':{widths[0]}}  note: {note}")
-    level = f"power {result['power']:g} at α = {result['alpha']:g}/{max(result['comparisons'], 1)}"
+    level = f"power {result['power']:g} at α = {result['alpha']:g}/{result['familySize']}"
     planned = result["plan"]["replications"]
+    if result["paired"]:
+        design = (
+            f"test: the paired {result['test']} (replications share seeds); a pooled |d| is "
+            f"sized as δ = |d| / sqrt(2 (1 - ρ)) in SDs of the differences, ρ = "
+            f"{result['correlation']:g}"
+        )
+    else:
+        why = (
+            f" (the axes {', '.join(result['seedAxes'])} vary the seed)"
+            if result["seedAxes"]
+            else ""
+        )
+        design = f"test: the unpaired {result['test']}{why}"
+    print(
+        f"{design}; family: {result['comparisons']} conditions × {len(result['familyMetrics'])} "
+        "metrics, Holm"
+    )
     best = result["recommendation"]
     if best is None:
         print("plan: no row gives a number of replications; --effect d sizes it for an effect")
@@ -316,8 +350,9 @@ def cmd_power(args: argparse.Namespace) -> int:
             )
     at_plan = result["atPlannedReplications"]
     if at_plan["mde"] is not None:
+        unit = "δ" if result["paired"] else "|d|"
         print(
-            f"at the plan's {planned} replications the smallest detectable |d| is "
+            f"at the plan's {planned} replications the smallest detectable {unit} is "
             f"{at_plan['mde']:.3g} ({level})"
         )
     elif at_plan["note"]:
@@ -507,7 +542,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pilot", required=True, metavar="AUDIT_DIR", help="a pilot audit directory")
     p.add_argument("--effect", type=_effect_size, metavar="D", help="size for this |d| instead")
     p.add_argument("--power", type=_probability, default=0.8)
-    p.add_argument("--alpha", type=_probability, default=0.05, help="family α per metric")
+    p.add_argument(
+        "--alpha", type=_probability, default=0.05, help="family α over all metrics' comparisons"
+    )
+    p.add_argument(
+        "--design",
+        choices=("auto", "paired", "unpaired"),
+        default="auto",
+        help="the test to size; auto: paired unless an axis varies the seed",
+    )
+    p.add_argument(
+        "--correlation",
+        type=_correlation,
+        default=0.0,
+        metavar="RHO",
+        help="paired: the base-condition correlation that turns a pooled |d| into δ (default 0)",
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_power)
 

@@ -20,7 +20,9 @@ from statsmodels.stats.power import NormalIndPower, TTestIndPower
 from tiny_study import PLAN, SCENARIO
 
 import simreport.api as api
+from simreport.analysis import pilot as pilots
 from simreport.analysis import power as pw
+from simreport.analysis import rank_power as rp
 from simreport.analysis import stats
 from simreport.cli import main
 from simreport.core.errors import InputError
@@ -161,16 +163,247 @@ def test_smallest_mann_whitney_p() -> None:
         pw.smallest_mwu_p(0, 3)
 
 
-def test_detectable_effect_says_when_the_test_cannot_reach_alpha() -> None:
-    value, note = pw.detectable_effect(2, 2, 0.05)
-    assert value is None and note is not None and "whatever the data" in note
+def test_detectable_effect_is_the_rank_tests_and_says_when_it_cannot_reach_alpha() -> None:
+    """The audit's MDE is the rank test's (no longer the t-test's): null with the smallest
+    reachable p where the exact test cannot reach α (3 + 3 values: 2 / C(6, 3) = 0.1)."""
     value, note = pw.detectable_effect(3, 3, 0.05)
-    assert value == pw.mde(3, 3, 0.05)
-    assert note is not None and "only tied values can" in note
+    assert value is None and note is not None and "whatever the data" in note
+    assert "smallest possible p: 0.1)" in note and "rank-sum permutation test (exact)" in note
+    value, note = pw.detectable_effect(5, 5, 0.05, paired=True)  # 2 / 2^5 = 0.0625
+    assert value is None and note is not None and "5 pairs" in note and "0.0625" in note
     value, note = pw.detectable_effect(10, 10, 0.005)
-    assert value == pw.mde(10, 10, 0.005) and note is None
+    assert note is None and value == pw.rank_mde(10, 10, 0.005)
+    t_mde = pw.mde(10, 10, 0.005)
+    assert value is not None and t_mde is not None and value > t_mde
     value, note = pw.detectable_effect(1, 5, 0.05)
     assert value is None and note == stats.too_few_note(1, 5)
+
+
+# ------------------------------------------------ the rank tests, against independent computations
+
+
+def _enumerated_counts(n_base: int, n_cond: int, paired: bool) -> tuple[list[int], int]:
+    """Every rearrangement's count statistic (U, or the positive-rank sum T+) and M."""
+    if paired:
+        flips = itertools.product((0, 1), repeat=n_base)
+        return [
+            sum(r for r, up in zip(range(1, n_base + 1), f, strict=True) if up) for f in flips
+        ], (n_base * (n_base + 1) // 2)
+    low = n_cond * (n_cond + 1) // 2
+    combos = itertools.combinations(range(1, n_base + n_cond + 1), n_cond)
+    return [sum(c) - low for c in combos], n_base * n_cond
+
+
+@pytest.mark.parametrize(
+    ("n_base", "n_cond", "paired"),
+    [(3, 5, False), (4, 4, False), (6, 5, False), (7, 7, False), (4, 4, True), (6, 6, True),
+     (9, 9, True), (12, 12, True)],
+)  # fmt: skip
+def test_critical_region_matches_enumeration(n_base: int, n_cond: int, paired: bool) -> None:
+    """The smallest distance |2X - M| with p < α, found by listing every rearrangement."""
+    counts, span = _enumerated_counts(n_base, n_cond, paired)
+    design = rp.RankDesign(n_base, n_cond, paired)
+    distances = sorted({abs(2 * x - span) for x in counts})
+    p_of = {c: sum(abs(2 * x - span) >= c for x in counts) / len(counts) for c in distances}
+    for alpha in (0.05, 0.01, 0.05 / 3, 0.1, min(p_of.values()), 2 * min(p_of.values())):
+        want = next((c for c in distances if p_of[c] < alpha), None)
+        assert rp.critical_distance(design, alpha) == want, alpha
+    grid, p = rp.distance_pvalues(design)
+    for c, value in zip(grid.tolist(), p.tolist(), strict=True):
+        if c in p_of:
+            assert value == pytest.approx(p_of[c], abs=1e-15)
+    assert pw.smallest_rank_p(n_base, n_cond, paired=paired) == pytest.approx(min(p_of.values()))
+
+
+def test_a_p_equal_to_alpha_does_not_reject() -> None:
+    # 4 + 4 values: the extreme rank sums have p = 2 / 70 exactly.
+    design = rp.RankDesign(4, 4)
+    assert rp.critical_distance(design, 2 / 70) is None
+    assert rp.critical_distance(design, math.nextafter(2 / 70, 1.0)) == 16
+    assert rp.critical_distance(rp.RankDesign(5, 5, True), 1 / 16) is None  # p = 2 / 32
+
+
+def test_critical_region_agrees_with_scipy_permutation_test() -> None:
+    """On random data, the exact test rejects exactly when scipy's full permutation test (all
+    rearrangements enumerated) gives p < α."""
+    rng = np.random.default_rng(21)
+
+    def rank_sum(x: np.ndarray, y: np.ndarray, axis: int) -> np.ndarray:
+        ranks = scipy_stats.rankdata(np.concatenate([x, y], axis=axis), axis=axis)
+        return np.sum(ranks[..., x.shape[axis] :], axis=axis)
+
+    def signed_rank(d: np.ndarray, axis: int) -> np.ndarray:
+        ranks = scipy_stats.rankdata(np.abs(d), axis=axis)
+        return np.sum(np.sign(d) * ranks, axis=axis)
+
+    for trial in range(12):
+        n_base, n_cond, alpha = 5 + trial % 3, 6, (0.05, 0.01)[trial % 2]
+        base, cond = rng.normal(size=n_base), rng.normal(1.2, 1.0, n_cond)
+        res = scipy_stats.permutation_test(
+            (base, cond), rank_sum, permutation_type="independent", n_resamples=10**6,
+            alternative="two-sided", vectorized=True,
+        )  # fmt: skip
+        design = rp.RankDesign(n_base, n_cond)
+        u = int(rank_sum(base, cond, 0)) - n_cond * (n_cond + 1) // 2
+        critical = rp.critical_distance(design, alpha)
+        ours = critical is not None and abs(2 * u - design.span) >= critical
+        assert ours == (res.pvalue < alpha), (trial, res.pvalue)
+
+        diffs = rng.normal(0.9, 1.0, 9)
+        res = scipy_stats.permutation_test(
+            (diffs,), signed_rank, permutation_type="samples", n_resamples=10**6,
+            alternative="two-sided", vectorized=True,
+        )  # fmt: skip
+        paired = rp.RankDesign(9, 9, True)
+        t_plus = int(scipy_stats.rankdata(np.abs(diffs))[diffs > 0].sum())
+        critical = rp.critical_distance(paired, alpha)
+        ours = critical is not None and abs(2 * t_plus - paired.span) >= critical
+        assert ours == (res.pvalue < alpha), (trial, res.pvalue)
+
+
+def test_normal_approximation_matches_scipy_beyond_60_values() -> None:
+    rng = np.random.default_rng(8)
+    for _ in range(10):
+        base, cond = rng.normal(size=31), rng.normal(0.4, 1.0, 30)
+        design = rp.RankDesign(31, 30)
+        assert not design.exact
+        u = int(scipy_stats.rankdata(np.concatenate([base, cond]))[31:].sum()) - 30 * 31 // 2
+        grid, p = rp.distance_pvalues(design)
+        ours = float(p[np.searchsorted(grid, abs(2 * u - design.span))])
+        theirs = scipy_stats.mannwhitneyu(
+            cond, base, alternative="two-sided", method="asymptotic", use_continuity=True
+        ).pvalue
+        assert ours == pytest.approx(theirs, rel=1e-9)
+
+        diffs = rng.normal(0.3, 1.0, 61)
+        design = rp.RankDesign(61, 61, True)
+        t_plus = int(scipy_stats.rankdata(np.abs(diffs))[diffs > 0].sum())
+        grid, p = rp.distance_pvalues(design)
+        ours = float(p[np.searchsorted(grid, abs(2 * t_plus - design.span))])
+        theirs = scipy_stats.wilcoxon(diffs, method="asymptotic", correction=True).pvalue
+        assert ours == pytest.approx(theirs, rel=1e-9)
+
+
+def test_rank_sum_null_with_ties_matches_enumeration_and_scipy() -> None:
+    # The example where scipy's exact Mann-Whitney ignores ties (0.2) and permutation gives 0.3.
+    null = rp.RankSumNull(np.array([1.0, 2, 2, 2, 3, 4]), 3)
+    assert null.pvalue(np.array([3, 4, 5])) == pytest.approx(0.3)
+    rng = np.random.default_rng(4)
+    for _ in range(20):
+        pooled = rng.integers(0, 4, size=9).astype(float)
+        cond = rng.choice(9, size=4, replace=False)
+        rest = np.setdiff1d(np.arange(9), cond)
+        want = _enumerated_rank_sum_p(pooled[rest], pooled[cond])
+        assert rp.RankSumNull(pooled, 4).pvalue(cond) == pytest.approx(want, abs=1e-12)
+    pooled = rng.integers(0, 6, size=70).astype(float)
+    cond = np.arange(35, 70)
+    theirs = scipy_stats.mannwhitneyu(
+        pooled[cond], pooled[:35], alternative="two-sided", method="asymptotic"
+    ).pvalue
+    assert rp.RankSumNull(pooled, 35).pvalue(cond) == pytest.approx(theirs, rel=1e-9)
+    assert rp.RankSumNull(np.ones(70), 35).pvalue(cond) == 1.0
+
+
+def _scipy_power(d: float, n: int, alpha: float, *, paired: bool, draws: int, seed: int) -> float:
+    """Rejection rate of the audit's test at a normal shift, each draw's p from scipy's own
+    exact null distributions (normal approximation past 60 values): independent of the code
+    under test."""
+    rng = np.random.default_rng(seed)
+    if paired:
+        diffs = rng.normal(d, 1.0, size=(draws, n))
+        method = "exact" if n <= 60 else "asymptotic"
+        p = scipy_stats.wilcoxon(diffs, axis=1, method=method, correction=True).pvalue
+    else:
+        base, cond = rng.normal(size=(draws, n)), rng.normal(d, 1.0, size=(draws, n))
+        method = "exact" if 2 * n <= 60 else "asymptotic"
+        p = scipy_stats.mannwhitneyu(
+            cond, base, axis=1, method=method, use_continuity=True, alternative="two-sided"
+        ).pvalue
+    return float(np.mean(p < alpha))
+
+
+def test_scipy_exact_tests_equal_enumeration_without_ties() -> None:
+    """The independent simulation's p values are the exact two-sided permutation p's: scipy's
+    exact tests agree with listing every rearrangement where ties cannot occur."""
+    rng = np.random.default_rng(2)
+    for _ in range(10):
+        base, cond = rng.normal(size=6), rng.normal(1.0, 1.0, 5)
+        counts, span = _enumerated_counts(6, 5, False)
+        u = int(scipy_stats.rankdata(np.concatenate([base, cond]))[6:].sum()) - 15
+        want = sum(abs(2 * x - span) >= abs(2 * u - span) for x in counts) / len(counts)
+        got = scipy_stats.mannwhitneyu(cond, base, method="exact").pvalue
+        assert got == pytest.approx(want, abs=1e-12)
+        diffs = rng.normal(0.7, 1.0, 8)
+        counts, span = _enumerated_counts(8, 8, True)
+        t_plus = int(scipy_stats.rankdata(np.abs(diffs))[diffs > 0].sum())
+        want = sum(abs(2 * x - span) >= abs(2 * t_plus - span) for x in counts) / len(counts)
+        assert scipy_stats.wilcoxon(diffs, method="exact").pvalue == pytest.approx(want, abs=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("d", "n", "alpha", "paired"),
+    [(1.3, 8, 0.05, False), (0.9, 10, 0.05, True), (1.0, 14, 0.01, True), (0.6, 40, 0.05, False)],
+)
+def test_rank_test_power_matches_an_independent_simulation(
+    d: float, n: int, alpha: float, paired: bool
+) -> None:
+    ours = pw.rank_test_power(d, n, n, alpha, paired=paired, seed=1)
+    theirs = _scipy_power(d, n, alpha, paired=paired, draws=4000, seed=99)
+    assert ours is not None
+    # Both estimates have SE <= 0.008: their difference stays within 4 SE.
+    assert abs(ours - theirs) < 0.045, (ours, theirs)
+
+
+def test_rank_mde_reaches_its_power_is_seeded_and_exceeds_the_t_tests() -> None:
+    for n, alpha, paired in ((10, 0.05, False), (8, 0.05 / 3, False), (12, 0.01, True)):
+        value = pw.rank_mde(n, n, alpha, paired=paired, seed=5)
+        assert value is not None
+        assert value == pw.rank_mde(n, n, alpha, paired=paired, seed=5)
+        assert value != pw.rank_mde(n, n, alpha, paired=paired, seed=6)
+        at = pw.rank_test_power(value, n, n, alpha, paired=paired, seed=5)
+        below = pw.rank_test_power(value - 2 * rp.MDE_TOLERANCE, n, n, alpha, paired=paired, seed=5)
+        assert at is not None and below is not None and at >= 0.8 > below
+        t_power = (
+            pw.paired_t_test_power(value, n, alpha)
+            if paired
+            else pw.t_test_power(value, n, n, alpha)
+        )
+        assert t_power > 0.8  # no test beats the t-test on normal data
+    assert pw.rank_mde(3, 3, 0.05) is None and pw.rank_mde(1, 9, 0.05) is None
+    # More draws for the same point: the MDE moves by about its Monte Carlo error only.
+    coarse = pw.rank_mde(10, 10, 0.05, seed=5)
+    fine = pw.rank_mde(10, 10, 0.05, seed=5, draws=16_000)
+    assert coarse is not None and fine is not None and abs(coarse - fine) < 0.05
+
+
+def test_mde_from_step_shifts_equals_bisection_and_large_designs_bisect() -> None:
+    """The MDE read off each data set's step shifts is where bisection on the simulated power
+    lands; designs too large for the shifts (80 + 80 values) bisect and still reach the power."""
+    for design in (rp.RankDesign(9, 7), rp.RankDesign(15, 15, True), rp.RankDesign(40, 40)):
+        assert design.span <= rp.BREAKPOINT_SPAN
+        for alpha in (0.05, 0.01):
+            quick = rp.simulated_mdes(design, [alpha], 0.8, seed=4)[alpha]
+            slow = rp._bisected_mde(design, alpha, 0.8, seed=4, draws=rp.POWER_DRAWS)
+            assert quick is not None and abs(quick - slow) <= rp.MDE_TOLERANCE
+    large = rp.RankDesign(80, 80)
+    assert large.span > rp.BREAKPOINT_SPAN
+    value = pw.rank_mde(80, 80, 0.01, seed=4)
+    assert value is not None
+    assert (pw.rank_test_power(value, 80, 80, 0.01, seed=4) or 0.0) >= 0.8
+    below = pw.rank_test_power(value - rp.MDE_TOLERANCE, 80, 80, 0.01, seed=4)
+    assert below is not None and below < 0.8
+
+
+def test_paired_t_test_power_matches_statsmodels() -> None:
+    from statsmodels.stats.power import TTestPower
+
+    for n in (3, 5, 10, 40):
+        for d in (0.3, 1.0, 2.0):
+            for alpha in (0.05, 0.01):
+                theirs = TTestPower().power(d, n, alpha, alternative="two-sided")
+                assert pw.paired_t_test_power(d, n, alpha) == pytest.approx(theirs, abs=1e-9)
+    with pytest.raises(ValueError):
+        pw.paired_t_test_power(1.0, 1, 0.05)
 
 
 # ------------------------------------------------------------------------- Holm and audit["power"]
@@ -186,8 +419,8 @@ def test_holm_alphas() -> None:
         pw.holm_alphas(3, 0.0)
 
 
-def _row(condition: str, p: float | None, n: tuple[int, int], **extra: Any) -> dict[str, Any]:
-    return {"condition": condition, "nBase": n[0], "nCond": n[1], "mwuP": p, **extra}
+def _row(condition: str, mwu_p: float | None, n: tuple[int, int], **extra: Any) -> dict[str, Any]:
+    return {"condition": condition, "nBase": n[0], "nCond": n[1], "mwuP": mwu_p, **extra}
 
 
 def test_power_section_ranks_tested_rows_and_keeps_untested_ones() -> None:
@@ -201,29 +434,67 @@ def test_power_section_ranks_tested_rows_and_keeps_untested_ones() -> None:
     ]
     section = pw.power_section({"m": rows, "empty": []}, alpha=0.05, power=0.8)
     assert section["power"] == 0.8 and section["alphaFamily"] == 0.05
-    assert section["method"] == pw.METHOD
+    assert section["familySize"] == 4 and section["draws"] == pw.POWER_DRAWS
+    assert "rank-sum permutation test (exact)" in section["method"]
+    assert "4 tested rows of all metrics" in section["method"]
     assert section["metrics"]["empty"] == []
     out = {r["condition"]: r for r in section["metrics"]["m"]}
     assert [r["condition"] for r in section["metrics"]["m"]] == [r["condition"] for r in rows]
-    assert set(out["a"]) == {"condition", "nBase", "nCond", "alpha", "mde", "note"}
+    assert set(out["a"]) == {
+        "condition", "nBase", "nCond", "paired", "test", "alpha", "mde", "note"
+    }  # fmt: skip
     # Four tested rows: b (rank 1) α/4, a α/3, c α/2, d α/1.
     assert out["b"]["alpha"] == pytest.approx(0.05 / 4)
     assert out["a"]["alpha"] == pytest.approx(0.05 / 3)
     assert out["c"]["alpha"] == pytest.approx(0.05 / 2)
     assert out["d"]["alpha"] == pytest.approx(0.05)
-    assert out["b"]["mde"] == pw.mde(12, 9, 0.05 / 4)
-    assert out["a"]["mde"] == pw.mde(10, 10, 0.05 / 3)
+    # The MDE is the rank test's at the row's threshold (the t-test's is smaller).
+    assert out["b"]["mde"] == pw.rank_mde(12, 9, 0.05 / 4)
+    assert out["a"]["mde"] == pw.rank_mde(10, 10, 0.05 / 3)
+    assert out["a"]["mde"] > (pw.mde(10, 10, 0.05 / 3) or math.inf)
+    assert out["a"]["test"] == "rank-sum permutation test (exact)" and not out["a"]["paired"]
     assert out["d"]["mde"] is None and "whatever the data" in out["d"]["note"]
     assert out["same"] == {
         "condition": "same",
         "nBase": 10,
         "nCond": 10,
+        "paired": False,
+        "test": None,
         "alpha": None,
         "mde": None,
         "note": "identical to the base, not tested",
     }
     assert out["short"]["mde"] is None and out["short"]["alpha"] is None
     assert out["short"]["note"] == stats.too_few_note(10, 1)
+
+
+def test_power_section_ranks_the_family_over_all_metrics() -> None:
+    """Holm runs over every tested row of every metric, ranked by the p that decides (`p`, else
+    `mwuP`), ties in metric then row order; a declared family (primary metrics) leaves the
+    other metrics' rows outside with a note."""
+    tests = {
+        "x": [_row("a", 0.04, (8, 8), p=0.002), _row("b", 0.01, (8, 8), p=0.02)],
+        "y": [_row("a", 0.5, (8, 8), p=0.002, paired=True), _row("b", None, (8, 1))],
+    }
+    family = pw.holm_family(tests)
+    assert family == [("x", "a", 0.002), ("x", "b", 0.02), ("y", "a", 0.002)]
+    alphas = pw.family_alphas(family)
+    assert alphas == {("x", "a"): 0.05 / 3, ("y", "a"): 0.05 / 2, ("x", "b"): 0.05}
+    section = pw.power_section(tests, seed=7)
+    x, y = section["metrics"]["x"], section["metrics"]["y"]
+    assert [r["alpha"] for r in x] == pytest.approx([0.05 / 3, 0.05])
+    assert y[0]["alpha"] == pytest.approx(0.025) and y[0]["paired"]
+    assert y[0]["test"] == "Wilcoxon signed-rank sign-flip test (exact)"
+    assert y[0]["mde"] == pw.rank_mde(8, 8, 0.025, paired=True, seed=7)
+    assert "Wilcoxon signed-rank sign-flip test (exact)" in section["method"]
+
+    primary = pw.power_section(tests, family=pw.holm_family(tests, ["y"]))
+    assert primary["familySize"] == 1 and "the metrics y" in primary["method"]
+    assert primary["metrics"]["y"][0]["alpha"] == 0.05
+    assert [r["alpha"] for r in primary["metrics"]["x"]] == [None, None]
+    assert primary["metrics"]["x"][0]["note"] == pw.OUTSIDE_FAMILY_NOTE
+    # A family member without a p is not counted in m.
+    assert pw.family_alphas([("x", "a", None), ("x", "b", 0.3)]) == {("x", "b"): 0.05}
 
 
 def test_power_section_reads_rows_written_before_tested_existed() -> None:
@@ -236,7 +507,21 @@ def test_power_section_reads_rows_written_before_tested_existed() -> None:
 # ------------------------------------------------------------------------------------- noise floor
 
 
-def test_noise_floor_is_deterministic_and_seeded_by_plan_metric_and_base() -> None:
+def _enumerated_rank_sum_p(base: np.ndarray, cond: np.ndarray) -> float:
+    """The two-sided permutation p of the condition's midrank sum, by listing every split."""
+    pooled = np.concatenate([base, cond])
+    ranks = scipy_stats.rankdata(pooled)
+    centre = cond.size * (pooled.size + 1) / 2.0
+    observed = abs(ranks[base.size :].sum() - centre)
+    sums = np.array(
+        [ranks[list(c)].sum() for c in itertools.combinations(range(pooled.size), cond.size)]
+    )
+    return float(np.mean(np.abs(sums - centre) >= observed - 1e-9))
+
+
+def test_noise_floor_is_deterministic_and_identical_for_identical_bases() -> None:
+    """Seeded by the plan hash and the base's values only: the same values under another
+    metric, another base id or in another order give the same floor."""
     rng = np.random.default_rng(3)
     sample = rng.normal(size=30).tolist()  # C(30, 15) / 2 splits: random ones
     one = pw.noise_floor({"m": {"base": sample}}, "plan-hash")
@@ -244,14 +529,20 @@ def test_noise_floor_is_deterministic_and_seeded_by_plan_metric_and_base() -> No
     row = one["m"][0]
     assert row["splits"] == pw.NOISE_FLOOR_SPLITS and row["n"] == 30 and row["note"] is None
     assert 0.0 <= row["flipRate"] <= 1.0
-    seeds = {
-        pw.noise_floor_seed("plan-hash", "m", "base"),
-        pw.noise_floor_seed("other-hash", "m", "base"),
-        pw.noise_floor_seed("plan-hash", "n", "base"),
-        pw.noise_floor_seed("plan-hash", "m", "base@x"),
+    shuffled = list(reversed(sample))
+    twins = pw.noise_floor(
+        {"m": {"base": sample, "base@x": shuffled}, "k": {"b": sample}}, "plan-hash"
+    )
+    rates = {r["flipRate"] for rows in twins.values() for r in rows}
+    assert rates == {row["flipRate"]}
+    seed = pw.noise_floor_seed("plan-hash", sample)
+    assert seed == pw.noise_floor_seed("plan-hash", [*shuffled, math.nan])
+    others = {
+        pw.noise_floor_seed("other-hash", sample),
+        pw.noise_floor_seed("plan-hash", [*sample[:-1], sample[-1] + 1e-12]),
         stats.bootstrap_seed("plan-hash", "m", "base"),
     }
-    assert len(seeds) == 5
+    assert seed not in others and len(others) == 3
     rates = {
         pw.noise_floor({"m": {"base": sample}}, f"hash-{i}", splits=20)["m"][0]["flipRate"]
         for i in range(12)
@@ -266,42 +557,44 @@ def test_noise_floor_of_a_constant_sample_is_zero() -> None:
 
 
 def test_noise_floor_enumerates_every_split_of_small_samples() -> None:
-    sample = [0.1, 0.5, 0.2, 0.9, 0.7, 0.3, 0.8, 0.4, 0.6, 1.0]
+    """Every split, each mirror pair once, tested with the exact permutation rank-sum test
+    (ties as midranks): the flips counted by enumerating each split's permutation p."""
+    sample = [0.1, 0.5, 0.2, 0.9, 0.7, 0.3, 0.8, 0.4, 0.6, 1.0, 0.5, 0.2]
     row = pw.noise_floor({"m": {"base": sample}}, "h")["m"][0]
-    assert row["splits"] == math.comb(10, 5) // 2
-    # Every split, each mirror pair once: count the flips directly.
-    x = np.array(sample)
+    assert row["splits"] == math.comb(12, 6) // 2
+    x = np.sort(np.array(sample))
     flips = 0
-    for first in itertools.combinations(range(10), 5):
-        if 0 not in first:
+    for second in itertools.combinations(range(12), 6):
+        if 0 not in second:
             continue
-        mask = np.zeros(10, dtype=bool)
-        mask[list(first)] = True
-        p = stats.mann_whitney_p(x[mask], x[~mask])
-        flips += int(p is not None and p < 0.05)
+        mask = np.zeros(12, dtype=bool)
+        mask[list(second)] = True
+        flips += int(_enumerated_rank_sum_p(x[~mask], x[mask]) < 0.05)
+    assert flips > 0
     assert row["flipRate"] == flips / row["splits"]
     # The seed is irrelevant when every split is used.
     assert row == pw.noise_floor({"m": {"base": sample}}, "other")["m"][0]
 
 
-def test_noise_floor_is_near_alpha_for_exchangeable_replications() -> None:
+def test_noise_floor_is_at_most_alpha_for_exchangeable_replications() -> None:
     rng = np.random.default_rng(5)
     rates = [
         pw.noise_floor({"m": {"base": rng.normal(size=20)}}, f"h{i}", splits=40)["m"][0]["flipRate"]
         for i in range(25)
     ]
-    assert 0.01 < float(np.mean(rates)) < 0.09
+    assert 0.01 < float(np.mean(rates)) <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / 1000)
 
 
 def test_noise_floor_is_null_with_a_note_for_small_bases() -> None:
     out = pw.noise_floor(
-        {"m": {"three": [1.0, 2.0, math.nan, 3.0], "four": [1.0, 2.0, 3.0, 4.0]}}, "h"
+        {"m": {"three": [1.0, 2.0, math.nan, 3.0], "seven": [1.0, 2.0, 3.0, 4.0, 5, 6, 7]}}, "h"
     )
-    three, four = out["m"]
+    three, seven = out["m"]
     assert three["n"] == 3 and three["flipRate"] is None and three["splits"] == 0
     assert "fewer than 4 usable values" in three["note"]
-    assert four["flipRate"] is None and "cannot give p < 0.05 whatever the data" in four["note"]
-    assert "no flip rate below 6 replications" in four["note"]
+    # Halves of 3 and 4: 2 / C(7, 4) = 0.057; halves of 4 and 4 reach 2 / 70.
+    assert seven["flipRate"] is None and "cannot give p < 0.05 whatever the data" in seven["note"]
+    assert "no flip rate below 8 replications" in seven["note"]
     with pytest.raises(ValueError):
         pw.noise_floor({"m": {"b": [1.0] * 5}}, "h", splits=0)
 
@@ -309,21 +602,50 @@ def test_noise_floor_is_null_with_a_note_for_small_bases() -> None:
 # ------------------------------------------------------------------------------------ replications
 
 
-def test_required_replications_is_the_smallest_sufficient_n() -> None:
-    for d, alpha in ((0.5, 0.05), (1.0, 0.05 / 6), (0.2, 0.01), (2.0, 0.05)):
-        n, note = pw.required_replications(d, alpha)
-        assert n is not None and note is None
-        assert pw.t_test_power(d, n, n, alpha) >= 0.8
-        assert pw.t_test_power(d, n - 1, n - 1, alpha) < 0.8
-        assert pw.smallest_mwu_p(n, n) < alpha
+def test_required_replications_is_the_smallest_sufficient_n_for_the_rank_test() -> None:
+    """The tool's own power reaches the target at its n and not at n - 1 (where the test could
+    reach α at all), and the t-test never needs more."""
+    for d, alpha, paired in (
+        (1.0, 0.05, False),
+        (1.2, 0.05 / 6, False),
+        (0.8, 0.05, True),
+        (1.0, 0.05 / 6, True),
+    ):
+        sized = pw.size_replications(d, alpha, paired=paired, seed=3)
+        n = sized.replications
+        assert n is not None and sized.note is None and sized.power is not None
+        assert sized.power >= 0.8
+        assert sized.power == pw.rank_test_power(d, n, n, alpha, paired=paired, seed=3)
+        below = pw.rank_test_power(d, n - 1, n - 1, alpha, paired=paired, seed=3)
+        assert below is None or below < 0.8
+        t_power = pw.paired_t_test_power(d, n, alpha) if paired else pw.t_test_power(d, n, n, alpha)
+        assert t_power >= 0.8
+        assert pw.required_replications(d, alpha, paired=paired, seed=3) == (n, None)
     assert pw.required_replications(-0.5, 0.05) == pw.required_replications(0.5, 0.05)
 
 
-def test_required_replications_respects_what_mann_whitney_can_reach() -> None:
+def test_required_replications_respects_what_the_rank_test_can_reach() -> None:
     n, note = pw.required_replications(10.0, 0.05 / 14)
     assert n is not None and note is not None
-    assert pw.smallest_mwu_p(n, n) < 0.05 / 14 <= pw.smallest_mwu_p(n - 1, n - 1)
-    assert "the t-test needs" in note and "Mann-Whitney" in note
+    assert pw.smallest_rank_p(n, n) < 0.05 / 14 <= pw.smallest_rank_p(n - 1, n - 1)
+    assert "the t-test needs" in note and "rank-sum permutation test" in note
+    n, note = pw.required_replications(10.0, 0.05 / 14, paired=True)
+    assert n == 10 and note is not None and "10 pairs" in note  # 2 / 2^10 < 0.0036 < 2 / 2^9
+
+
+def test_required_replications_beyond_simulation_uses_the_efficiency_rule() -> None:
+    """Past 1000 values per group the rank test is sized as the t-test at n times 3/π."""
+    sized = pw.size_replications(0.1, 0.01)
+    n = sized.replications
+    assert n is not None and n > 1000 and sized.note is not None and "3/π" in sized.note
+    lo, hi = 2, 10_000  # the t-test's own n, by bisection
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if pw.t_test_power(0.1, mid, mid, 0.01) >= 0.8 else (mid, hi)
+    assert abs(n * 3 / math.pi - hi) <= 1
+    assert sized.power == pytest.approx(
+        pw.t_test_power(0.1, round(n * 3 / math.pi), round(n * 3 / math.pi), 0.01)
+    )
 
 
 @pytest.mark.parametrize(
@@ -382,28 +704,28 @@ def test_recommend_replications_from_pilot_rows() -> None:
 
 
 def test_estimate_from_a_pilot() -> None:
-    pilot = pw.PilotCost(
+    pilot = pilots.PilotCost(
         runs=4, llm_calls=30, cache_hits=10, prompt_tokens=3000, completion_tokens=60,
         provider="openai",
     )  # fmt: skip
-    out = pw.estimate_cost(runs=10, provider="openai", pilot=pilot)
+    out = pilots.estimate_cost(runs=10, provider="openai", pilot=pilot)
     assert out["basis"] == "pilot" and not out["free"]
     assert out["perRun"]["llmCalls"] == 10.0  # cache hits are requests too
     assert out["perCall"] == {"promptTokens": 100.0, "completionTokens": 2.0}
     assert out["total"] == {"llmCalls": 100, "promptTokens": 10000, "completionTokens": 200}
 
-    offline = pw.PilotCost(4, 40, 0, 4000, 40, "offline")
-    out = pw.estimate_cost(runs=10, provider="openai", pilot=offline)
+    offline = pilots.PilotCost(4, 40, 0, 4000, 40, "offline")
+    out = pilots.estimate_cost(runs=10, provider="openai", pilot=offline)
     assert any("four characters a token" in n for n in out["notes"])
     assert any("the pilot ran with provider offline" in n for n in out["notes"])
-    out = pw.estimate_cost(runs=10, provider="offline", pilot=offline)
+    out = pilots.estimate_cost(runs=10, provider="offline", pilot=offline)
     assert out["free"] and any("nothing is billed" in n for n in out["notes"])
 
-    cached_only = pw.PilotCost(2, 0, 20, 0, 0, "openai")
-    rates = pw.TokenRates(entries=3, prompt_tokens=50.0, completion_tokens=1.0, models=("m",))
-    out = pw.estimate_cost(runs=4, provider="openai", pilot=cached_only, rates=rates)
+    cached_only = pilots.PilotCost(2, 0, 20, 0, 0, "openai")
+    rates = pilots.TokenRates(entries=3, prompt_tokens=50.0, completion_tokens=1.0, models=("m",))
+    out = pilots.estimate_cost(runs=4, provider="openai", pilot=cached_only, rates=rates)
     assert out["total"] == {"llmCalls": 40, "promptTokens": 2000, "completionTokens": 40}
-    out = pw.estimate_cost(runs=4, provider="openai", pilot=cached_only)
+    out = pilots.estimate_cost(runs=4, provider="openai", pilot=cached_only)
     assert out["total"] == {"llmCalls": 40, "promptTokens": None, "completionTokens": None}
 
 
@@ -415,26 +737,26 @@ def test_estimate_without_a_pilot() -> None:
         ({"provider": "elsewhere", "model": "m1"}, 9999, 9999),
         ({}, 1, 1),
     ]
-    rates = pw.cache_token_rates(usage, "openai", ["m1", "m2"])
+    rates = pilots.cache_token_rates(usage, "openai", ["m1", "m2"])
     assert rates is not None and rates.entries == 2 and rates.note is None
     assert (rates.prompt_tokens, rates.completion_tokens) == (200.0, 5.0)
-    fallback = pw.cache_token_rates(usage, "openai", ["m3"])
+    fallback = pilots.cache_token_rates(usage, "openai", ["m3"])
     assert (
         fallback is not None
         and fallback.entries == 3
         and "no recorded response" in str(fallback.note)
     )
-    assert pw.cache_token_rates(usage, "nobody", ["m1"]) is None
+    assert pilots.cache_token_rates(usage, "nobody", ["m1"]) is None
 
-    out = pw.estimate_cost(runs=8, provider="openai", rates=rates)
+    out = pilots.estimate_cost(runs=8, provider="openai", rates=rates)
     assert out["basis"] == "cache" and out["perRun"] is None
     assert out["perCall"] == {"promptTokens": 200.0, "completionTokens": 5.0}
     assert out["total"]["llmCalls"] is None
     assert any("calls per run are unknown" in n for n in out["notes"])
-    assert pw.OFFLINE_PILOT_HINT in out["notes"]
-    none = pw.estimate_cost(runs=8, provider="openai")
+    assert pilots.OFFLINE_PILOT_HINT in out["notes"]
+    none = pilots.estimate_cost(runs=8, provider="openai")
     assert none["basis"] == "none" and any("no basis" in n for n in none["notes"])
-    offline = pw.estimate_cost(runs=8, provider="offline")
+    offline = pilots.estimate_cost(runs=8, provider="offline")
     assert any("offline responses are not cached" in n for n in offline["notes"])
 
 
@@ -495,6 +817,8 @@ def test_power_section_and_noise_floor_on_a_real_audit(pilot_study: Path) -> Non
 def test_power_command_sizes_the_plan_from_the_pilot(
     pilot_study: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """The plan varies no seed, so its replications pair and the paired test is sized, at
+    α over the family of 2 conditions × 1 metric, seeded from the plan hash."""
     plan, pilot = str(pilot_study / "audit.yaml"), str(pilot_study / "pilot")
     assert main(["power", plan, "--pilot", pilot]) == 0
     captured = capsys.readouterr()
@@ -502,15 +826,22 @@ def test_power_command_sizes_the_plan_from_the_pilot(
     assert "ran 4 replications where the plan asks for 2" in captured.err
     lines = captured.out.splitlines()
     assert lines[0].split() == ["metric", "condition", "pilot", "n", "base/cond", "pilot", "|d|",
-                                "replications"]  # fmt: skip
+                                "replications", "power"]  # fmt: skip
     assert any(line.startswith("cooperationRate  linguistic_framing=risk") for line in lines)
+    assert any(
+        line.startswith("test: the paired Wilcoxon signed-rank sign-flip test") for line in lines
+    )
     assert any(line.startswith("plan: ") and "the plan has 2" in line for line in lines)
     assert any(line.startswith("at the plan's 2 replications") for line in lines)
 
     assert main(["power", plan, "--pilot", pilot, "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
-    expected = pw.recommend_replications(_audit_doc(pilot_study)["tests"], m=2)
+    seed = pw.simulation_seed(result["plan"]["hash"])
+    expected = pw.recommend_replications(
+        _audit_doc(pilot_study)["tests"], m=2, paired=True, seed=seed
+    )
     assert result["metrics"] == json.loads(json.dumps(expected))
+    assert result["paired"] and result["seedAxes"] == [] and result["familySize"] == 2
     assert result["comparisons"] == 2 and result["alphaPerComparison"] == 0.025
     assert result["recommendation"] == pw.plan_recommendation(expected)
     at_plan = result["atPlannedReplications"]
@@ -519,13 +850,28 @@ def test_power_command_sizes_the_plan_from_the_pilot(
     argv = ["power", plan, "--pilot", pilot, "--json", "--effect", "0.5", "--power", "0.9"]
     assert main(argv) == 0
     given = json.loads(capsys.readouterr().out)
-    needed = pw.required_replications(0.5, 0.025, 0.9)[0]
+    needed = pw.required_replications(0.5 / math.sqrt(2), 0.025, 0.9, paired=True, seed=seed)[0]
     assert {r["replications"] for r in given["metrics"]["cooperationRate"]} == {needed}
     assert given["recommendation"]["replications"] == needed
+    assert given["recommendation"]["power"] >= 0.9
     assert main(["power", plan, "--pilot", pilot, "--effect", "0.5", "--power", "0.9"]) == 0
     assert (
         f"plan: {needed} replications per condition detect |d| 0.5 with power 0.9 at α = "
         "0.05/2; the plan has 2" in capsys.readouterr().out
+    )
+    # A correlation of base and condition replications shrinks the differences' SD.
+    argv += ["--correlation", "0.5"]
+    assert main(argv) == 0
+    correlated = json.loads(capsys.readouterr().out)
+    assert correlated["metrics"]["cooperationRate"][0]["pairedEffect"] == pytest.approx(0.5)
+    assert correlated["recommendation"]["replications"] < needed
+    unpaired = [*argv[:-2], "--design", "unpaired"]
+    assert main(unpaired) == 0
+    sized = json.loads(capsys.readouterr().out)
+    assert not sized["paired"] and sized["test"] == "rank-sum permutation test"
+    assert (
+        sized["recommendation"]["replications"]
+        == pw.required_replications(0.5, 0.025, 0.9, seed=seed)[0]
     )
 
 
@@ -534,11 +880,20 @@ def test_power_command_with_the_plan_the_pilot_ran_has_no_warning(
 ) -> None:
     shutil.copy(pilot_study / "scenario.yaml", tmp_path / "scenario.yaml")
     (tmp_path / "audit.yaml").write_text(PLAN.replace("replications: 2", "replications: 4"))
-    assert main(["power", str(tmp_path / "audit.yaml"), "--pilot", str(pilot_study / "pilot")]) == 0
+    argv = ["power", str(tmp_path / "audit.yaml"), "--pilot", str(pilot_study / "pilot")]
+    assert main(argv) == 0
     captured = capsys.readouterr()
     assert captured.err == ""
     assert "the plan has 4" in captured.out
-    assert "at the plan's 4 replications the smallest detectable |d| is" in captured.out
+    assert (
+        "at the plan's 4 replications: the Wilcoxon signed-rank sign-flip test (exact) cannot "
+        "reach p < 0.025 with 4 pairs whatever the data (smallest possible p: 0.125)"
+    ) in captured.out
+    # Unpaired, 4 + 4 values reach 2 / 70 < 0.1.
+    assert main([*argv, "--alpha", "0.2", "--design", "unpaired"]) == 0
+    out = capsys.readouterr().out
+    assert "at the plan's 4 replications the smallest detectable |d| is" in out
+    assert "test: the unpaired rank-sum permutation test;" in out
 
 
 def test_power_command_refuses_a_pilot_of_another_plan(
@@ -666,3 +1021,29 @@ def test_estimate_from_the_response_cache(
     assert result["runs"] == 6
     empty = api.estimate(tmp_path / "audit.yaml", cache_dir=tmp_path / "no-cache")
     assert empty["basis"] == "none"
+
+
+ACCEPTANCE = [
+    (d, target, alpha, paired)
+    for target in (0.8, 0.9)
+    for alpha in (0.05, 0.05 / 6)
+    for paired in (False, True)
+    for d in (1.0, 0.6)
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("d", "target", "alpha", "paired"), ACCEPTANCE)
+def test_recommended_replications_have_the_target_power_by_independent_simulation(
+    d: float, target: float, alpha: float, paired: bool
+) -> None:
+    """At the recommended n an independent simulation (10,000 draws, each p from scipy's exact
+    tests or their normal approximation) finds at least target - 0.03, and the power the tool
+    states there is within ±0.03 of it."""
+    sized = pw.size_replications(d, alpha, target, paired=paired, seed=pw.simulation_seed("plan"))
+    n, stated = sized.replications, sized.power
+    assert n is not None and stated is not None and stated >= target
+    seed = 1000 + n + 7 * int(paired)
+    simulated = _scipy_power(d, n, alpha, paired=paired, draws=10_000, seed=seed)
+    assert simulated >= target - 0.03, (n, stated, simulated)
+    assert abs(stated - simulated) <= 0.03, (n, stated, simulated)

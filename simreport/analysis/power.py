@@ -1,16 +1,19 @@
-"""Power, minimum detectable effects, the A/A noise floor, replication counts from a pilot and
-what a plan will cost before it runs.
+"""Power, minimum detectable effects, the A/A noise floor and replication counts from a pilot's
+effects: pure functions, numbers in, numbers out (SPEC §6 conventions). Reading a pilot and
+estimating what a plan will cost are in `pilot`.
 
-The pure functions come first (numbers in, numbers out, SPEC §6 conventions); the I/O edge at the
-end reads a pilot audit directory and checks that it belongs to the plan being sized.
+The audit decides with rank tests (SPEC §6a; `rank_power` says which and how): power, MDE and
+replication counts are those of the test that runs, paired or not, simulated for a normal shift
+with draws seeded from a caller's seed (the audit derives it from the plan hash). Unpaired
+effects are Cohen's d as audit.json reports it (pooled SD); paired effects are δ, in SDs of the
+paired differences, which is d / sqrt(2 (1 - ρ)) for a pairing correlation ρ between base and
+condition replications: audit.json does not know ρ, so a paired MDE does not convert to a pooled
+d, and sizing a paired design from a pooled d takes ρ from the caller (0 by default, which asks
+for more replications than needed whenever pairing helps, ρ > 0).
 
-Effect sizes are Cohen's d as audit.json reports them (pooled SD, n - 1 denominators). Power is
-that of the two-sided two-sample t-test, computed from the noncentral t distribution rather than
-its normal approximation: with the few replications audits often have (2 to 10 per condition) the
-normal approximation promises effects the test cannot see (at n = 3 per group and α = 0.05 it
-says |d| = 2.3 where the t-test needs 3.1). The audit itself tests with Mann-Whitney, which
-cannot reach small α at all with few values: where no data could reach a row's α, no effect is
-detectable and the MDE is null with a note saying why.
+The two-sample t-test's power and MDE (noncentral t, validated against statsmodels) stay as a
+reference and bound the searches: for normal data no rank test beats it (at n = 3 per group and
+α = 0.05 the t-test needs |d| = 3.1 where its normal approximation promises 2.3).
 """
 
 from __future__ import annotations
@@ -18,33 +21,30 @@ from __future__ import annotations
 import hashlib
 import itertools
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
 from scipy import integrate, optimize, special
 from scipy import stats as _scipy_stats
 
-from ..core.canonical import canonical_json, parse_number
-from ..core.errors import InputError
-from ..core.files import read_json
-from . import stats
+from ..core.canonical import parse_number
+from . import rank_power, stats
+from .rank_power import RankDesign
 
 DEFAULT_POWER = 0.8
 DEFAULT_ALPHA = 0.05
-NOISE_FLOOR_SPLITS = 200
+NOISE_FLOOR_SPLITS = 2000
+"""Splits per base: every distinct split up to this many (bases of up to 14 values), else this
+many random ones, which put the flip rate within about ±0.01 of its value over all splits."""
 NOISE_FLOOR_MIN_VALUES = 4
 """A base needs this many usable values for split halves of at least two values each."""
 MAX_REPLICATIONS = 10**9
 """Beyond this many replications per condition a recommendation is reported as out of reach."""
 
-METHOD = (
-    "power of the two-sided two-sample t-test (noncentral t) at each row's achieved n per group "
-    "and at the Holm threshold of the row's rank among the metric's tested rows; null where the "
-    "Mann-Whitney test cannot reach that threshold with these n whatever the data"
-)
+POWER_DRAWS = rank_power.POWER_DRAWS
 IDENTICAL_NOTE = "identical to the base, not tested"
 
 # Below this, a lower tail that the special functions return as nan is dropped: it is bounded by
@@ -106,19 +106,37 @@ def t_test_power(d: float, n_base: int, n_cond: int, alpha: float) -> float:
     return min(_upper_tail(crit, df, nc) + _lower_tail(-crit, df, nc), 1.0)
 
 
+def paired_t_test_power(d: float, n: int, alpha: float) -> float:
+    """Power of the two-sided paired t-test (one-sample t on the differences) to detect a true
+    mean difference of |d| SDs of the differences with `n` pairs at level `alpha`."""
+    _check_levels(alpha)
+    if n < 2:
+        raise ValueError(f"the paired t-test needs at least 2 pairs, got {n}")
+    df = float(n - 1)
+    nc = abs(float(d)) * math.sqrt(n)
+    crit = float(_scipy_stats.t.isf(alpha / 2.0, df))
+    return min(_upper_tail(crit, df, nc) + _lower_tail(-crit, df, nc), 1.0)
+
+
 def mde(n_base: int, n_cond: int, alpha: float, power: float = DEFAULT_POWER) -> float | None:
-    """The minimum detectable effect: the |d| the two-sided two-sample t-test detects with
+    """The two-sided two-sample t-test's minimum detectable effect: the |d| it detects with
     probability `power` at level `alpha`, with `n_base` and `n_cond` values per group.
 
-    Noncentral t (not the normal approximation; see the module docstring). None when either
-    group has fewer than 2 values (`detectable_effect` gives the reason).
+    A reference, not the audit's MDE (that is `detectable_effect`, for the rank test that
+    runs). Noncentral t (not the normal approximation; see the module docstring). None when
+    either group has fewer than 2 values.
     """
     _check_levels(alpha, power)
     if n_base < 2 or n_cond < 2:
         return None
+    return _solve_effect(lambda d: t_test_power(d, n_base, n_cond, alpha), power)
+
+
+def _solve_effect(power_at: Callable[[float], float], power: float) -> float:
+    """The |d| at which a continuous, increasing power curve reaches `power`."""
 
     def shortfall(d: float) -> float:
-        return t_test_power(d, n_base, n_cond, alpha) - power
+        return power_at(d) - power
 
     hi = 1.0
     while shortfall(hi) < 0.0:
@@ -127,14 +145,14 @@ def mde(n_base: int, n_cond: int, alpha: float, power: float = DEFAULT_POWER) ->
     return float(optimize.brentq(shortfall, lo, hi, xtol=1e-12, rtol=1e-12))
 
 
-# ------------------------------------------------------------------ what Mann-Whitney can reach
+# ---------------------------------------------------------------- the rank tests the audit runs
 
 
 def smallest_mwu_p(n_base: int, n_cond: int, *, ties: bool = False) -> float:
-    """The smallest two-sided p the audit's Mann-Whitney test (`stats.mann_whitney_p`) can give
-    with groups of these sizes: the groups completely separated. Without `ties` the values are
-    all distinct (exact test below 8 values); with `ties`, also two constant groups, whose
-    tie-corrected variance can give a smaller p."""
+    """The smallest two-sided p the reference's Mann-Whitney column (`stats.mann_whitney_p`,
+    audit.json `mwuP`) can give with groups of these sizes: the groups completely separated.
+    Without `ties` the values are all distinct (exact test below 8 values); with `ties`, also
+    two constant groups, whose tie-corrected variance can give a smaller p."""
     if n_base < 1 or n_cond < 1:
         raise ValueError(f"both groups need a value, got {n_base}, {n_cond}")
     low = np.arange(n_base, dtype=np.float64)
@@ -148,31 +166,136 @@ def smallest_mwu_p(n_base: int, n_cond: int, *, ties: bool = False) -> float:
     return p
 
 
-def detectable_effect(
-    n_base: int, n_cond: int, alpha: float, power: float = DEFAULT_POWER
-) -> tuple[float | None, str | None]:
-    """(mde, note) for one comparison as the audit tests it: the t-test's MDE, or None with the
-    reason when a group has fewer than 2 values or when the Mann-Whitney test cannot reach
-    `alpha` at these n whatever the data. Where only tied values can reach it, the MDE stays
-    and the note says so: continuous values of this many replications cannot."""
-    _check_levels(alpha, power)
+def smallest_rank_p(n_base: int, n_cond: int, *, paired: bool = False) -> float:
+    """The smallest two-sided p the audit's rank test reaches with distinct values at these
+    sizes (paired: n_base = n_cond pairs): 2 / C(N, n_c) exact unpaired, 2 / 2^n exact paired."""
+    return rank_power.smallest_p(RankDesign(n_base, n_cond, paired))
+
+
+def _beyond_simulation(design: RankDesign) -> bool:
+    return max(design.n_base, design.n_cond) > rank_power.SIMULATION_LIMIT
+
+
+def _efficient_n(design: RankDesign) -> tuple[int, int]:
+    """Sizes at which the t-test matches the rank test in the normal-approximation regime."""
+    scale = rank_power.RANK_EFFICIENCY
+    return max(2, round(design.n_base * scale)), max(2, round(design.n_cond * scale))
+
+
+def rank_test_power(
+    d: float,
+    n_base: int,
+    n_cond: int,
+    alpha: float,
+    *,
+    paired: bool = False,
+    seed: int = 0,
+    draws: int = POWER_DRAWS,
+) -> float | None:
+    """Power of the audit's rank test at level `alpha` against a normal shift of |d| (unpaired:
+    pooled SDs; paired, with n_base = n_cond pairs: SDs of the differences).
+
+    Simulated on `draws` data sets seeded by `seed` and the sizes (so every effect and α at
+    the same sizes shares its draws). Beyond `rank_power.SIMULATION_LIMIT` values per group,
+    the t-test's power at n times 3/π. None when the test cannot reach `alpha` at these sizes.
+    """
+    _check_levels(alpha)
+    design = RankDesign(n_base, n_cond, paired)
+    if rank_power.critical_distance(design, alpha) is None:
+        return None
+    if _beyond_simulation(design):
+        nb, nc = _efficient_n(design)
+        if paired:
+            return paired_t_test_power(d, nb, alpha)
+        return t_test_power(d, nb, nc, alpha)
+    return rank_power.simulated_power(design, abs(float(d)), alpha, seed=seed, draws=draws)
+
+
+def rank_mde(
+    n_base: int,
+    n_cond: int,
+    alpha: float,
+    power: float = DEFAULT_POWER,
+    *,
+    paired: bool = False,
+    seed: int = 0,
+    draws: int = POWER_DRAWS,
+) -> float | None:
+    """The audit's minimum detectable effect: the smallest |d| (paired: δ) at which
+    `rank_test_power` reaches `power` over its seeded draws. None when a group has fewer than 2
+    values or the test cannot reach `alpha` at these sizes (`detectable_effect` says why)."""
+    return detectable_effect(n_base, n_cond, alpha, power, paired=paired, seed=seed, draws=draws)[0]
+
+
+def unreachable_note(n_base: int, n_cond: int, alpha: float, *, paired: bool = False) -> str:
+    """Why no effect is detectable: the test cannot reach p < alpha at these sizes."""
+    floor = smallest_rank_p(n_base, n_cond, paired=paired)
+    sizes = f"{n_base} pairs" if paired else f"{n_base} and {n_cond} values"
+    return (
+        f"the {RankDesign(n_base, n_cond, paired).test_name} cannot reach p < {alpha:.3g} with "
+        f"{sizes} whatever the data (smallest possible p: {floor:.3g}): no effect is "
+        "detectable at this n"
+    )
+
+
+def detectable_effects(
+    n_base: int,
+    n_cond: int,
+    alphas: Iterable[float],
+    power: float = DEFAULT_POWER,
+    *,
+    paired: bool = False,
+    seed: int = 0,
+    draws: int = POWER_DRAWS,
+) -> dict[float, tuple[float | None, str | None]]:
+    """α → (mde, note) for one comparison as the audit tests it, every α over the same draws
+    (the rows of one design share them, so a whole Holm family costs one simulation): the
+    rank test's MDE (`rank_power.simulated_mdes`; beyond `rank_power.SIMULATION_LIMIT` values
+    per group the t-test's at n times 3/π), or None with the reason when a group has fewer
+    than 2 values or when the test cannot reach α at these sizes (smallest reachable p above
+    α)."""
+    wanted = list(dict.fromkeys(alphas))
+    for alpha in wanted:
+        _check_levels(alpha, power)
     if min(n_base, n_cond) < stats.MIN_REPLICATIONS:
-        return None, stats.too_few_note(n_base, n_cond)
-    floor = smallest_mwu_p(n_base, n_cond, ties=True)
-    if floor >= alpha:
-        return None, (
-            f"the Mann-Whitney test cannot reach p < {alpha:.3g} with {n_base} and {n_cond} "
-            f"values whatever the data (smallest possible p: {floor:.3g}): no effect is "
-            "detectable at this n"
-        )
-    distinct_floor = smallest_mwu_p(n_base, n_cond)
-    note = None
-    if distinct_floor >= alpha:
-        note = (
-            f"with distinct values the Mann-Whitney test cannot reach p < {alpha:.3g} at this n "
-            f"(smallest possible p: {distinct_floor:.3g}); only tied values can"
-        )
-    return mde(n_base, n_cond, alpha, power), note
+        return {alpha: (None, stats.too_few_note(n_base, n_cond)) for alpha in wanted}
+    design = RankDesign(n_base, n_cond, paired)
+    if _beyond_simulation(design):
+        nb, nc = _efficient_n(design)
+
+        def t_mde(alpha: float) -> float | None:
+            if paired:
+                return _solve_effect(lambda d: paired_t_test_power(d, nb, alpha), power)
+            return mde(nb, nc, alpha, power)
+
+        values = {
+            a: None if rank_power.critical_distance(design, a) is None else t_mde(a) for a in wanted
+        }
+    else:
+        values = rank_power.simulated_mdes(design, wanted, power, seed=seed, draws=draws)
+    return {
+        alpha: (value, None if value is not None else unreachable_note(
+            n_base, n_cond, alpha, paired=paired
+        ))
+        for alpha, value in values.items()
+    }  # fmt: skip
+
+
+def detectable_effect(
+    n_base: int,
+    n_cond: int,
+    alpha: float,
+    power: float = DEFAULT_POWER,
+    *,
+    paired: bool = False,
+    seed: int = 0,
+    draws: int = POWER_DRAWS,
+) -> tuple[float | None, str | None]:
+    """(mde, note) for one comparison at one α: `detectable_effects` for a single threshold."""
+    found = detectable_effects(
+        n_base, n_cond, [alpha], power, paired=paired, seed=seed, draws=draws
+    )
+    return found[alpha]
 
 
 # ----------------------------------------------------------------------- Holm and audit["power"]
@@ -186,11 +309,48 @@ def holm_alphas(m: int, alpha: float = DEFAULT_ALPHA) -> list[float]:
     return [alpha / (m - k + 1) for k in range(1, m + 1)]
 
 
+FamilyMember = tuple[str, str, float | None]
+"""One member of the decision family: (metric, condition, the p that decides or None)."""
+
+
 def _is_tested(row: Mapping[str, Any]) -> bool:
     # Rows written before `tested` existed were in the Holm family exactly when they had a p.
     if "tested" in row:
         return bool(row["tested"])
-    return row.get("mwuP") is not None
+    return decisive_p(row) is not None
+
+
+def decisive_p(row: Mapping[str, Any]) -> float | None:
+    """The p that decides a test row: `p` where the row has one (SPEC §6a), else the
+    reference's `mwuP` (rows written before `p` existed)."""
+    value = parse_number(row["p"] if "p" in row else row.get("mwuP"))
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def holm_family(
+    tests: Mapping[str, Sequence[Mapping[str, Any]]], metrics: Sequence[str] | None = None
+) -> list[FamilyMember]:
+    """The headline's decision family from audit.json `tests`: every tested row of every metric
+    (or of `metrics`, the declared primary metrics), in metric then row order, with its p."""
+    chosen = tests.keys() if metrics is None else [m for m in metrics if m in tests]
+    return [
+        (metric, str(row["condition"]), decisive_p(row))
+        for metric in chosen
+        for row in tests[metric]
+        if _is_tested(row) and decisive_p(row) is not None
+    ]
+
+
+def family_alphas(
+    family: Sequence[FamilyMember], alpha: float = DEFAULT_ALPHA
+) -> dict[tuple[str, str], float]:
+    """Holm's threshold for each (metric, condition) of `family`: the member ranked k (from 1,
+    smallest p first, ties in listed order) among the m members with a p is judged at
+    α / (m - k + 1). Members without a p are not counted in m (SPEC §6)."""
+    present = [(metric, cond, p) for metric, cond, p in family if p is not None]
+    ranked = sorted(range(len(present)), key=lambda i: (present[i][2], i))
+    thresholds = holm_alphas(len(present), alpha)
+    return {(present[i][0], present[i][1]): thresholds[k] for k, i in enumerate(ranked)}
 
 
 def _count(row: Mapping[str, Any], key: str) -> int:
@@ -210,63 +370,141 @@ def _untested_note(row: Mapping[str, Any]) -> str:
     return "not tested"
 
 
+OUTSIDE_FAMILY_NOTE = "not in the decision family (not a primary metric): no Holm threshold"
+
+
+def _row_sizes(row: Mapping[str, Any], paired: bool) -> tuple[int, int]:
+    """(n_base, n_cond) the row's test runs with: paired rows test their pairs (`nPairs`
+    where the row has it, else the smaller group)."""
+    n_base, n_cond = _count(row, "nBase"), _count(row, "nCond")
+    if not paired:
+        return n_base, n_cond
+    pairs = _count(row, "nPairs") if "nPairs" in row else min(n_base, n_cond)
+    return pairs, pairs
+
+
+def _method(tests_used: Sequence[str], family_size: int, scope: str, draws: int) -> str:
+    used = ", ".join(sorted(set(tests_used))) or "no test"
+    return (
+        f"power of the test that runs ({used}; exact up to {rank_power.EXACT_LIMIT} values, "
+        "normal approximation beyond), simulated on "
+        f"{draws} normal data sets per point with seeded draws, against a shift in pooled SDs "
+        "(paired rows: in SDs of the paired differences); each row at the Holm threshold of its "
+        f"rank among the {family_size} tested rows of {scope}; null where the test cannot "
+        "reach that threshold at these n whatever the data"
+    )
+
+
 def power_section(
-    tests_rows_by_metric: Mapping[str, Sequence[Mapping[str, Any]]],
+    tests: Mapping[str, Sequence[Mapping[str, Any]]],
     alpha: float = DEFAULT_ALPHA,
     power: float = DEFAULT_POWER,
+    *,
+    family: Sequence[FamilyMember] | None = None,
+    seed: int = 0,
+    draws: int = POWER_DRAWS,
 ) -> dict[str, Any]:
     """audit.json `power`: per metric and non-base condition, the Holm threshold of the row's
-    rank among the metric's tested rows (by p, ties in row order) and the MDE at that threshold
-    and the row's n. Rows that are not tested keep their place with `alpha` and `mde` null and
-    a note."""
+    rank in the decision family and the MDE of the row's test at that threshold and its n.
+
+    Args:
+        tests: audit.json `tests` (metric → rows with `condition`, `nBase`, `nCond`, `tested`,
+            `p` or `mwuP`, and `paired` (default False) and `nPairs` for paired rows).
+        alpha: the family-wise α.
+        power: the power an MDE reaches.
+        family: the decision family as (metric, condition, p) members, e.g. `holm_family(tests,
+            primary_metrics)`; by default every tested row of every metric.
+        seed: seeds every simulation (the audit derives it from the plan hash).
+        draws: simulated data sets per power estimate.
+
+    Returns:
+        `power`, `alphaFamily`, `method`, `familySize`, `draws` and `metrics`: metric → one entry
+        per row in row order (`condition`, `nBase`, `nCond`, `paired`, `test`, `alpha`, `mde`,
+        `note`). Rows outside the family keep their place with `alpha` and `mde` null and a
+        note; a paired row's `mde` is in SDs of the differences.
+    """
     _check_levels(alpha, power)
+    members = holm_family(tests) if family is None else list(family)
+    alpha_of = family_alphas(members, alpha)
+    family_metrics = list(dict.fromkeys(metric for metric, _, _ in members))
+    in_family = {(metric, cond) for metric, cond, _ in members}
+    # Every threshold of one design is found over the same draws, in one pass.
+    wanted: dict[tuple[int, int, bool], set[float]] = {}
+    for metric, rows in tests.items():
+        for row in rows:
+            row_alpha = alpha_of.get((metric, str(row["condition"])))
+            if row_alpha is not None:
+                paired = bool(row.get("paired", False))
+                wanted.setdefault((*_row_sizes(row, paired), paired), set()).add(row_alpha)
+    found = {
+        key: detectable_effects(
+            key[0], key[1], sorted(alphas), power, paired=key[2], seed=seed, draws=draws
+        )
+        for key, alphas in wanted.items()
+    }
+    used: list[str] = []
     metrics: dict[str, list[dict[str, Any]]] = {}
-    for metric, rows in tests_rows_by_metric.items():
-        tested = [
-            i for i, row in enumerate(rows) if _is_tested(row) and row.get("mwuP") is not None
-        ]
-        ranked = sorted(tested, key=lambda i: (float(parse_number(rows[i]["mwuP"])), i))
-        thresholds = holm_alphas(len(ranked), alpha)
-        alpha_of = {i: thresholds[rank] for rank, i in enumerate(ranked)}
+    for metric, rows in tests.items():
         entries = []
-        for i, row in enumerate(rows):
-            n_base, n_cond = _count(row, "nBase"), _count(row, "nCond")
-            row_alpha = alpha_of.get(i)
-            value: float | None
-            note: str | None
-            if row_alpha is None:
-                value, note = None, _untested_note(row)
+        for row in rows:
+            paired = bool(row.get("paired", False))
+            n_base, n_cond = _row_sizes(row, paired)
+            key = (metric, str(row["condition"]))
+            row_alpha = alpha_of.get(key)
+            value: float | None = None
+            test: str | None = None
+            if row_alpha is not None:
+                value, note = found[(n_base, n_cond, paired)][row_alpha]
+                if min(n_base, n_cond) >= stats.MIN_REPLICATIONS:
+                    test = RankDesign(n_base, n_cond, paired).test_name
+                    used.append(test)
+            elif key not in in_family and _is_tested(row) and decisive_p(row) is not None:
+                note = OUTSIDE_FAMILY_NOTE
             else:
-                value, note = detectable_effect(n_base, n_cond, row_alpha, power)
+                note = _untested_note(row)
             entries.append(
                 {
                     "condition": row["condition"],
-                    "nBase": n_base,
-                    "nCond": n_cond,
+                    "nBase": _count(row, "nBase"),
+                    "nCond": _count(row, "nCond"),
+                    "paired": paired,
+                    "test": test,
                     "alpha": row_alpha,
                     "mde": value,
                     "note": note,
                 }
             )
         metrics[metric] = entries
-    return {"power": power, "alphaFamily": alpha, "method": METHOD, "metrics": metrics}
+    scope = "all metrics" if family is None else "the metrics " + ", ".join(family_metrics)
+    return {
+        "power": power,
+        "alphaFamily": alpha,
+        "method": _method(used, len(alpha_of), scope, draws),
+        "familySize": len(alpha_of),
+        "draws": draws,
+        "metrics": metrics,
+    }
 
 
 # --------------------------------------------------------------------------- the A/A noise floor
 
 
-def noise_floor_seed(plan_hash: str, metric: str, base: str) -> int:
-    """The split generator's seed for one (plan, metric, base): the first 16 bytes of a sha256,
-    built like the bootstrap's seed but in its own namespace."""
-    material = f"noise-floor\x1f{plan_hash}\x1f{metric}\x1f{base}"
+def noise_floor_seed(plan_hash: str, values: stats.Sample) -> int:
+    """The split generator's seed for one base: the first 16 bytes of a sha256 over the plan
+    hash and the base's sorted finite values (exactly, as hex floats), in its own namespace.
+    It depends on the values, not on the metric or the base's id, so identical bases draw
+    identical splits."""
+    # Adding 0.0 turns -0.0 into 0.0: equal values, equal seeds.
+    exact = ",".join((float(v) + 0.0).hex() for v in np.sort(stats.finite(values)).tolist())
+    material = f"noise-floor\x1f{plan_hash}\x1f{exact}"
     digest = hashlib.sha256(material.encode("utf-8")).digest()
     return int.from_bytes(digest[:16], "big")
 
 
 def _halves(n: int, splits: int, rng: np.random.Generator) -> list[np.ndarray[Any, Any]]:
-    """Index sets of the first half (n // 2 values) of each split: every distinct split when
-    there are at most `splits` of them, else `splits` random ones."""
-    half = n // 2
+    """Index sets of the second half (n - n // 2 values) of each split: every distinct split
+    when there are at most `splits` of them, else `splits` random ones."""
+    half = n - n // 2
     # With even n, a split and its mirror give the same two-sided p: count each pair once.
     distinct = math.comb(n, half) // (2 if n % 2 == 0 else 1)
     if distinct <= splits:
@@ -278,7 +516,7 @@ def _halves(n: int, splits: int, rng: np.random.Generator) -> list[np.ndarray[An
 
 def _smallest_reachable_n(alpha: float) -> int:
     n = NOISE_FLOOR_MIN_VALUES
-    while smallest_mwu_p(n // 2, n - n // 2, ties=True) >= alpha:
+    while smallest_rank_p(n // 2, n - n // 2) >= alpha:
         n += 1
     return n
 
@@ -289,20 +527,23 @@ def noise_floor(
     alpha: float = DEFAULT_ALPHA,
     splits: int = NOISE_FLOOR_SPLITS,
 ) -> dict[str, list[dict[str, Any]]]:
-    """audit.json `noiseFloor`: per metric and base, how often the audit's own test calls two
-    halves of the same condition different.
+    """audit.json `noiseFloor`: per metric and base, how often the audit's unpaired rank-sum
+    test calls two halves of the same condition different.
 
-    Each base's usable replications are split into two halves (every distinct split when there
-    are at most `splits`, else `splits` random ones, the generator seeded from `seed_material`
-    (the plan's meaning hash), the metric and the base), and each split is tested with the
-    audit's Mann-Whitney test at `alpha`. The flip rate is the share of splits with p < alpha:
-    how often a condition identical to its base comes out "different" with data shaped like the
-    base's (its ties, discreteness and outliers) at the halves' n. It is the test's empirical
-    false-positive rate on such data: near or below alpha when the test is calibrated for it,
-    above alpha when it is not (the normal approximation with many ties can be), and then p
-    values near alpha elsewhere in the audit deserve doubt. The halves are drawn at random, so
-    the rate says nothing about dependence between replications (a drift across replications
-    is spread over both halves).
+    Each base's usable replications, sorted, are split into halves of n // 2 and n - n // 2
+    values (every distinct split when there are at most `splits`, else `splits` random ones,
+    the generator seeded by `noise_floor_seed` from `seed_material` (the plan's meaning hash)
+    and the values), and each split is tested with the exact permutation rank-sum test (normal
+    approximation beyond 60 values) at `alpha`. The flip rate is the share of splits with p <
+    alpha: how often a condition identical to its base comes out "different" with data shaped
+    like the base's (its ties, discreteness and outliers) at the halves' n, which is below the
+    audit's n (a base holds one condition's replications, not two). Identical bases give
+    identical floors whatever their metric or id. Exact permutation p values keep the rate at
+    or below alpha; further below it when ties leave few distinct rank sums.
+
+    Paired designs have no split to make: a condition identical to its base shares its seeds
+    and runs byte-identically, so its paired differences are all 0 and p = 1. The halves are
+    drawn at random, so the rate says nothing about dependence between replications.
 
     Null with a note when the base has fewer than 4 usable values, or when halves of its size
     cannot reach p < alpha whatever the data (a rate of 0 would then say nothing).
@@ -314,7 +555,7 @@ def noise_floor(
     for metric, by_base in base_samples_by_metric.items():
         rows = []
         for base, sample in by_base.items():
-            x = stats.finite(sample)
+            x = np.sort(stats.finite(sample))
             n = int(x.size)
             row: dict[str, Any] = {
                 "base": base,
@@ -329,21 +570,17 @@ def noise_floor(
                     f"fewer than {NOISE_FLOOR_MIN_VALUES} usable values in the base ({n}): "
                     "no split halves to compare"
                 )
-            elif (floor := smallest_mwu_p(n // 2, n - n // 2, ties=True)) >= alpha:
+            elif (floor := smallest_rank_p(n // 2, n - n // 2)) >= alpha:
                 row["note"] = (
                     f"halves of {n // 2} and {n - n // 2} values cannot give p < {alpha:.3g} "
                     f"whatever the data (smallest possible p: {floor:.3g}): no flip rate below "
                     f"{_smallest_reachable_n(alpha)} replications"
                 )
             else:
-                rng = np.random.default_rng(noise_floor_seed(seed_material, metric, base))
+                rng = np.random.default_rng(noise_floor_seed(seed_material, x))
                 halves = _halves(n, splits, rng)
-                flips = 0
-                for first in halves:
-                    mask = np.zeros(n, dtype=bool)
-                    mask[first] = True
-                    p = stats.mann_whitney_p(x[mask], x[~mask])
-                    flips += int(p is not None and p < alpha)
+                null = rank_power.RankSumNull(x, n - n // 2)
+                flips = sum(int(null.pvalue(second) < alpha) for second in halves)
                 row["splits"] = len(halves)
                 row["flipRate"] = flips / len(halves)
             rows.append(row)
@@ -354,59 +591,148 @@ def noise_floor(
 # --------------------------------------------------------------------- replications from a pilot
 
 
-def _equal_groups_power(d: float, n: int, alpha: float) -> float:
-    return t_test_power(d, n, n, alpha)
+@dataclass(frozen=True)
+class ReplicationSizing:
+    """Replications per condition for one effect, and what the tool states about that n."""
+
+    replications: int | None
+    """Smallest equal n per group (paired: pairs) with the target power; None with a note."""
+    power: float | None
+    """The test's power at that n (simulated, or from the efficiency rule beyond simulation)."""
+    note: str | None
+    test: str | None
+    """The test that runs at that n."""
 
 
-def _t_test_replications(d: float, alpha: float, power: float) -> int | None:
-    """Smallest n per group (equal groups) at which the t-test has `power`; None beyond
-    MAX_REPLICATIONS."""
-    if _equal_groups_power(d, 2, alpha) >= power:
+def _t_test_replications(power_at: Callable[[int], float], power: float) -> int | None:
+    """Smallest n >= 2 at which `power_at(n)` (a t-test's power, increasing in n) reaches
+    `power`; None beyond MAX_REPLICATIONS."""
+    if power_at(2) >= power:
         return 2
     lo, hi = 2, 4
-    while _equal_groups_power(d, hi, alpha) < power:
+    while power_at(hi) < power:
         if hi >= MAX_REPLICATIONS:
             return None
         lo, hi = hi, min(hi * 2, MAX_REPLICATIONS)
     while hi - lo > 1:  # power(lo) < target <= power(hi)
         mid = (lo + hi) // 2
-        if _equal_groups_power(d, mid, alpha) >= power:
+        if power_at(mid) >= power:
             hi = mid
         else:
             lo = mid
     return hi
 
 
-def required_replications(
-    d: float | None, alpha: float, power: float = DEFAULT_POWER
-) -> tuple[int | None, str | None]:
-    """(replications per condition, note) to detect a true |d| at `alpha` with `power`: the
-    smallest equal n per group at which the t-test has that power and the Mann-Whitney test can
-    reach `alpha` with distinct values. None with a note for d = 0, an infinite or undefined d,
-    and an n beyond MAX_REPLICATIONS."""
-    _check_levels(alpha, power)
+def _smallest_reaching_n(alpha: float, paired: bool) -> int:
+    """Fewest values per group (paired: pairs) with which the rank test can reach p < alpha."""
+    n = stats.MIN_REPLICATIONS
+    while rank_power.critical_distance(RankDesign(n, n, paired), alpha) is None:
+        n += 1
+    return n
+
+
+def _effect_note(d: float | None) -> str | None:
+    """Why an effect size cannot size replications, or None when it can."""
     if d is None or math.isnan(d):
-        return None, "no effect size: no basis for a number of replications"
-    size = abs(float(d))
-    if size == 0.0:
-        return None, "|d| = 0: no number of replications detects no effect"
-    if math.isinf(size):
-        return None, (
+        return "no effect size: no basis for a number of replications"
+    if d == 0.0:
+        return "|d| = 0: no number of replications detects no effect"
+    if math.isinf(d):
+        return (
             "|d| is infinite (no spread in either group): it cannot size replications; "
             "give the smallest effect of interest instead"
         )
-    n = _t_test_replications(size, alpha, power)
-    if n is None:
-        return None, f"|d| = {size:.3g} needs more than {MAX_REPLICATIONS:,} replications"
-    needed = n
-    while smallest_mwu_p(needed, needed) >= alpha:
-        needed += 1
-    if needed > n:
-        return needed, (
-            f"the t-test needs {n}; the Mann-Whitney test needs {needed} distinct values per "
-            f"group to reach p < {alpha:.3g} at all"
+    return None
+
+
+def size_replications(
+    d: float | None,
+    alpha: float,
+    power: float = DEFAULT_POWER,
+    *,
+    paired: bool = False,
+    seed: int = 0,
+    draws: int = POWER_DRAWS,
+) -> ReplicationSizing:
+    """Replications per condition for the audit's rank test (paired: pairs; `d` is then δ, in
+    SDs of the differences) to detect a true |d| at `alpha` with `power`: the smallest equal n
+    per group whose simulated power (`rank_test_power`, seeded by `seed`) reaches `power`.
+
+    The search starts at the t-test's n (no test beats the t-test on normal data) and walks up
+    one n at a time while the test is exact (its power is a sawtooth in n there), then bisects
+    on n; beyond `rank_power.SIMULATION_LIMIT` it uses the efficiency rule of
+    `rank_test_power`. None with a note for d = 0, an infinite or undefined d, and an n beyond
+    MAX_REPLICATIONS.
+    """
+    _check_levels(alpha, power)
+    reason = _effect_note(None if d is None else abs(float(d)))
+    if reason is not None or d is None:
+        return ReplicationSizing(None, None, reason, None)
+    size = abs(float(d))
+
+    def t_power(n: int) -> float:
+        return paired_t_test_power(size, n, alpha) if paired else t_test_power(size, n, n, alpha)
+
+    def rank_power_at(n: int) -> float:
+        value = rank_test_power(size, n, n, alpha, paired=paired, seed=seed, draws=draws)
+        return 0.0 if value is None else value
+
+    t_n = _t_test_replications(t_power, power)
+    if t_n is None or t_n / rank_power.RANK_EFFICIENCY > MAX_REPLICATIONS:
+        return ReplicationSizing(
+            None, None, f"|d| = {size:.3g} needs more than {MAX_REPLICATIONS:,} replications", None
         )
-    return needed, None
+    reach = _smallest_reaching_n(alpha, paired)
+    n = max(t_n, reach)
+    exact_end = rank_power.EXACT_LIMIT if paired else rank_power.EXACT_LIMIT // 2
+    while n <= exact_end and rank_power_at(n) < power:
+        n += 1
+    if n > exact_end:
+        # Past the exact tests the power grows smoothly with n: bracket, then bisect.
+        lo, hi = n - 1, n
+        while rank_power_at(hi) < power:
+            lo, hi = hi, hi * 2
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if rank_power_at(mid) >= power:
+                hi = mid
+            else:
+                lo = mid
+        n = hi
+    note = None
+    if reach > t_n and n == reach:
+        note = (
+            f"the t-test needs {t_n}; the {RankDesign(n, n, paired).test_name} needs {reach} "
+            f"{'pairs' if paired else 'values per group'} to reach p < {alpha:.3g} at all"
+        )
+    if n > rank_power.SIMULATION_LIMIT:
+        note = (
+            f"beyond {rank_power.SIMULATION_LIMIT} replications the power is the t-test's at "
+            "n times 3/π, the rank test's efficiency against normal shifts"
+        )
+    return ReplicationSizing(n, rank_power_at(n), note, RankDesign(n, n, paired).test_name)
+
+
+def required_replications(
+    d: float | None,
+    alpha: float,
+    power: float = DEFAULT_POWER,
+    *,
+    paired: bool = False,
+    seed: int = 0,
+    draws: int = POWER_DRAWS,
+) -> tuple[int | None, str | None]:
+    """(replications per condition, note): `size_replications` without the stated power."""
+    sized = size_replications(d, alpha, power, paired=paired, seed=seed, draws=draws)
+    return sized.replications, sized.note
+
+
+def paired_effect(d: float, correlation: float = 0.0) -> float:
+    """δ, in SDs of the paired differences, of a pooled-SD effect d when base and condition
+    replications correlate with `correlation` ρ: d / sqrt(2 (1 - ρ))."""
+    if not -1.0 <= correlation < 1.0:
+        raise ValueError(f"the pairing correlation must lie in [-1, 1), got {correlation!r}")
+    return d / math.sqrt(2.0 * (1.0 - correlation))
 
 
 def recommend_replications(
@@ -415,25 +741,47 @@ def recommend_replications(
     power: float = DEFAULT_POWER,
     alpha: float = DEFAULT_ALPHA,
     m: int | None = None,
+    *,
+    paired: bool = False,
+    correlation: float = 0.0,
+    seed: int = 0,
+    draws: int = POWER_DRAWS,
 ) -> dict[str, list[dict[str, Any]]]:
-    """Per metric and condition, the replications per condition needed to detect the pilot's
-    observed |d| (or `effect`, when given) with `power` at α/m, the conservative end of Holm's
-    thresholds.
+    """Per metric and condition, the replications per condition the audit's rank test needs to
+    detect the pilot's observed |d| (or `effect`, when given) with `power` at α/m, the
+    conservative end of Holm's thresholds over the decision family.
 
-    `pilot_tests` are audit.json `tests` rows (`condition`, `nBase`, `nCond`, `cohenD`, and
-    `identicalToBase` when the caller knows it). `m` is the number of comparisons per metric
-    the full plan tests; by default, the metric's rows not identical to their base. Rows
-    identical to their base are listed with a note and no number.
+    Args:
+        pilot_tests: audit.json `tests` rows (`condition`, `nBase`, `nCond`, `cohenD`, and
+            `identicalToBase` when the caller knows it).
+        effect: a pooled-SD |d| for every row instead of the pilot's.
+        m: the size of the decision family the full plan tests; by default the rows of all
+            metrics not identical to their base.
+        paired: size the paired test (the plan pairs its replications): the pooled |d| becomes
+            δ = |d| / sqrt(2 (1 - `correlation`)) in SDs of the differences.
+        correlation: the pairing correlation ρ assumed for that conversion; 0 (the default)
+            asks for more replications than needed whenever pairing helps.
+        seed, draws: the simulations' seed and size (`rank_test_power`).
+
+    Returns:
+        metric → entries (`condition`, `nBase`, `nCond`, `pilotD`, `effect` (pooled |d|),
+        `paired`, `pairedEffect` (δ, paired only), `alpha`, `replications`, `power` (the
+        test's power at that n), `test`, `note`). Rows identical to their base are listed
+        with a note and no number.
     """
     _check_levels(alpha, power)
     if effect is not None and not (math.isfinite(effect) and effect > 0):
         raise ValueError(f"effect must be a positive finite |d|, got {effect!r}")
     if m is not None and m < 1:
         raise ValueError(f"m must be at least 1, got {m}")
+    family = m
+    if family is None:
+        family = sum(
+            1 for rows in pilot_tests.values() for r in rows if not r.get("identicalToBase")
+        )
+    row_alpha = alpha / max(family, 1)
     out: dict[str, list[dict[str, Any]]] = {}
     for metric, rows in pilot_tests.items():
-        family = m if m is not None else sum(1 for r in rows if not r.get("identicalToBase"))
-        row_alpha = alpha / max(family, 1)
         entries = []
         for row in rows:
             raw_d = parse_number(row.get("cohenD"))
@@ -444,8 +792,12 @@ def recommend_replications(
                 "nCond": _count(row, "nCond"),
                 "pilotD": pilot_d,
                 "effect": None,
+                "paired": paired,
+                "pairedEffect": None,
                 "alpha": None,
                 "replications": None,
+                "power": None,
+                "test": None,
                 "note": None,
             }
             if row.get("identicalToBase"):
@@ -457,20 +809,36 @@ def recommend_replications(
                 )
             else:
                 size = effect if effect is not None else abs(pilot_d if pilot_d is not None else 0)
-                entry["effect"] = size
-                entry["alpha"] = row_alpha
-                entry["replications"], entry["note"] = required_replications(size, row_alpha, power)
+                tested = paired_effect(size, correlation) if paired else size
+                sized = _sized(tested, row_alpha, power, paired, seed, draws)
+                entry.update(
+                    effect=size,
+                    pairedEffect=tested if paired else None,
+                    alpha=row_alpha,
+                    replications=sized.replications,
+                    power=sized.power,
+                    test=sized.test,
+                    note=sized.note,
+                )
             entries.append(entry)
         out[metric] = entries
     return out
+
+
+@lru_cache(maxsize=512)
+def _sized(
+    d: float, alpha: float, power: float, paired: bool, seed: int, draws: int
+) -> ReplicationSizing:
+    # Pilot rows often share an effect (an --effect for all of them): size each once.
+    return size_replications(d, alpha, power, paired=paired, seed=seed, draws=draws)
 
 
 def plan_recommendation(
     recommendations: Mapping[str, Sequence[Mapping[str, Any]]],
 ) -> dict[str, Any] | None:
     """The plan-level number: the largest recommendation over every row that has one, with the
-    metric, condition and |d| that drive it (the first such row on ties). None when no row has
-    a number."""
+    metric, condition, |d| and α that drive it, the test and its power there (the first such
+    row on ties). None when no row has a number."""
     best: dict[str, Any] | None = None
     for metric, rows in recommendations.items():
         for row in rows:
@@ -484,320 +852,21 @@ def plan_recommendation(
                     "condition": row["condition"],
                     "effect": row["effect"],
                     "alpha": row["alpha"],
+                    "paired": row.get("paired", False),
+                    "power": row.get("power"),
+                    "test": row.get("test"),
                 }
     return best
 
 
-# --------------------------------------------------------------------------- cost estimates
+def simulation_seed(plan_hash: str) -> int:
+    """The seed of a plan's power simulations: the first 16 bytes of a sha256 of the plan hash
+    in its own namespace (never the clock), so the same plan states the same power."""
+    digest = hashlib.sha256(f"power\x1f{plan_hash}".encode()).digest()
+    return int.from_bytes(digest[:16], "big")
 
 
-@dataclass(frozen=True)
-class PilotCost:
-    """What a pilot's runs cost: audit.json `cost`, the cache hits among its requests and the
-    provider it ran with."""
-
-    runs: int
-    llm_calls: int
-    cache_hits: int
-    prompt_tokens: int
-    completion_tokens: int
-    provider: str | None
-
-
-@dataclass(frozen=True)
-class TokenRates:
-    """Average tokens per call from recorded responses."""
-
-    entries: int
-    prompt_tokens: float
-    completion_tokens: float
-    models: tuple[str, ...]
-    note: str | None = None
-
-
-def cache_token_rates(
-    usage: Iterable[tuple[Mapping[str, Any], int, int]],
-    provider: str,
-    models: Sequence[str],
-) -> TokenRates | None:
-    """Tokens per call from the response cache's entries (meta, prompt, completion): those of
-    the plan's provider and models, else (with a note) those of the provider's other models.
-    None when the cache holds no response of the provider."""
-    wanted = set(models)
-    same_model: list[tuple[str, int, int]] = []
-    same_provider: list[tuple[str, int, int]] = []
-    for meta, prompt, completion in usage:
-        if meta.get("provider") != provider:
-            continue
-        model = str(meta.get("model"))
-        (same_model if model in wanted else same_provider).append((model, prompt, completion))
-    chosen, note = same_model, None
-    if not chosen:
-        chosen = same_provider
-        note = (
-            f"no recorded response of {', '.join(sorted(wanted)) or 'the plan model'}: tokens "
-            f"per call from other models of provider {provider}"
-        )
-    if not chosen:
-        return None
-    return TokenRates(
-        entries=len(chosen),
-        prompt_tokens=math.fsum(p for _, p, _ in chosen) / len(chosen),
-        completion_tokens=math.fsum(c for _, _, c in chosen) / len(chosen),
-        models=tuple(sorted({m for m, _, _ in chosen})),
-        note=note,
-    )
-
-
-OFFLINE_PROVIDER = "offline"
-OFFLINE_PILOT_HINT = (
-    "an offline pilot costs nothing and counts the calls: `simreport audit PLAN --provider "
-    "offline --replications 2 --out DIR`, then `--pilot DIR`"
-)
-
-
-def estimate_cost(
-    *,
-    runs: int,
-    provider: str,
-    pilot: PilotCost | None = None,
-    rates: TokenRates | None = None,
-) -> dict[str, Any]:
-    """LLM calls and tokens for `runs` runs: per-run averages of a pilot times the runs, or
-    without a pilot, the tokens per call the response cache recorded (the calls per run then
-    stay unknown). Every request counts as a call: requests already in the response cache
-    will cost none, so this is an upper bound."""
-    notes: list[str] = []
-    per_run: dict[str, float] | None = None
-    per_call: dict[str, float] | None = None
-    basis = "none"
-    if pilot is not None and pilot.runs > 0:
-        basis = "pilot"
-        requests = pilot.llm_calls + pilot.cache_hits
-        per_run = {"llmCalls": requests / pilot.runs}
-        if pilot.llm_calls > 0:
-            per_call = {
-                "promptTokens": pilot.prompt_tokens / pilot.llm_calls,
-                "completionTokens": pilot.completion_tokens / pilot.llm_calls,
-            }
-        elif requests > 0 and rates is not None:
-            per_call = {
-                "promptTokens": rates.prompt_tokens,
-                "completionTokens": rates.completion_tokens,
-            }
-            notes.append(
-                f"every pilot request was a cache hit: tokens per call from {rates.entries} "
-                "recorded responses"
-            )
-        if pilot.provider is not None and pilot.provider != provider:
-            notes.append(
-                f"the pilot ran with provider {pilot.provider}, the plan names {provider}: the "
-                "calls per run carry over, the token counts may not"
-            )
-        if pilot.provider == OFFLINE_PROVIDER and provider != OFFLINE_PROVIDER:
-            notes.append("the offline provider estimates tokens at about four characters a token")
-    elif rates is not None:
-        basis = "cache"
-        per_call = {
-            "promptTokens": rates.prompt_tokens,
-            "completionTokens": rates.completion_tokens,
-        }
-        notes.append(
-            f"no pilot: tokens per call from {rates.entries} recorded responses of "
-            f"{', '.join(rates.models)}; the calls per run are unknown before a run"
-        )
-        if rates.note:
-            notes.append(rates.note)
-    elif provider == OFFLINE_PROVIDER:
-        notes.append("no basis for an estimate without a pilot: offline responses are not cached")
-    else:
-        notes.append(
-            "no basis for an estimate: no pilot, and the response cache holds no response of "
-            f"provider {provider}"
-        )
-    if basis != "pilot":
-        notes.append(OFFLINE_PILOT_HINT)
-    if provider == OFFLINE_PROVIDER:
-        notes.append("the offline provider is free: its calls are counted, nothing is billed")
-
-    calls = None if per_run is None else round(per_run["llmCalls"] * runs)
-    if per_run is not None and per_call is not None:
-        per_run["promptTokens"] = per_run["llmCalls"] * per_call["promptTokens"]
-        per_run["completionTokens"] = per_run["llmCalls"] * per_call["completionTokens"]
-    total = {
-        "llmCalls": calls,
-        "promptTokens": None,
-        "completionTokens": None,
-    }
-    if calls is not None and per_call is not None and per_run is not None:
-        total["promptTokens"] = round(per_run["promptTokens"] * runs)
-        total["completionTokens"] = round(per_run["completionTokens"] * runs)
-    return {
-        "runs": runs,
-        "provider": provider,
-        "basis": basis,
-        "perRun": per_run,
-        "perCall": per_call,
-        "total": total,
-        "free": provider == OFFLINE_PROVIDER,
-        "notes": notes,
-    }
-
-
-# --------------------------------------------------------------------------- I/O edge: a pilot
-
-
-@dataclass(frozen=True)
-class Pilot:
-    """What sizing and estimates need from a pilot's audit.json."""
-
-    directory: Path
-    file: Path
-    plan: Mapping[str, Any]
-    plan_hash: str
-    replications: int
-    conditions: tuple[str, ...]
-    identical: frozenset[str]
-    tests: Mapping[str, list[dict[str, Any]]]
-    cost: PilotCost
-
-
-def _need(value: Any, kind: type | tuple[type, ...], file: Path, path: str, expected: str) -> Any:
-    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
-        raise InputError("unexpected content", file=file, path=path, expected=expected)
-    return value
-
-
-def read_pilot(audit_dir: str | Path) -> Pilot:
-    """Read a pilot audit directory's audit.json; InputError naming the file and the path inside
-    it when it is missing or not an audit."""
-    root = Path(audit_dir)
-    file = root / "audit.json"
-    if not file.is_file():
-        hint = (
-            "run `simreport analyse` on it first"
-            if (root / "plan.json").is_file()
-            else "an audit directory built by `simreport audit`"
-        )
-        raise InputError("no audit.json in the pilot directory", file=file, expected=hint)
-    try:
-        doc = read_json(file)
-    except ValueError as exc:
-        raise InputError(f"not valid JSON: {exc}", file=file, expected="audit.json") from exc
-    doc = _need(doc, dict, file, "", "a JSON object")
-    plan = _need(doc.get("plan"), dict, file, "plan", "the audit's plan")
-    plan_hash = _need(plan.get("hash"), str, file, "plan.hash", "the plan hash")
-    replications = _need(plan.get("replications"), int, file, "plan.replications", "an integer")
-    conditions = _need(doc.get("conditions"), list, file, "conditions", "a list of conditions")
-    ids: list[str] = []
-    identical: set[str] = set()
-    for i, cond in enumerate(conditions):
-        cond = _need(cond, dict, file, f"conditions.{i}", "a condition")
-        cid = _need(cond.get("id"), str, file, f"conditions.{i}.id", "a condition id")
-        ids.append(cid)
-        if cond.get("identicalToBase"):
-            identical.add(cid)
-    tests_doc = _need(doc.get("tests"), dict, file, "tests", "metric → list of test rows")
-    tests: dict[str, list[dict[str, Any]]] = {}
-    for metric, rows in tests_doc.items():
-        rows = _need(rows, list, file, f"tests.{metric}", "a list of test rows")
-        checked = []
-        for i, row in enumerate(rows):
-            where = f"tests.{metric}.{i}"
-            row = _need(row, dict, file, where, "a test row")
-            cid = _need(row.get("condition"), str, file, f"{where}.condition", "a condition id")
-            for key in ("nBase", "nCond"):
-                _need(row.get(key), int, file, f"{where}.{key}", "an integer")
-            d = row.get("cohenD")
-            if not (d is None or isinstance(parse_number(d), (int, float))):
-                raise InputError(
-                    "unexpected content", file=file, path=f"{where}.cohenD", expected="a number"
-                )
-            checked.append({**row, "identicalToBase": cid in identical})
-        tests[str(metric)] = checked
-    cost = _need(doc.get("cost"), dict, file, "cost", "the summed cost")
-    counters = doc.get("integrity") if isinstance(doc.get("integrity"), dict) else {}
-    runs = doc.get("runs")
-    run_count = len(runs) if isinstance(runs, list) else 0
-    options = doc.get("options") if isinstance(doc.get("options"), dict) else {}
-    base_llm = (plan.get("base") or {}).get("llm") if isinstance(plan.get("base"), dict) else None
-    provider = options.get("providerOverride") or (
-        base_llm.get("provider") if isinstance(base_llm, dict) else None
-    )
-    pilot_cost = PilotCost(
-        runs=run_count,
-        llm_calls=int(_need(cost.get("llmCalls"), int, file, "cost.llmCalls", "an integer")),
-        cache_hits=int(counters.get("cacheHits", 0) or 0),
-        prompt_tokens=int(
-            _need(cost.get("promptTokens"), int, file, "cost.promptTokens", "an integer")
-        ),
-        completion_tokens=int(
-            _need(cost.get("completionTokens"), int, file, "cost.completionTokens", "an integer")
-        ),
-        provider=str(provider) if provider is not None else None,
-    )
-    return Pilot(
-        directory=root,
-        file=file,
-        plan=plan,
-        plan_hash=plan_hash,
-        replications=replications,
-        conditions=tuple(ids),
-        identical=frozenset(identical),
-        tests=tests,
-        cost=pilot_cost,
-    )
-
-
-_IDENTITY_KEYS = frozenset(
-    {"hash", "identity", "identityHash", "id", "title", "file", "replications", "planFile"}
-)
-
-
-def check_pilot(
-    plan_path: str | Path,
-    planned_hash: str,
-    planned_replications: int,
-    pilot: Pilot,
-    *,
-    max_runs: int | None = None,
-) -> str | None:
-    """Whether `pilot` ran the plan at `plan_path` (meaning hash `planned_hash` with
-    `planned_replications`): None when it ran it as it stands, a warning when only the
-    replications differ, and InputError naming what differs otherwise."""
-    if pilot.plan_hash == planned_hash:
-        return None
-    from ..harness import build_conditions, load_plan
-
-    as_pilot = load_plan(plan_path, replications=pilot.replications, max_runs=max_runs)
-    if as_pilot.hash == pilot.plan_hash:
-        return (
-            f"the pilot in {pilot.directory} ran {pilot.replications} replications where the "
-            f"plan asks for {planned_replications}: only the replications differ"
-        )
-    planned_ids = [c.id for c in build_conditions(as_pilot)]
-    only_pilot = [c for c in pilot.conditions if c not in planned_ids]
-    only_plan = [c for c in planned_ids if c not in pilot.conditions]
-    if only_pilot or only_plan:
-        parts = []
-        if only_pilot:
-            parts.append(f"only in the pilot: {', '.join(only_pilot)}")
-        if only_plan:
-            parts.append(f"only in the plan: {', '.join(only_plan)}")
-        detail = "its conditions differ (" + "; ".join(parts) + ")"
-    else:
-        normalised = as_pilot.normalised()
-        keys = sorted(
-            k
-            for k in set(normalised) | set(pilot.plan)
-            if k not in _IDENTITY_KEYS
-            and canonical_json(normalised.get(k)) != canonical_json(pilot.plan.get(k))
-        )
-        detail = "its plan differs" + (f" in {', '.join(keys)}" if keys else "")
-    raise InputError(
-        f"the pilot was run from another plan: {detail}",
-        file=pilot.file,
-        path="plan.hash",
-        expected=f"a pilot of {plan_path} (meaning hash {as_pilot.hash[:12]}…; only the "
-        "replications may differ)",
-    )
+def varies_seed(target: str) -> bool:
+    """Whether an axis on `target` gives conditions different seeds, which breaks the pairing
+    of base and condition replications by their shared seed path."""
+    return target == "seed" or target.startswith("seed.")
