@@ -900,13 +900,13 @@ def test_power_and_noise_floor_recomputed_independently(audit: dict[str, Any]) -
     Carlo error of the audit's splits."""
     from itertools import combinations
 
-    from statsmodels.stats.power import TTestIndPower
+    from statsmodels.stats.power import TTestIndPower, TTestPower
 
     records = _records()
     family = [(metric, i, r) for metric, rows in audit["tests"].items() for i, r in enumerate(rows)]
     tested = sorted(
         ((k, entry) for k, entry in enumerate(family) if entry[2]["tested"]),
-        key=lambda item: (item[1][2]["mwuP"], item[0]),
+        key=lambda item: (item[1][2]["p"], item[0]),
     )
     alphas = {
         (entry[0], entry[2]["condition"]): 0.05 / (len(tested) - k)
@@ -923,6 +923,18 @@ def test_power_and_noise_floor_recomputed_independently(audit: dict[str, Any]) -
             alpha = alphas[(metric, row["condition"])]
             assert entry["alpha"] == pytest.approx(alpha)
             n_base, n_cond = row["nBase"], row["nCond"]
+            assert entry["paired"] is row["paired"]
+            if row["paired"]:
+                # Paired rows: the sign-flip test of nPairs differences, against the paired t.
+                pairs = row["nPairs"]
+                if 2 / 2**pairs >= alpha:
+                    assert entry["mde"] is None and "cannot reach" in entry["note"], entry
+                    continue
+                t_delta = TTestPower().solve_power(
+                    effect_size=None, nobs=pairs, alpha=alpha, power=0.8
+                )
+                assert entry["mde"] > 0.98 * float(t_delta), entry
+                continue
             if 2 / math.comb(n_base + n_cond, n_cond) >= alpha:
                 assert entry["mde"] is None and "cannot reach" in entry["note"], entry
                 continue

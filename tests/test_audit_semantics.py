@@ -40,6 +40,9 @@ ROW_KEYS = {
     "smallSpread",
     # Schema 3: the conclusion of the row and the statistics that decide it (SPEC §6a).
     "paired",
+    "nPairs",
+    "effectScale",
+    "mdeInUnits",
     "pairing",
     "test",
     "p",

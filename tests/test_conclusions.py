@@ -205,13 +205,28 @@ def _regrade(n: int) -> Any:
     )
 
 
-def test_no_usable_run_in_a_condition_gives_insufficient_and_names_the_failure() -> None:
-    rows = _conditions([("base", 10, 10), ("a=1", 10, 0)])
-    lost = conclusions.lost_runs(rows, _failed_runs("a=1", 10))
+def test_no_usable_run_at_all_gives_insufficient_and_names_the_failure() -> None:
+    rows = _conditions([("base", 10, 0), ("a=1", 10, 0)])
+    lost = conclusions.lost_runs(rows, _failed_runs("base", 10) + _failed_runs("a=1", 10))
     achieved = conclusions.achieved_grade({}, rows, lost, _regrade)
     assert achieved["grade"] == conclusions.INSUFFICIENT
     assert achieved["usableMin"] == 0
     assert any("ProviderError" in r for r in achieved["reasons"])
+
+
+def test_a_base_without_usable_runs_gives_insufficient() -> None:
+    rows = _conditions([("base", 10, 0), ("a=1", 10, 10)])
+    lost = conclusions.lost_runs(rows, _failed_runs("base", 10))
+    assert conclusions.achieved_grade({}, rows, lost, _regrade)["grade"] == "insufficient"
+
+
+def test_a_lost_condition_is_named_and_the_rest_is_graded() -> None:
+    rows = _conditions([("base", 10, 10), ("a=1", 10, 0), ("a=2", 10, 10)])
+    lost = conclusions.lost_runs(rows, _failed_runs("a=1", 10))
+    achieved = conclusions.achieved_grade({}, rows, lost, _regrade)
+    assert achieved["grade"] == "moderate"
+    assert any("a=1 kept none" in r for r in achieved["reasons"])
+    assert any("a=1 kept 0 of 10 runs (lost: 10 ProviderError)" in r for r in achieved["reasons"])
 
 
 def test_the_achieved_grade_follows_the_thinnest_condition() -> None:
@@ -247,7 +262,7 @@ def test_the_headline_states_the_base_and_names_every_metric() -> None:
     tests = {
         "coop": [
             _test_row("f=risk", "moved", diff=-0.21),
-            _test_row("m=1", "inconclusive", mde=1.9),
+            _test_row("m=1", "inconclusive", mde=1.9, mdeInUnits=0.19),
         ],
         "payoff": [
             _test_row("f=risk", "unchanged", margin=0.1),
@@ -269,7 +284,7 @@ def test_the_headline_states_the_base_and_names_every_metric() -> None:
     assert "moved under framing" in headline
     assert "−0.21" in headline
     assert "within ±0.1 under every one" in headline
-    assert "|d| ≥ 1.9" in headline
+    assert "only a change of 0.19 or more was detectable" in headline
     assert [d["metric"] for d in found["details"]] == list(tests)
 
 

@@ -186,6 +186,10 @@ def test_every_number_in_the_text_comes_from_the_audit(audit: dict[str, Any], te
     known |= {audit["family"]["primaryRows"], audit["family"]["secondaryRows"]}
     known |= {sum(1 for rows in audit["tests"].values() for r in rows if r.get("tested"))}
     known |= {sum(1 for rows in audit["tests"].values() for r in rows if r.get("paired"))}
+    # How many tested rows each test and each interval method decided.
+    for key in ("test", "intervalMethod", "equivalenceTest"):
+        names = [r.get(key) for rows in audit["tests"].values() for r in rows if r.get("tested")]
+        known |= {names.count(name) for name in names if name}
     # Notes and the method of the power analysis are quoted as audit.json words them.
     quoted = [(audit.get("power") or {}).get("method") or ""] + [
         row.get("note") or "" for rows in (audit.get("noiseFloor") or {}).values() for row in rows

@@ -687,8 +687,9 @@ def _with_power(audit: dict[str, Any]) -> dict[str, Any]:
 def test_power_and_noise_floor_are_shown_when_the_audit_has_them(audit: dict[str, Any]) -> None:
     html = render_report(_with_power(audit))
     section = _section_of(html, 'id="power"', 'id="h-sensitivity"')
-    assert "smallest |Cohen d| it could detect with probability 80% at the Holm-adjusted α" in (
-        section
+    assert (
+        "smallest effect its own test could detect with probability 80% at the Holm-adjusted α"
+        in section
     )
     assert "(family α 0.05)" in section
     assert "Method: normal approximation &lt;to&gt; the t-test." in section

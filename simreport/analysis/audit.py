@@ -316,7 +316,7 @@ def analyse(
 
     # One family for the headline, what the design could have detected, and each conclusion.
     family = conclusions.apply_family(tests, plan.get("primaryMetrics"))
-    power_doc = power.power_section(tests)
+    power_doc = _power(tests, family, plan_hash)
     for metric, rows in tests.items():
         for r, entry in zip(rows, power_doc["metrics"][metric], strict=True):
             conclusions.conclude(r, entry["mde"], entry["note"])
@@ -464,6 +464,22 @@ def analyse(
     if user_quality is not None:
         audit["userQuality"] = user_quality
     return audit
+
+
+def _power(
+    tests: Mapping[str, Sequence[Mapping[str, Any]]], family: Mapping[str, Any], plan_hash: str
+) -> dict[str, Any]:
+    """audit.json `power`: each row's MDE for the test it ran, at the Holm threshold of its rank
+    in its own family (the primary metrics', or the secondary metrics')."""
+    seed = power.simulation_seed(plan_hash)
+    primary = power.holm_family(tests, family["primaryMetrics"])
+    doc = power.power_section(tests, family=primary, seed=seed)
+    if family["secondaryMetrics"]:
+        secondary = power.holm_family(tests, family["secondaryMetrics"])
+        other = power.power_section(tests, family=secondary, seed=seed)
+        for metric in family["secondaryMetrics"]:
+            doc["metrics"][metric] = other["metrics"][metric]
+    return doc
 
 
 def _order(rows: Sequence[Mapping[str, Any]], cid: str) -> int:

@@ -29,6 +29,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from . import inference, stats
 
 ALPHA = 0.05
@@ -158,8 +160,15 @@ def decide(
         if margin is None
         else inference.equivalence_test(pairing.base, pairing.cond, margin, paired=pairing.paired)
     )
+    if pairing.paired:
+        differences = [c - b for b, c in zip(pairing.base, pairing.cond, strict=True)]
+        scale = float(np.std(differences, ddof=1))
+    else:
+        scale = stats.pooled_sd(pairing.base, pairing.cond) or 0.0
     return {
         "paired": pairing.paired,
+        "nPairs": len(pairing.base) if pairing.paired else None,
+        "effectScale": scale,
         "pairing": pairing.reason,
         "test": result.method,
         "p": result.p,
@@ -176,6 +185,8 @@ def undecided(note: str | None, margin: float | None) -> dict[str, Any]:
     """The design-fitting columns of a row that is no test: every one empty."""
     return {
         "paired": False,
+        "nPairs": None,
+        "effectScale": None,
         "pairing": None,
         "test": None,
         "p": None,
@@ -219,6 +230,8 @@ def apply_family(
 def conclude(row: dict[str, Any], mde: float | None, mde_note: str | None) -> None:
     """Set a row's `conclusion`, `reason` and `mde` from its family p and equivalence p."""
     row["mde"] = mde
+    scale = row.get("effectScale")
+    row["mdeInUnits"] = mde * scale if mde is not None and scale else None
     if not row.get("tested"):
         row["conclusion"] = "untested"
         row["reason"] = row.get("note") or "not tested"
@@ -241,8 +254,13 @@ def conclude(row: dict[str, Any], mde: float | None, mde_note: str | None) -> No
         parts.append("no equivalence margin, so it cannot be called unchanged")
     else:
         parts.append(f"not shown within ±{row['margin']:g} (equivalence p {_p(equivalence_p)})")
-    if mde is not None:
-        parts.append(f"detectable |d| ≥ {mde:.2g} at this n")
+    if mde is not None and row["mdeInUnits"] is not None:
+        unit = "SDs of the paired differences" if row.get("paired") else "pooled SDs"
+        parts.append(
+            f"detectable only from a change of {_num(row['mdeInUnits'])} ({mde:.2g} {unit})"
+        )
+    elif mde is not None:
+        parts.append(f"detectable only from {mde:.2g} SDs")
     elif mde_note:
         parts.append(mde_note)
     row["reason"] = "; ".join(parts)
@@ -258,7 +276,8 @@ def _p(value: float | None) -> str:
 
 
 INSUFFICIENT = "insufficient"
-"""The achieved grade of an audit in which some condition kept no usable run."""
+"""The achieved grade of an audit whose base, or every perturbed condition, kept no usable run:
+nothing can be compared."""
 
 
 def _loss_class(run: Mapping[str, Any]) -> str:
@@ -303,13 +322,18 @@ def achieved_grade(
     regrade: Any,
 ) -> dict[str, Any]:
     """The grade the runs achieved: the design's rule applied to the usable runs of the
-    thinnest condition (`regrade(n)` grades a design of n replications), `insufficient` when a
-    condition kept none. Its reasons name the conditions that lost runs and to what."""
+    thinnest condition that kept any (`regrade(n)` grades a design of n replications);
+    `insufficient` when a base, or every perturbed condition, kept none. Its reasons name the
+    conditions that lost runs and to what; a condition that lost every run compares nothing."""
     usable = {c["id"]: c["runs"] - c["excluded"] for c in condition_rows}
     if not usable:
         return {"grade": INSUFFICIENT, "reasons": ["the audit has no conditions"], "usableMin": 0}
-    thinnest = min(usable, key=lambda cid: usable[cid])
-    least = usable[thinnest]
+    perturbed = [c["id"] for c in condition_rows if not c.get("isBase")]
+    empty_base = any(usable[c["id"]] == 0 for c in condition_rows if c.get("isBase"))
+    all_lost = bool(perturbed) and all(usable[cid] == 0 for cid in perturbed)
+    kept = {cid: n for cid, n in usable.items() if n > 0}
+    thinnest = min(kept, key=lambda cid: kept[cid]) if kept else next(iter(usable))
+    least = 0 if empty_base or all_lost or not kept else kept[thinnest]
     reasons: list[str] = []
     for entry in lost:
         to = ", ".join(f"{n} {what}" for what, n in entry["lostTo"].items())
@@ -317,19 +341,21 @@ def achieved_grade(
             f"{entry['label']} kept {entry['usable']} of {entry['runs']} runs (lost: {to})."
         )
     if least == 0:
-        empty = [c.get("label") or c["id"] for c in condition_rows if usable[c["id"]] == 0]
+        which = "the base" if empty_base else "any perturbed condition"
         return {
             "grade": INSUFFICIENT,
-            "reasons": [
-                f"No usable run in {_join(empty)}: nothing there can be concluded.",
-                *reasons,
-            ],
+            "reasons": [f"No usable run in {which}: nothing can be compared.", *reasons],
             "usableMin": 0,
         }
     grade = regrade(least)
     if least == min((c["runs"] for c in condition_rows), default=0) and not lost:
         return {"grade": grade.grade, "reasons": list(grade.reasons), "usableMin": least}
-    lead = f"Graded on {least} usable runs, the fewest any condition kept ({thinnest})."
+    lead = (
+        f"Graded on {least} usable runs, the fewest a condition with usable runs kept ({thinnest})."
+    )
+    empty = [c.get("label") or c["id"] for c in condition_rows if usable[c["id"]] == 0]
+    if empty:
+        lead += f" {_join(empty)} kept none and compare{'s' if len(empty) == 1 else ''} nothing."
     return {
         "grade": grade.grade,
         "reasons": [lead, *reasons, *grade.reasons],
@@ -436,17 +462,24 @@ def _metric_clause(
         every = "every one" if len(by["unchanged"]) == len(tested) else str(len(by["unchanged"]))
         parts.append(f"stayed within ±{_num(margin)} under {every} of {len(tested)} tested")
     if by["inconclusive"]:
-        mdes = [float(r["mde"]) for r in by["inconclusive"] if r.get("mde") is not None]
+        mdes = [
+            float(r["mdeInUnits"]) for r in by["inconclusive"] if r.get("mdeInUnits") is not None
+        ]
         detail["detectable"] = min(mdes) if mdes else None
         count = (
             f"all {len(tested)} tested"
             if len(by["inconclusive"]) == len(tested)
             else f"{len(by['inconclusive'])} of {len(tested)} tested"
         )
-        if mdes:
-            reach = f"only |d| ≥ {min(mdes):.2g} was detectable"
+        blind = sum(1 for r in by["inconclusive"] if r.get("mde") is None)
+        if not mdes:
+            reach = "no effect of any size could reach significance with these runs"
         else:
-            reach = "no effect could reach significance with these runs"
+            reach = f"only a change of {_num(min(mdes))} or more was detectable"
+            if blind:
+                reach += (
+                    f"; {blind} could not reach significance at any effect size with these runs"
+                )
         parts.append(f"was inconclusive under {count} ({reach})")
     else:
         detail["detectable"] = None
@@ -474,9 +507,8 @@ def verdict(
         clause, detail = _metric_clause(
             metric, tests.get(metric, []), moved, labels, notes.get(metric)
         )
-        if detail["family"] == "secondary":
-            clause += " (a secondary metric)"
-        said.setdefault(clause, []).append(metric)
+        named = f"{metric} (secondary)" if detail["family"] == "secondary" else metric
+        said.setdefault(clause, []).append(named)
         details.append(detail)
     # Metrics that concluded alike share one clause: every one is still named.
     clauses = [
@@ -502,9 +534,7 @@ def verdict(
 
 
 def _plural_verbs(clause: str) -> str:
-    return clause.replace("was inconclusive", "were inconclusive").replace(
-        " (a secondary metric)", " (secondary metrics)"
-    )
+    return clause.replace("was inconclusive", "were inconclusive")
 
 
 def _is_base(condition_rows: Sequence[Mapping[str, Any]], cid: str) -> bool:

@@ -376,7 +376,10 @@ def _power(
         values = []
         for metric in shown:
             row = cells.get(metric) or {}
-            values += [format_number(row.get("mde")), format_p(row.get("alpha"))]
+            mde = format_number(row.get("mde"))
+            if row.get("paired") and row.get("mde") is not None:
+                mde += " δ"
+            values += [mde, format_p(row.get("alpha"))]
         rows.append({"condition": _name(names, condition), "cells": values})
     level = as_float(power.get("power"))
     return {
