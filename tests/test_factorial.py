@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -344,3 +345,57 @@ def test_intervals_are_seeded_from_the_plan() -> None:
 
 def _samples(values: Mapping[str, Sequence[float]]) -> dict[str, dict[str, list[float]]]:
     return {cid: {"p": list(v)} for cid, v in values.items()}
+
+
+# --------------------------------------------------------------------------- the example
+
+
+EXAMPLE = (
+    Path(__file__).resolve().parent.parent / "examples" / "echo_chamber" / "factorial-audit.yaml"
+)
+
+
+def test_the_workflow_declares_the_main_effects_figures() -> None:
+    """The workflow names every figure before the analysis runs: a full factorial has one
+    main-effects figure per metric, a one_at_a_time plan none."""
+    from simreport.workflow import load_workflow
+
+    one_at_a_time = EXAMPLE.with_name("audit.yaml")
+    workflow = load_workflow({"plans": [str(EXAMPLE), str(one_at_a_time)]}, root=EXAMPLE.parents[2])
+    factorial, other = workflow.plans
+    assert [f for f in factorial.figures if f.startswith("main-effects-")] == [
+        "main-effects-polarization.svg",
+        "main-effects-sameGroupExposure.svg",
+    ]
+    assert not [f for f in other.figures if f.startswith("main-effects-")]
+
+
+@pytest.mark.slow
+def test_the_factorial_example_reports_main_effects(tmp_path: Path) -> None:
+    """The shipped full-factorial example, audited with two replications: audit.json has main
+    effects and interactions for both metrics, homophily ranks first by its main effect, and the
+    report shows the section with its tables and figures."""
+    import json
+
+    import simreport
+
+    out = tmp_path / "echo_chamber_factorial"
+    simreport.audit(EXAMPLE, out=out, replications=2, ledger=False)
+    audit = json.loads((out / "audit.json").read_text(encoding="utf-8"))
+    assert audit["plan"]["design"] == "full_factorial"
+    for metric in ("polarization", "sameGroupExposure"):
+        rows = audit["mainEffects"][metric]
+        assert [(r["axis"], r["level"], r["reference"]) for r in rows] == [
+            ("homophily", 0.3, 0.8),
+            ("feed_ranking", "random", "engagement"),
+        ]
+        assert all(r["nCells"] == 4 and r["ci95"] is not None for r in rows)
+        (inter,) = audit["interactions"][metric]
+        assert inter["axes"] == ["homophily", "feed_ranking"]
+    top = audit["sensitivity"][0]
+    assert (top["axis"], top["rankedBy"]) == ("homophily", "mainEffect")
+    html = (out / "report.html").read_text(encoding="utf-8")
+    section = html[html.index('id="main-effects"') : html.index('id="h-direction"')]
+    assert "polarization: main effects" in section and "two-way interactions" in section
+    assert "homophily: 0.3 vs 0.8" in section and "<svg" in section
+    assert (out / "figures" / "main-effects-polarization.svg").is_file()
