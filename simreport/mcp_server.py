@@ -220,7 +220,7 @@ def _only_metric(section: str, value: Any, metric: str) -> Any:
 
     if section == "metrics":
         return [metric]
-    if section in {"tests", "notes", "directionConsistency"}:
+    if section in {"tests", "notes", "directionConsistency", "mainEffects", "interactions"}:
         return pick(value)
     if section == "conditions" and isinstance(value, list):
         return [{**row, "means": pick(row.get("means"))} for row in value]

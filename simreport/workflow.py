@@ -515,7 +515,15 @@ def _plan_target(
     )
     from .report.naming import figure_names
 
-    figures = list(figure_names({"metrics": metrics, "distribution": dict.fromkeys(targets_dist)}))
+    figures = list(
+        figure_names(
+            {
+                "metrics": metrics,
+                "distribution": dict.fromkeys(targets_dist),
+                "plan": {"design": loaded.plan.design},
+            }
+        )
+    )
     return PlanTarget(
         id=loaded.plan_id,
         plan_file=loaded.plan_file,

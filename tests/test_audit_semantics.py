@@ -314,7 +314,9 @@ def test_factorial_sensitivity_reports_isolated_and_any_cell() -> None:
         ("window", "framing=neutral|window=1"),
     ):
         entry = entries[axis]
-        assert entry["rankedBy"] == "isolated"
+        # A full factorial ranks by main effects (tests/test_factorial.py); both cell measures
+        # stay on the entry.
+        assert entry["rankedBy"] == "mainEffect"
         assert entry["isolated"]["condition"] == isolated_cell
         assert entry["isolated"]["metric"] == "score"
         assert entry["isolated"]["maxAbsD"] == pytest.approx(
@@ -325,7 +327,7 @@ def test_factorial_sensitivity_reports_isolated_and_any_cell() -> None:
     assert (entries["framing"]["rank"], entries["window"]["rank"]) == (1, 2)
 
 
-def test_axis_never_moved_alone_is_ranked_by_any_cell() -> None:
+def test_axis_never_moved_alone_has_no_isolated_measure() -> None:
     """`scale` never stays at its base value, so `tone` is never the only axis moved."""
     axes = [
         _axis("scale", "params.scale", [2, 4], code="D1"),
@@ -339,13 +341,15 @@ def test_axis_never_moved_alone_is_ranked_by_any_cell() -> None:
     }
     audit, _ = _factorial(axes, cells)
     entries = _sensitivity(audit)
-    assert entries["scale"]["rankedBy"] == "isolated"
     assert entries["scale"]["isolated"]["condition"] == "scale=4|tone=plain"
     assert entries["scale"]["anyCell"]["condition"] == "scale=2|tone=warm"
-    assert entries["tone"]["rankedBy"] == "anyCell"
     assert entries["tone"]["isolated"] is None
     assert entries["tone"]["anyCell"]["condition"] == "scale=2|tone=warm"
-    # tone's anyCell (1.5) outranks scale's isolated (0.5): each axis by its own measure.
+    # A full factorial ranks by main effects over the grid, which need no isolated cell: tone
+    # moves the cell means by 0.95 on average, scale by −0.05.
+    assert entries["scale"]["rankedBy"] == entries["tone"]["rankedBy"] == "mainEffect"
+    assert entries["tone"]["mainEffect"]["diff"] == pytest.approx(0.95)
+    assert entries["scale"]["mainEffect"]["diff"] == pytest.approx(-0.05)
     assert [e["axis"] for e in audit["sensitivity"]] == ["tone", "scale"]
     assert [e["rank"] for e in audit["sensitivity"]] == [1, 2]
 

@@ -77,6 +77,32 @@ def test_report_methods_and_index_are_valid_html(tmp_path: Path) -> None:
         tmp_path / "site" / "edited" / "report.html",
         tmp_path / "site" / "edited" / "methods.html",
     ]
+    _assert_valid(pages)
+
+
+def test_factorial_report_is_valid_html(tmp_path: Path) -> None:
+    """A full factorial's report (main effects, interactions and their figures), with hostile
+    text in an axis label and a level label."""
+    import simreport
+    from simreport.core.files import write_json
+    from simreport.report import write_methods, write_report
+
+    plan = ROOT / "examples" / "echo_chamber" / "factorial-audit.yaml"
+    audit_dir = tmp_path / "results" / "echo_chamber_factorial"
+    simreport.audit(plan, out=audit_dir, replications=2, ledger=False)
+    audit = json.loads((audit_dir / "audit.json").read_text(encoding="utf-8"))
+    axis = audit["plan"]["axes"][1]
+    axis["label"] = '<i>feed</i> & "ranking"'
+    axis["labels"] = {"random": "<script>random</script>"}
+    write_json(audit_dir / "audit.json", audit)
+    write_report(audit_dir)
+    write_methods(audit_dir)
+    report = audit_dir / "report.html"
+    assert "<script>" not in report.read_text(encoding="utf-8")
+    _assert_valid([report, audit_dir / "methods.html"])
+
+
+def _assert_valid(pages: list[Path]) -> None:
     proc = subprocess.run(
         ["java", "-jar", str(VNU), "--format", "json", "--errors-only", *map(str, pages)],
         capture_output=True,

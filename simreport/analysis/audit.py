@@ -25,7 +25,7 @@ from ..core.schema import RunResult
 from ..core.version import __version__
 from ..kernel.testbed.quality import QUALITY_FILE
 from ..kernel.testbed.records import RECORDS_FILE
-from . import conclusions, power, stats
+from . import conclusions, factorial, power, stats
 from .cost import cost_section
 from .coverage import coverage_matrix, read_condition_specs
 from .grade import GRADE_RULE, evidence_grade
@@ -326,6 +326,10 @@ def analyse(
     }
     noise_floor = power.noise_floor(base_samples, plan_hash)
     sensitivity = _sensitivity(axes, moved, tests)
+    # A full factorial's axes are compared by main effects over the grid, not by single cells
+    # against the base (which confound the axes a cell moves together): analysis/factorial.py.
+    effects = factorial.factorial_effects(plan, condition_rows, samples, metrics)
+    sensitivity = factorial.rank_sensitivity(plan, sensitivity, effects["mainEffects"])
     direction = _direction_consistency(metrics, expectations, tests, axes, moved)
     distribution = _distribution(condition_rows, by_condition, targets, include, purpose)
     cross_model = _cross_model(condition_rows, samples, metrics)
@@ -426,6 +430,10 @@ def analyse(
         "power": power_doc,
         "noiseFloor": noise_floor,
         "sensitivity": sensitivity,
+        # Full-factorial designs only; {} for any other design.
+        "mainEffects": effects["mainEffects"],
+        "interactions": effects["interactions"],
+        "factorialMethod": factorial.FACTORIAL_METHOD if effects["mainEffects"] else None,
         "directionConsistency": direction,
         "distribution": distribution,
         "distributionCategories": {

@@ -23,7 +23,7 @@ matplotlib.use("Agg")
 from matplotlib import rc_context
 from matplotlib.figure import Figure
 
-from ..core.canonical import parse_number
+from ..core.canonical import canonical_json, parse_number
 from ..core.files import visible_control_characters
 from .naming import condition_names, figure_names
 from .verdict import Effect, Sensitivity, as_float, identical_ids, sensitivity
@@ -62,6 +62,7 @@ _BASE_COLOUR = "#7f7f7f"
 _TARGET_COLOUR = "#222222"
 _BAR_COLOUR = "#0072B2"
 _ANY_CELL_COLOUR = "#E69F00"
+_MAIN_EFFECT_COLOUR = "#009E73"
 
 _PROLOG = re.compile(r"\A\s*(<\?xml[^>]*\?>\s*)?(<!DOCTYPE[^>]*>\s*)?", re.IGNORECASE)
 _METADATA_BLOCK = re.compile(r"\s*<metadata>.*?</metadata>", re.DOTALL)
@@ -216,10 +217,15 @@ def sensitivity_svg(audit: Mapping[str, Any]) -> str:
         "differs from the base) and the largest |Cohen d| in any cell that moves the axis"
     )
     entries = sensitivity(audit)
+    factorial = any(e.main_effect is not None for e in entries)
+    if factorial:
+        title += "; axes ranked by their largest |standardized main effect| over the grid"
     with _DRAWING, rc_context(_RC):
         if not entries:
             return _empty(title, "The plan has no perturbation axes.")
-        measures = [(e.isolated, e.any_cell) for e in entries]
+        measures = [
+            (e.isolated, e.any_cell, *((e.main_effect,) if factorial else ())) for e in entries
+        ]
         finite = [
             m.max_abs_d
             for pair in measures
@@ -232,42 +238,65 @@ def sensitivity_svg(audit: Mapping[str, Any]) -> str:
         fig = _row_figure(len(entries), labels, 1.3, top_in=0.65)
         ax = fig.add_subplot()
         ys = list(range(len(entries)))
-        styles = (
+        styles: tuple[tuple[float, str, str], ...] = (
             (-0.19, _BAR_COLOUR, "isolated: only this axis differs from the base"),
             (0.19, _ANY_CELL_COLOUR, "any cell where this axis is away from its base level"),
         )
+        height = 0.36
+        if factorial:
+            # Three bars a row: the main effect the axes are ranked by, then the cell measures.
+            styles = (
+                (-0.26, _MAIN_EFFECT_COLOUR, "main effect over the grid (|standardized|)"),
+                (0.0, _BAR_COLOUR, styles[0][2]),
+                (0.26, _ANY_CELL_COLOUR, styles[1][2]),
+            )
+            measures = [(m[2], m[0], m[1]) for m in measures]
+            height = 0.24
         any_bar = False
         for (offset, colour, legend), column in zip(
             styles, zip(*measures, strict=True), strict=True
         ):
             drawn = False
             for y, measure in zip(ys, column, strict=True):
-                drawn |= _sensitivity_bar(ax, y + offset, measure, cap, colour, legend, drawn)
+                drawn |= _sensitivity_bar(
+                    ax, y + offset, measure, cap, (colour, legend, height), drawn
+                )
             any_bar |= drawn
         for y, entry in zip(ys, entries, strict=True):
-            if entry.isolated is None and entry.any_cell is None:
+            if entry.isolated is None and entry.any_cell is None and entry.main_effect is None:
                 ax.text(0, y, "  no effect size", va="center", ha="left", color="#555555")
         ax.set_yticks(ys, labels)
         ax.set_ylim(len(entries) - 0.5, -0.5)
         ax.set_xlim(0, cap * 1.18)
-        ax.set_xlabel("largest |Cohen d|")
+        ax.set_xlabel(
+            "largest |Cohen d| (main effect: |standardized difference|)"
+            if factorial
+            else "largest |Cohen d|"
+        )
         if any_bar:
             ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), fontsize=8, frameon=False)
         return _save(fig, title)
 
 
 def _sensitivity_bar(
-    ax: Any, y: float, measure: Effect | None, cap: float, colour: str, legend: str, drawn: bool
+    ax: Any,
+    y: float,
+    measure: Effect | None,
+    cap: float,
+    style: tuple[str, str, float],
+    drawn: bool,
 ) -> bool:
-    """One measure's bar (labelled once for the legend); False when there is none to draw."""
+    """One measure's bar (labelled once for the legend); False when there is none to draw.
+    `style` is the bar's colour, legend text and height."""
     if measure is None:
         return False
+    colour, legend, height = style
     infinite = math.isinf(measure.max_abs_d)
     width = cap if infinite else measure.max_abs_d
     ax.barh(
         y,
         width,
-        height=0.36,
+        height=height,
         color="white" if infinite else colour,
         edgecolor=colour,
         hatch="///" if infinite else None,
@@ -290,30 +319,103 @@ def effects_svg(audit: Mapping[str, Any], metric: str) -> str:
             return _empty(title, f"No effects to show for {metric}: {note}.")
         names = condition_names(audit)
         labels = [_label(names.get(str(r.get("condition")), str(r.get("condition")))) for r in rows]
-        fig = _row_figure(len(rows), labels, 1.0)
-        ax = fig.add_subplot()
-        ys = list(range(len(rows)))
-        ax.axvline(0.0, color="#444444", linewidth=0.9, zorder=1)
-        for y, row in zip(ys, rows, strict=True):
-            diff = as_float(row.get("diff"))
-            ci = row.get("ci95") or None
-            lo = as_float(ci[0]) if ci else None
-            hi = as_float(ci[1]) if ci else None
-            if lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi):
-                ax.hlines(y, lo, hi, color=_BAR_COLOUR, linewidth=1.6, zorder=2)
-                ax.plot([lo, hi], [y, y], "|", color=_BAR_COLOUR, markersize=8, zorder=2)
-            if diff is None or not math.isfinite(diff):
-                identical_row = str(row.get("condition")) in identical
-                why = "  not tested: identical to the base" if identical_row else "  no estimate"
-                ax.text(0, y, why, va="center", ha="left", color="#555555")
-                continue
-            ax.plot([diff], [y], "o", color=_BAR_COLOUR, markersize=5, zorder=3)
-        ax.set_yticks(ys, labels)
-        ax.set_ylim(len(rows) - 0.5, -0.5)
-        ax.margins(x=0.12)
-        ax.set_xlabel(_text(f"difference in mean {metric} (condition − base)"))
-        ax.set_title(_text(f"Effects on {metric}"), loc="left")
-        return _save(fig, title)
+        missing = [
+            "not tested: identical to the base"
+            if str(row.get("condition")) in identical
+            else "no estimate"
+            for row in rows
+        ]
+        return _interval_figure(
+            (title, f"Effects on {metric}", f"difference in mean {metric} (condition − base)"),
+            rows,
+            labels,
+            missing,
+        )
+
+
+def _interval_figure(
+    texts: tuple[str, str, str],
+    rows: Sequence[Mapping[str, Any]],
+    labels: Sequence[str],
+    missing: Sequence[str],
+) -> str:
+    """One labelled row per estimate: its `diff` as a point, its `ci95` as a horizontal bar, a
+    line at zero, and the row's `missing` text where it has no finite difference. `texts` are
+    the SVG title, the axes' heading and the x label. Call it holding the drawing lock."""
+    title, heading, xlabel = texts
+    fig = _row_figure(len(rows), labels, 1.0)
+    ax = fig.add_subplot()
+    ys = list(range(len(rows)))
+    ax.axvline(0.0, color="#444444", linewidth=0.9, zorder=1)
+    for y, row, why in zip(ys, rows, missing, strict=True):
+        diff = as_float(row.get("diff"))
+        ci = row.get("ci95") or None
+        lo = as_float(ci[0]) if ci else None
+        hi = as_float(ci[1]) if ci else None
+        if lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi):
+            ax.hlines(y, lo, hi, color=_BAR_COLOUR, linewidth=1.6, zorder=2)
+            ax.plot([lo, hi], [y, y], "|", color=_BAR_COLOUR, markersize=8, zorder=2)
+        if diff is None or not math.isfinite(diff):
+            ax.text(0, y, f"  {why}", va="center", ha="left", color="#555555")
+            continue
+        ax.plot([diff], [y], "o", color=_BAR_COLOUR, markersize=5, zorder=3)
+    ax.set_yticks(ys, labels)
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    ax.margins(x=0.12)
+    ax.set_xlabel(_text(xlabel))
+    ax.set_title(_text(heading), loc="left")
+    return _save(fig, title)
+
+
+def main_effect_label(row: Mapping[str, Any], axis_labels: Mapping[str, Any]) -> str:
+    """How a main-effect row is named: `<axis>: <level> vs <reference>`, with the axis's label
+    and its level labels where the plan gives them, and `@ <model>` when the plan lists models."""
+    axis = str(row.get("axis"))
+    labels = axis_labels.get(axis) or {}
+    name = str(labels.get("", axis))
+
+    def shown(value: Any) -> str:
+        text = value if isinstance(value, str) else canonical_json(value)
+        return str(labels.get(text, text))
+
+    text = f"{name}: {shown(row.get('level'))} vs {shown(row.get('reference'))}"
+    model = row.get("model")
+    return text if model is None else f"{text} @ {model}"
+
+
+def axis_labels(audit: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+    """Axis id → its display names: "" → the axis's label (its id without one), each level's
+    text → its label."""
+    out: dict[str, dict[str, str]] = {}
+    for axis in (audit.get("plan") or {}).get("axes") or []:
+        if isinstance(axis, Mapping):
+            names = {str(k): str(v) for k, v in (axis.get("labels") or {}).items()}
+            names[""] = str(axis.get("label") or axis.get("id"))
+            out[str(axis.get("id"))] = names
+    return out
+
+
+def main_effects_svg(audit: Mapping[str, Any], metric: str) -> str:
+    """Each axis's main effect on `metric` per non-reference level (the mean of the cell means at
+    that level minus that at the reference level), with its bootstrap 95% interval and a line
+    at zero; axes in plan order, per model."""
+    title = f"Main effects on {metric}: marginal differences with 95% bootstrap intervals"
+    rows = list((audit.get("mainEffects") or {}).get(metric) or [])
+    with _DRAWING, rc_context(_RC):
+        if all(as_float(r.get("diff")) is None for r in rows):
+            return _empty(title, f"No main effects to show for {metric}.")
+        names = axis_labels(audit)
+        labels = [_label(main_effect_label(r, names)) for r in rows]
+        return _interval_figure(
+            (
+                title,
+                f"Main effects on {metric}",
+                f"difference in mean {metric} (level − reference, over the grid)",
+            ),
+            rows,
+            labels,
+            ["not estimated: a cell has no usable value"] * len(rows),
+        )
 
 
 def target_of(audit: Mapping[str, Any], name: str) -> dict[str, float]:
@@ -406,6 +508,8 @@ def draw(audit: Mapping[str, Any], kind: str, name: str) -> str:
         return sensitivity_svg(audit)
     if kind == "effects":
         return effects_svg(audit, name)
+    if kind == "mainEffects":
+        return main_effects_svg(audit, name)
     return distribution_svg(audit, name)
 
 

@@ -22,6 +22,7 @@ from ..core.version import __version__
 from ..harness.conditions import level_text
 from . import figures, history, naming, verdict
 from .figures import ANY_CELL_CAPTION, ISOLATED_CAPTION, format_number
+from .main_effects import main_effects_section
 from .templating import environment
 from .verdict import as_float
 
@@ -38,7 +39,12 @@ SMALL_SPREAD_NAMED = 5
 EXPECTED_MARKS = {"increase": "↑ increase", "decrease": "↓ decrease"}
 
 _DESIGNS = {"one_at_a_time": "one at a time", "full_factorial": "full factorial"}
-_FIGURE_PATTERNS = ("sensitivity.svg", "effects-*.svg", "distribution-*.svg")
+_FIGURE_PATTERNS = (
+    "sensitivity.svg",
+    "effects-*.svg",
+    "main-effects-*.svg",
+    "distribution-*.svg",
+)
 
 
 # --------------------------------------------------------------------------- formatting
@@ -306,7 +312,11 @@ def _measure(effect: verdict.Effect | None, names: Mapping[str, str]) -> dict[st
     }
 
 
-_RANKED_BY = {"isolated": "isolated effect", "anyCell": "any cell (no isolated cell)"}
+_RANKED_BY = {
+    "isolated": "isolated effect",
+    "anyCell": "any cell (no isolated cell)",
+    "mainEffect": "main effect over the grid",
+}
 
 
 def _sensitivity(audit: Mapping[str, Any], names: Mapping[str, str]) -> list[dict[str, Any]]:
@@ -318,6 +328,7 @@ def _sensitivity(audit: Mapping[str, Any], names: Mapping[str, str]) -> list[dic
             "code": _text(e.code),
             "isolated": _measure(e.isolated, names),
             "any_cell": _measure(e.any_cell, names),
+            "main_effect": _measure(e.main_effect, names),
             "ranked_by": _RANKED_BY.get(str(e.ranked_by), "no effect size"),
         }
         for e in verdict.sensitivity(audit)
@@ -748,6 +759,9 @@ def context(
         "isolated_caption": ISOLATED_CAPTION,
         "any_cell_caption": ANY_CELL_CAPTION,
         "sensitivity_figure": by_kind.get(("sensitivity", ""), ""),
+        "factorial": main_effects_section(
+            audit, {name: fig for (kind, name), fig in by_kind.items() if kind == "mainEffects"}
+        ),
         "direction": _direction(audit, metrics),
         "cross_model": _cross_model(audit, metrics),
         "distribution_effects": _distribution_effects(audit, metrics, names),

@@ -410,6 +410,7 @@ def context(audit: Mapping[str, Any]) -> dict[str, Any]:
         "power": _power_sentences(audit, metrics),
         "power_level": _power_level(audit),
         "power_method": (audit.get("power") or {}).get("method"),
+        "factorial_method": audit.get("factorialMethod"),
         "noise": _noise_sentences(audit, metrics),
         "noise_missing": _noise_missing(audit),
         "failed": _int(summary.get("failed")),

@@ -34,11 +34,15 @@ def _unique(stem: str, name: str, taken: set[str]) -> str:
 
 def figure_names(audit: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
     """Filename → (kind, name) for every figure of the audit, in report order: `sensitivity.svg`,
-    `effects-<metric>.svg` per metric, `distribution-<name>.svg` per target distribution."""
+    `effects-<metric>.svg` per metric, `main-effects-<metric>.svg` per metric of a full-factorial
+    plan, `distribution-<name>.svg` per target distribution."""
     out: dict[str, tuple[str, str]] = {"sensitivity.svg": ("sensitivity", "")}
     taken = set(out)
     for metric in audit.get("metrics") or []:
         out[_unique("effects", str(metric), taken)] = ("effects", str(metric))
+    if (audit.get("plan") or {}).get("design") == "full_factorial":
+        for metric in audit.get("metrics") or []:
+            out[_unique("main-effects", str(metric), taken)] = ("mainEffects", str(metric))
     for name in sorted(audit.get("distribution") or {}):
         out[_unique("distribution", str(name), taken)] = ("distribution", str(name))
     return out

@@ -37,7 +37,7 @@ GRADES = ("weak", "moderate", "strong")
 # The plan schema's id pattern: also a safe directory name and URL path segment.
 _PLAN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _DESIGNS = {"one_at_a_time": "one at a time", "full_factorial": "full factorial"}
-_MEASURES = {"isolated": "isolated", "anyCell": "any cell"}
+_MEASURES = {"isolated": "isolated", "anyCell": "any cell", "mainEffect": "main effect"}
 
 
 def _count(value: Any) -> int:

@@ -117,9 +117,12 @@ class Sensitivity:
     axis: str
     code: str | None
     rank: int | None
-    ranked_by: str | None  # "isolated" | "anyCell" | None
+    ranked_by: str | None  # "isolated" | "anyCell" | "mainEffect" | None
     isolated: Effect | None
     any_cell: Effect | None
+    main_effect: Effect | None = None
+    """A full factorial's largest |standardized main effect| (its `condition` is None: a main
+    effect averages over the cells of the grid)."""
 
     @property
     def ranking_effect(self) -> Effect | None:
@@ -128,6 +131,8 @@ class Sensitivity:
             return self.isolated
         if self.ranked_by == "anyCell":
             return self.any_cell
+        if self.ranked_by == "mainEffect":
+            return self.main_effect
         return None
 
 
@@ -156,9 +161,10 @@ def _entry(raw: Mapping[str, Any]) -> Sensitivity:
             axis,
             code_text,
             int(rank) if isinstance(rank, int) and not isinstance(rank, bool) else None,
-            str(ranked_by) if ranked_by in ("isolated", "anyCell") else None,
+            str(ranked_by) if ranked_by in ("isolated", "anyCell", "mainEffect") else None,
             _effect(raw.get("isolated")),
             _effect(raw.get("anyCell")),
+            _effect(raw.get("mainEffect")),
         )
     # Schema 1: one measure, `isolated` true when it came from cells moving this axis alone.
     effect = _effect(raw)
