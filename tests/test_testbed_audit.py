@@ -92,6 +92,22 @@ def test_audit_json_has_the_testbed_section(audit_dir: Path) -> None:
             assert cell["zeroViolationUpperBound"] is None
 
 
+def test_report_opens_with_the_headline_and_names_who_decided(audit_dir: Path) -> None:
+    from markupsafe import escape
+
+    audit = json.loads((audit_dir / "audit.json").read_text(encoding="utf-8"))
+    html = (audit_dir / "report.html").read_text(encoding="utf-8")
+    headline = str(escape(audit["verdict"]["headline"]))
+    assert html.index(headline) < html.index('id="h-plan-summary"')
+    # Every metric is named, and the condition whose fault never hit is named with its cause.
+    for metric in audit["metrics"]:
+        assert metric in audit["verdict"]["headline"]
+    assert "fault refund-timeout planned, never hit" in audit["verdict"]["headline"]
+    assert " more " not in audit["verdict"]["headline"]
+    assert "the agent under test refund-agent@stable" in html
+    assert "not a language model" in html
+
+
 def test_report_shows_the_testbed_tables(audit_dir: Path) -> None:
     html = (audit_dir / "report.html").read_text(encoding="utf-8")
     assert "Agent testbed" in html

@@ -97,6 +97,17 @@ def test_full_build_writes_the_site(built: Path) -> None:
         assert len(runs) == 3 * len(conditions)
     index = (site / "index.html").read_text()
     assert "prisoners_dilemma/report.html" in index and "echo_chamber/report.html" in index
+    # Each report opens with the audit's own headline, and every page names who decided.
+    from markupsafe import escape
+
+    for plan in ("prisoners_dilemma", "echo_chamber"):
+        audit = json.loads((site / plan / "audit.json").read_text())
+        headline = str(escape(audit["verdict"]["headline"]))
+        report = (site / plan / "report.html").read_text()
+        assert report.index(headline) < report.index('id="h-plan-summary"')
+        assert headline in index
+        for page in (report, (site / plan / "methods.html").read_text(), index):
+            assert "the offline stand-in (not a language model)" in page
 
 
 def test_nothing_changed_runs_nothing(built: Path) -> None:

@@ -464,6 +464,9 @@ def analyse(
     )
     if testbed is not None:
         audit["testbed"] = testbed
+        audit["verdict"] = conclusions.verdict(
+            metrics, condition_rows, tests, notes, moved, lost, testbed
+        )
     # The user simulator's quality control per condition (analysis/user_quality.py), over every
     # run that has a quality-control document.
     user_quality = summarise_user_quality(

@@ -494,15 +494,19 @@ def verdict(
     notes: Mapping[str, str],
     moved: Mapping[str, Sequence[str]],
     lost: Sequence[Mapping[str, Any]],
+    testbed: Any = None,
 ) -> dict[str, Any]:
     """audit.json's `verdict`: a headline of two sentences — the base value of every metric,
     then per metric what moved (under which axes, by how much), what stayed within its margin,
     what was inconclusive (with what could have been detected), and the conditions lost to
-    failures — and the per-metric details a table shows under it. Every metric is named."""
+    failures — and the per-metric details a table shows under it. Every metric is named. An
+    agent-testbed audit (`testbed`, its summary) leads the second sentence with its verdict
+    counts per criterion."""
     first = _base_sentence(metrics, condition_rows, lost)
     labels = {str(c["id"]): str(c.get("label") or c["id"]) for c in condition_rows}
     said: dict[str, list[str]] = {}
     details: list[dict[str, Any]] = []
+    lead = testbed_clause(testbed)
     for metric in metrics:
         clause, detail = _metric_clause(
             metric, tests.get(metric, []), moved, labels, notes.get(metric)
@@ -526,7 +530,7 @@ def verdict(
             for e in perturbed
         ]
         clauses.append("runs were lost in " + _join(described))
-    second = "; ".join(clauses)
+    second = "; ".join([lead, *clauses] if lead else clauses)
     if not any(second.startswith(m) for m in metrics):
         second = second[:1].upper() + second[1:]
     headline = f"{first} {second}."
@@ -535,6 +539,58 @@ def verdict(
 
 def _plural_verbs(clause: str) -> str:
     return clause.replace("was inconclusive", "were inconclusive")
+
+
+def testbed_clause(table: Any) -> str | None:
+    """An agent-testbed audit's verdict counts per criterion over all its conditions (failures
+    among decided runs, criteria never failed or never decided, exclusions); None for other
+    audits. The headline leads its second sentence with it."""
+    if not isinstance(table, Mapping):
+        return None
+    totals = table.get("totals") or {}
+    criteria = [str(c) for c in table.get("criteria") or []]
+    if not criteria:
+        return "the agent testbed judged no criterion"
+    failing = sorted(
+        (c for c in criteria if _int((totals.get(c) or {}).get("fail"))),
+        key=lambda c: (-_int(totals[c].get("fail")), c),
+    )
+    clean = [
+        c for c in criteria if c not in failing and _int((totals.get(c) or {}).get("decided")) > 0
+    ]
+    undecided = [c for c in criteria if c not in failing and c not in clean]
+    parts = []
+    # Every failing criterion is named, most failures first.
+    for i, c in enumerate(failing):
+        fail, decided = _int(totals[c].get("fail")), _int(totals[c].get("decided"))
+        lead = f"{c} failed in " if i == 0 else f"{c} in "
+        parts.append(f"{lead}{fail} of {decided}{' decided runs' if i == 0 else ''}")
+    clause = "across the testbed's conditions, " + (
+        _join(parts) if parts else "no criterion failed in any decided run"
+    )
+    if parts and clean:
+        clause += f"; {_join(clean)} never failed"
+    if undecided:
+        clause += f"; {_join(undecided)} {'was' if len(undecided) == 1 else 'were'} never decided"
+    extra = []
+    if _int(table.get("undecidable")):
+        extra.append(f"{_plural(_int(table.get('undecidable')), 'verdict')} undecidable")
+    if _int(table.get("validityExcluded")):
+        runs = _plural(_int(table.get("validityExcluded")), "run")
+        extra.append(f"{runs} excluded because their conditions did not hold")
+    if _int(table.get("evidenceExcluded")):
+        runs = _plural(_int(table.get("evidenceExcluded")), "run")
+        extra.append(f"{runs} left out for incomplete evidence")
+    return "; ".join([clause, *extra])
+
+
+def _int(value: Any) -> int:
+    number = value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    return int(number) if number is not None and math.isfinite(number) else 0
+
+
+def _plural(n: int, singular: str) -> str:
+    return f"{n} {singular if n == 1 else singular + 's'}"
 
 
 def _is_base(condition_rows: Sequence[Mapping[str, Any]], cid: str) -> bool:

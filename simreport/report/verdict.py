@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..analysis.conclusions import testbed_clause
 from ..core.canonical import canonical_json, parse_number
 from ..core.overrides import lookup
 
@@ -367,46 +368,7 @@ def _identical(audit: Mapping[str, Any]) -> str | None:
 
 def _testbed(audit: Mapping[str, Any]) -> str | None:
     """Verdict counts per criterion over all conditions (bounds stay per condition)."""
-    table = audit.get("testbed")
-    if not isinstance(table, Mapping):
-        return None
-    totals = table.get("totals") or {}
-    criteria = [str(c) for c in table.get("criteria") or []]
-    if not criteria:
-        return "the agent testbed judged no criterion"
-    failing = sorted(
-        (c for c in criteria if _count((totals.get(c) or {}).get("fail"))),
-        key=lambda c: (-_count(totals[c].get("fail")), c),
-    )
-    clean = [
-        c for c in criteria if c not in failing and _count((totals.get(c) or {}).get("decided")) > 0
-    ]
-    undecided = [c for c in criteria if c not in failing and c not in clean]
-    parts = []
-    for i, c in enumerate(failing[:MAX_NAMED]):
-        fail, decided = _count(totals[c].get("fail")), _count(totals[c].get("decided"))
-        lead = f"{c} failed in " if i == 0 else f"{c} in "
-        parts.append(f"{lead}{fail} of {decided}{' decided runs' if i == 0 else ''}")
-    if len(failing) > MAX_NAMED:
-        more = len(failing) - MAX_NAMED
-        parts.append(f"{more} more {'criterion' if more == 1 else 'criteria'} at least once")
-    clause = "across the testbed's conditions, " + (
-        _join(parts) if parts else "no criterion failed in any decided run"
-    )
-    if parts and clean:
-        clause += f"; {_join(clean)} never failed"
-    if undecided:
-        clause += f"; {_join(undecided)} {'was' if len(undecided) == 1 else 'were'} never decided"
-    extra = []
-    if _count(table.get("undecidable")):
-        extra.append(f"{_plural(_count(table.get('undecidable')), 'verdict')} undecidable")
-    if _count(table.get("validityExcluded")):
-        runs = _plural(_count(table.get("validityExcluded")), "run")
-        extra.append(f"{runs} excluded because their conditions did not hold")
-    if _count(table.get("evidenceExcluded")):
-        runs = _plural(_count(table.get("evidenceExcluded")), "run")
-        extra.append(f"{runs} left out for incomplete evidence")
-    return "; ".join([clause, *extra])
+    return testbed_clause(audit.get("testbed"))
 
 
 def headline(audit: Mapping[str, Any]) -> str:
