@@ -302,3 +302,18 @@ def test_a_base_without_usable_runs_says_so_and_why() -> None:
     headline = conclusions.verdict(["x"], rows, {"x": []}, {}, {}, lost)["headline"]
     assert headline.startswith("The base has no usable run")
     assert "TimeoutError" in headline
+
+
+def test_a_factorial_headline_states_the_main_effects_whose_interval_excludes_zero() -> None:
+    rows = _conditions([("base", 4, 4), ("a=1|b=1", 4, 4)])
+    tests = {"x": [_test_row("a=1|b=1", "inconclusive")]}
+    effects = {
+        "x": [
+            {"axis": "a", "level": 1, "reference": 0, "diff": -0.55, "ci95": [-0.6, -0.5]},
+            {"axis": "b", "level": "r", "reference": "e", "diff": 0.01, "ci95": [-0.1, 0.1]},
+        ]
+    }
+    moved = {"a=1|b=1": ["a", "b"]}
+    headline = conclusions.verdict(["x"], rows, tests, {}, moved, [], None, effects)["headline"]
+    assert "with main effect of a 1 (vs 0) −0.55" in headline
+    assert "b r" not in headline

@@ -409,7 +409,9 @@ def analyse(
             "achievedReasons": achieved["reasons"],
             "usableMin": achieved["usableMin"],
         },
-        "verdict": conclusions.verdict(metrics, condition_rows, tests, notes, moved, lost),
+        "verdict": conclusions.verdict(
+            metrics, condition_rows, tests, notes, moved, lost, None, effects["mainEffects"]
+        ),
         "family": family,
         "purpose": _purpose_section(purpose, runs),
         "metrics": metrics,
@@ -465,7 +467,7 @@ def analyse(
     if testbed is not None:
         audit["testbed"] = testbed
         audit["verdict"] = conclusions.verdict(
-            metrics, condition_rows, tests, notes, moved, lost, testbed
+            metrics, condition_rows, tests, notes, moved, lost, testbed, effects["mainEffects"]
         )
     # The user simulator's quality control per condition (analysis/user_quality.py), over every
     # run that has a quality-control document.

@@ -24,6 +24,7 @@ Pure functions of numbers and rows: no clock, no randomness except the seeded bo
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -495,13 +496,16 @@ def verdict(
     moved: Mapping[str, Sequence[str]],
     lost: Sequence[Mapping[str, Any]],
     testbed: Any = None,
+    main_effects: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
 ) -> dict[str, Any]:
     """audit.json's `verdict`: a headline of two sentences — the base value of every metric,
     then per metric what moved (under which axes, by how much), what stayed within its margin,
     what was inconclusive (with what could have been detected), and the conditions lost to
     failures — and the per-metric details a table shows under it. Every metric is named. An
     agent-testbed audit (`testbed`, its summary) leads the second sentence with its verdict
-    counts per criterion."""
+    counts per criterion. A full factorial audit (`main_effects`) states, per metric, the main
+    effects whose interval excludes 0: a cell against the base moves several axes at once, a main
+    effect one."""
     first = _base_sentence(metrics, condition_rows, lost)
     labels = {str(c["id"]): str(c.get("label") or c["id"]) for c in condition_rows}
     said: dict[str, list[str]] = {}
@@ -511,6 +515,7 @@ def verdict(
         clause, detail = _metric_clause(
             metric, tests.get(metric, []), moved, labels, notes.get(metric)
         )
+        clause += _main_effects_clause((main_effects or {}).get(metric) or [])
         named = f"{metric} (secondary)" if detail["family"] == "secondary" else metric
         said.setdefault(clause, []).append(named)
         details.append(detail)
@@ -535,6 +540,31 @@ def verdict(
         second = second[:1].upper() + second[1:]
     headline = f"{first} {second}."
     return {"headline": headline, "details": details}
+
+
+def _main_effects_clause(rows: Sequence[Mapping[str, Any]]) -> str:
+    """`; main effects of homophily 0.3 (vs 0.8) −0.552 and …`, for the main effects whose
+    interval excludes 0; empty when there are none."""
+    clear = []
+    for row in rows:
+        ci = row.get("ci95")
+        diff = row.get("diff")
+        if not isinstance(ci, list) or len(ci) != 2 or not isinstance(diff, (int, float)):
+            continue
+        lo, hi = (float(v) if isinstance(v, (int, float)) else math.nan for v in ci)
+        if lo > 0 or hi < 0:
+            model = f" @ {row['model']}" if row.get("model") else ""
+            clear.append(
+                f"{row['axis']} {_level(row.get('level'))} (vs {_level(row.get('reference'))})"
+                f"{model} {_signed(float(diff))}"
+            )
+    if not clear:
+        return ", with no main effect whose interval excludes 0" if rows else ""
+    return f", with main effect{'s' if len(clear) > 1 else ''} of {_join(clear)}"
+
+
+def _level(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
 
 
 def _plural_verbs(clause: str) -> str:
