@@ -312,7 +312,11 @@ def plan_jobs(
     inputs = {c.id: input_hashes(c.scenario, loaded.asset_root) for c in conditions}
     if checks is None:
         checks = RunChecks(purpose=loaded.plan.purpose)
-    checks = checks.model_copy(update={"spec_sha256": declared_design(loaded)})
+    if loaded.base.identity is not None:
+        # The reviewed version's digest, which its runs check against the ledger's pin and
+        # record. An unversioned scenario has no version to check: its runs' keys then follow
+        # their own scenario only, not every edit of the base (as `simreport run` does).
+        checks = checks.model_copy(update={"spec_sha256": declared_design(loaded)})
     versions = recorded_versions(loaded, conditions, llm)
     condition_checks = {
         c.id: checks.for_condition(

@@ -39,6 +39,8 @@ RUN_FILES = (
     "observations.json",
     "evidence.json",
     "completeness.json",
+    # the user simulator's quality control, which the analysis reads
+    "user-quality.json",
     # Never written by a run (`simreport evaluate` writes it later): listed so that a run fetched
     # into a folder removes an evaluation left there from another run.
     "evaluation.json",
