@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import random
 import shutil
-import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_plan_meaning import write_plan as write_plan_files
 
 from simreport.core.canonical import content_hash
 from simreport.core.files import load_document
@@ -248,10 +248,7 @@ axes:
 
 
 def write_plan(folder: Path, scenario: str = SCENARIO, plan: str = PLAN) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "scenario.yaml").write_text(textwrap.dedent(scenario), encoding="utf-8")
-    (folder / "audit.yaml").write_text(textwrap.dedent(plan), encoding="utf-8")
-    return folder / "audit.yaml"
+    return write_plan_files(folder, plan, scenario)
 
 
 def run_keys(plan_file: Path) -> dict[tuple[str, int], str]:
