@@ -16,6 +16,7 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_plan_meaning import PLAN
 from test_plan_meaning import write_plan as write_plan_files
 
 from simreport.core.canonical import content_hash
@@ -235,15 +236,6 @@ params:
   framing: neutral
 hypothesis:
   outcomes: {cooperationRate: increase}
-"""
-
-PLAN = """\
-baseScenario: scenario.yaml
-replications: 2
-metrics: [cooperationRate]
-axes:
-  - template: R3
-    levels: [moralised]
 """
 
 
