@@ -32,6 +32,7 @@ from .core.errors import InputError, SchemaError, ValidationIssue, join_path
 from .core.files import Document, check_output_dir, load_document, write_atomic
 from .core.fingerprint import code_fingerprint, package_files
 from .core.schema import RunResult
+from .core.versions import run_document
 from .harness import (
     Condition,
     LoadedPlan,
@@ -51,6 +52,7 @@ from .harness.runner import (
     validate_llm_override,
     worker_pool,
 )
+from .harness.store import RUN_KEY_VERSION
 from .kernel import input_hashes, kernel_fingerprint
 from .kernel.interrupt import Interrupted, request_stop
 
@@ -478,7 +480,9 @@ def _plan_target(
             fingerprints[world] = kernel_fingerprint(world)
         key = content_hash(
             {
-                "scenario": condition.scenario.to_doc(),
+                "keyVersion": RUN_KEY_VERSION,
+                # What the runs read: a description edit or a reordered mapping reruns nothing.
+                "scenario": run_document(condition.scenario.to_doc()),
                 "id": condition.id,
                 "replications": reps,
                 "provider": provider,

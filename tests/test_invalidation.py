@@ -392,3 +392,59 @@ def test_obsolete_condition_and_replication_folders_are_removed(built: Path) -> 
         if log.stem in _run_dirs(built, "prisoners_dilemma"):
             summary = log.read_text().strip().splitlines()[-1]
             assert "computed=0" in summary and "fromStore=2" in summary, summary
+
+
+PD_SCENARIO = Path("examples") / "prisoners_dilemma" / "scenario.yaml"
+PAGES_ONLY = {
+    "plan_spec": 1,
+    "analyse": 1,
+    "figures_prisoners_dilemma": 1,
+    "report": 1,
+    "methods": 1,
+    "site": 1,
+    "all": 1,
+}
+"""What an edit no run reads reruns: the plan's spec, its analysis (audit.json carries the plan
+it reports), its pages and the site."""
+
+
+def _run_record(dest: Path, plan: str) -> dict[str, tuple[bytes, int]]:
+    """Every run file and condition log of a plan, with its bytes and modification time: a run
+    that executes again, or a condition job that runs again, changes both."""
+    out = dest / "results" / plan
+    files = [*sorted((out / "runs").rglob("*.json")), *sorted((out / "logs" / "runs").glob("*"))]
+    return {str(path): (path.read_bytes(), path.stat().st_mtime_ns) for path in files}
+
+
+def _store_entries(dest: Path) -> list[str]:
+    return sorted(entry.name for entry in (dest / "results" / ".store").glob("*/*"))
+
+
+@pytest.mark.slow
+@needs_snakemake
+def test_a_description_edit_reruns_no_run_and_the_pages_show_it(built: Path) -> None:
+    snakemake(built)  # whatever earlier tests left, up to date first
+    runs, entries = _run_record(built, "prisoners_dilemma"), _store_entries(built)
+    audit_file = built / "results" / "prisoners_dilemma" / "audit.json"
+    before = json.loads(audit_file.read_text())
+    scenario = built / PD_SCENARIO
+    with (
+        _Edited(scenario, "in pairs that never change", old="in fixed pairs"),
+        _Edited(scenario, "name: Prisoners, renamed", old="name: Iterated prisoner's dilemma"),
+    ):
+        jobs, out = _dry(built)
+        assert jobs == PAGES_ONLY, out[-2000:]
+        jobs, out = snakemake(built)
+        assert not any(rule.startswith("run_") for rule in jobs), out[-2000:]
+        # No run executed: every run file and condition log as it was, the store as it was.
+        assert _run_record(built, "prisoners_dilemma") == runs
+        assert _store_entries(built) == entries
+        report = (built / "results" / "prisoners_dilemma" / "report.html").read_text()
+        assert "Prisoners, renamed" in report
+        site_audit = json.loads((built / "site" / "prisoners_dilemma" / "audit.json").read_text())
+        assert "in pairs that never change" in site_audit["plan"]["base"]["description"]
+        after = json.loads(audit_file.read_text())
+        assert after["plan"]["hash"] == before["plan"]["hash"]
+        assert after["tests"] == before["tests"]
+    jobs, out = snakemake(built)
+    assert jobs == PAGES_ONLY, out[-2000:]

@@ -39,6 +39,17 @@ def to_plain(value: Any) -> Any:
     return _plain(value)
 
 
+def sorted_mappings(value: Any) -> Any:
+    """`value` with the keys of every mapping in it in sorted order, at every depth; lists keep
+    their order. Code that iterates a document's mappings then sees the order its canonical JSON
+    (and so its hash) has, whatever order the document was written in."""
+    if isinstance(value, Mapping):
+        return {str(k): sorted_mappings(value[k]) for k in sorted(value, key=str)}
+    if isinstance(value, (list, tuple)):
+        return [sorted_mappings(v) for v in value]
+    return value
+
+
 def canonical_json(value: Any) -> str:
     """Compact, sorted-key JSON used for hashing."""
     return json.dumps(

@@ -23,7 +23,7 @@ from typing import Any, Final, Literal
 
 from pydantic import Field
 
-from .canonical import content_hash
+from .canonical import content_hash, sorted_mappings
 from .schema import Model
 
 Purpose = Literal["regression", "exploration"]
@@ -50,6 +50,27 @@ DERIVED_MARK: Final = "+d."
 REVIEW_FIELDS: Final = ("status", "riskSignoff")
 """Identity keys that say where a version starts in review, not what it is: the ledger holds its
 status from then on, so editing them changes no design."""
+
+
+PRESENTATION_FIELDS: Final = ("name", "description", "hypothesis")
+"""Scenario keys no run reads: its name and description are for people, its hypothesis for the
+analysis. A run gets them as null, so editing them reruns nothing; a versioned scenario (one
+with `identity`) keeps them, because its runs record the digest of the whole reviewed version
+(`design_sha256`, checked against the ledger's pin) and so do depend on them."""
+
+
+def run_document(scenario_doc: Mapping[str, Any]) -> dict[str, Any]:
+    """The scenario document as its run reads it, and as run keys hash it: every mapping's keys
+    in sorted order at every depth (lists keep theirs), so that the order a file lists persona
+    fields, user facts or parameters in (which a YAML round trip may change, and which the
+    canonical hash does not see) never decides which draw or which prompt line goes where; and
+    the PRESENTATION_FIELDS null unless the scenario is versioned."""
+    doc: dict[str, Any] = sorted_mappings(scenario_doc)
+    if doc.get("identity") is None:
+        for key in PRESENTATION_FIELDS:
+            if key in doc:
+                doc[key] = None
+    return doc
 
 
 def design_document(scenario_doc: Mapping[str, Any]) -> dict[str, Any]:
@@ -151,6 +172,7 @@ class RunChecks(Model):
 __all__ = [
     "DEFAULT_PURPOSE",
     "PLACEMENT_FIELDS",
+    "PRESENTATION_FIELDS",
     "PURPOSES",
     "REVIEW_STATUSES",
     "Purpose",
@@ -161,5 +183,6 @@ __all__ = [
     "design_document",
     "design_sha256",
     "recorded_version",
+    "run_document",
     "version_key",
 ]

@@ -3,10 +3,11 @@ validate its base scenario, check it against what the world reports, and build e
 that nothing the plan asks for can fail after the first run has started.
 
 A plan has two hashes. Its *meaning* hash (`LoadedPlan.hash`, plan.json's `hash`) covers what
-decides its numbers: the base scenario's content, the axes and their levels, the design,
-replications, models, metrics, hypothesis, claim type and whether incomplete runs count, with
-credentials in URLs redacted. Bootstrap seeds derive from it, so copying a plan's folder,
-renaming it, giving it a title or spelling its scenario's path differently changes no result.
+decides its numbers: the base scenario's content as its runs read it, the axes and their levels,
+the design, replications, models, metrics, hypothesis, claim type and whether incomplete runs
+count, with credentials in URLs redacted. Bootstrap seeds derive from it, so copying a plan's
+folder, renaming it, giving it a title, rewording its scenario's description or spelling its
+scenario's path differently changes no result.
 Its *identity* hash (`LoadedPlan.identity_hash`) covers its id, title and file.
 """
 
@@ -26,6 +27,7 @@ from ..core.files import Document, load_document
 from ..core.redaction import redact_document
 from ..core.schema import AuditPlan, Hypothesis, PlanHypothesis, Scenario
 from ..core.validation import validate_model
+from ..core.versions import run_document
 from ..kernel import load_scenario, scenario_outputs, validate_scenario
 from .axes import AXIS_CATALOG, TEMPLATE_ENTRY_KEYS, expand_axis_templates
 
@@ -114,10 +116,15 @@ class LoadedPlan:
     def meaning(self) -> dict[str, Any]:
         """What the plan asks for, without what names or places it: `normalised()` with URLs'
         credentials redacted, without the identity keys (id, title, the base scenario's path as
-        written) and without axis display labels."""
+        written), without axis display labels, and with the base scenario as its runs read it
+        (`core.versions.run_document`: its name, description and own hypothesis null unless it
+        is versioned; the effective hypothesis stays, at the top)."""
         doc = redact_document(self.normalised())
         for key in (*IDENTITY_KEYS, "identity", "identityHash"):
             doc.pop(key, None)
+        # The base as its runs read it: a scenario's name and description (unless it is a
+        # reviewed version) are no more its meaning than the plan's title.
+        doc["base"] = run_document(doc["base"])
         doc["axes"] = [
             {k: v for k, v in axis.items() if k not in PRESENTATION_AXIS_KEYS}
             for axis in doc["axes"]

@@ -21,7 +21,7 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import CancelledError, Future, ProcessPoolExecutor, as_completed, wait
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ from ..core.errors import InputError
 from ..core.files import read_json, write_atomic, write_json
 from ..core.redaction import redact_document
 from ..core.schema import RunResult, Scenario
-from ..core.versions import RunChecks
+from ..core.versions import RunChecks, run_document
 from ..kernel import input_hashes, interrupt, kernel_fingerprint, run_scenario
 from ..kernel.interrupt import Interrupted
 from ..kernel.testbed.assets import manifest_references
@@ -312,7 +312,11 @@ def plan_jobs(
     inputs = {c.id: input_hashes(c.scenario, loaded.asset_root) for c in conditions}
     if checks is None:
         checks = RunChecks(purpose=loaded.plan.purpose)
-    checks = checks.model_copy(update={"spec_sha256": declared_design(loaded)})
+    if loaded.base.identity is not None:
+        # The reviewed version's digest, which its runs check against the ledger's pin and
+        # record. An unversioned scenario has no version to check: its runs' keys then follow
+        # their own scenario only, not every edit of the base (as `simreport run` does).
+        checks = checks.model_copy(update={"spec_sha256": declared_design(loaded)})
     versions = recorded_versions(loaded, conditions, llm)
     condition_checks = {
         c.id: checks.for_condition(
@@ -325,14 +329,13 @@ def plan_jobs(
         world = condition.scenario.world
         if world not in fingerprints:
             fingerprints[world] = kernel_fingerprint(world)
-        for r, scenario in enumerate(replication_scenarios(condition, loaded.plan.replications)):
+        # What the runs read, and so what they are keyed by and compared with when reused.
+        read = replace(condition, scenario=run_scenario_of(condition.scenario, llm))
+        for r, scenario in enumerate(replication_scenarios(read, loaded.plan.replications)):
             index = len(slots)
             slots.append((condition, r))
             target = run_dir(out, condition, r)
             doc = scenario.to_doc()
-            if llm:
-                doc["llm"] = {**doc["llm"], **llm}
-                scenario = Scenario.model_validate(doc)
             key = run_key(
                 doc,
                 condition=condition.id,
@@ -371,6 +374,15 @@ def plan_jobs(
                 )
             )
     return slots, jobs, results
+
+
+def run_scenario_of(scenario: Scenario, llm: Mapping[str, Any] | None = None) -> Scenario:
+    """The scenario a run of `scenario` reads (`core.versions.run_document`: keys in sorted
+    order, nothing no run reads), with the `llm` overrides applied."""
+    doc = scenario.to_doc()
+    if llm:
+        doc["llm"] = {**doc["llm"], **llm}
+    return Scenario.model_validate(run_document(doc))
 
 
 def worker_pool(workers: int) -> ProcessPoolExecutor:

@@ -1,11 +1,12 @@
 """A content-addressed store of finished runs.
 
-A replication is keyed by what determines its result: the exact scenario document it runs (with
-its seed lineage), the condition id and replication index written into its result, the provider
-override and the kernel's code fingerprint. A batch that is executed again — because a workflow
-manager removed its outputs, or a plan gained replications — copies finished runs back from the
-store instead of recomputing them. Only final runs are kept (completed, no model call lost to a
-provider error); failures and lost calls always run again.
+A replication is keyed by what determines its result: the scenario document it runs (with its
+seed lineage; `core.versions.run_document`: keys sorted, nothing no run reads), the condition id
+and replication index written into its result, the provider override, the kernel's code
+fingerprint and the version of this key's own scheme (RUN_KEY_VERSION). A batch that is executed
+again — because a workflow manager removed its outputs, or a plan gained replications — copies
+finished runs back from the store instead of recomputing them. Only final runs are kept
+(completed, no model call lost to a provider error); failures and lost calls always run again.
 
 An entry records the sha256 of each of its files when it is stored, and every fetch checks them:
 an entry edited, truncated or left incomplete is discarded and its run computed again. Files go in
@@ -38,6 +39,8 @@ RUN_FILES = (
     "observations.json",
     "evidence.json",
     "completeness.json",
+    # the user simulator's quality control, which the analysis reads
+    "user-quality.json",
     # Never written by a run (`simreport evaluate` writes it later): listed so that a run fetched
     # into a folder removes an evaluation left there from another run.
     "evaluation.json",
@@ -47,6 +50,12 @@ RUN_FILES = (
 
 DIGEST = "digest.json"
 """An entry's record of what it holds: its key and the sha256 of each run file."""
+
+RUN_KEY_VERSION = 2
+"""The scheme of `run_key`, part of every key. Raised whenever what a key stands for changes, so
+that entries stored under the old scheme are never handed out for runs that now differ; they are
+simply never found again. 2: a run reads its scenario with sorted keys and without its name,
+description and hypothesis (a run of scheme 1 depended on key order that its key ignored)."""
 
 _FICLONE = 0x40049409  # Linux ioctl: share the source's extents (btrfs, XFS); copy-on-write
 _CHUNK = 1 << 20
@@ -61,10 +70,12 @@ def run_key(
     fingerprint: str,
     inputs: dict[str, str] | None = None,
 ) -> str:
-    """The store key of one replication. `inputs` are the sha256 of the files the run reads
-    besides its scenario (a simulator's script, an asset library)."""
+    """The store key of one replication. `scenario` is the document the run reads
+    (`run_document`); `inputs` are the sha256 of the files the run reads besides its scenario (a
+    simulator's script, an asset library)."""
     return content_hash(
         {
+            "keyVersion": RUN_KEY_VERSION,
             "scenario": scenario,
             "condition": condition,
             "replication": replication,

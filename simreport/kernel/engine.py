@@ -32,7 +32,7 @@ from ..core.schema import (
 )
 from ..core.validation import issues_from, validate_model
 from ..core.version import __version__
-from ..core.versions import RunChecks
+from ..core.versions import RunChecks, run_document
 from .context import RunContext, assign_executors
 from .events import EventLog
 from .external import simulator_assets
@@ -248,6 +248,10 @@ def run_scenario(
     them), blanked out of every event, record and failure message in whatever form an error
     quotes them, before any of it is written or handed on."""
     checks = checks if checks is not None else RunChecks()
+    # The run reads the scenario in its canonical form (core.versions.run_document): the order
+    # a document lists its mappings' keys in, which its hash does not see, decides nothing, and
+    # what no run reads (a description) is not part of the run or of scenario.json.
+    scenario = Scenario.model_validate(run_document(scenario.to_doc()))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     # A stale result.json from an earlier run must not survive a rerun that is killed midway.

@@ -16,8 +16,10 @@ from ..core.schema import (
 
 
 def sample_personas(population: Population, rng: np.random.Generator) -> list[dict[str, Any]]:
-    """One persona per agent; fields are drawn column by column in name order, so adding a field
-    does not change the draws of fields that sort before it."""
+    """One persona per agent, its fields in name order; fields are drawn column by column in
+    name order, so adding a field does not change the draws of fields that sort before it.
+    Name order, not the order the scenario lists them in: that order is not part of the
+    scenario's hash (a YAML round trip may change it), so it must not change the prompt."""
     n = population.n
     columns: dict[str, list[Any]] = {}
     for name in sorted(population.fields):
@@ -39,6 +41,4 @@ def sample_personas(population: Population, rng: np.random.Generator) -> list[di
             columns[name] = [float(v) for v in drawn]
         elif isinstance(spec, ConstantField):
             columns[name] = [spec.value] * n
-    # Keep the scenario's field order for rendering.
-    order = list(population.fields)
-    return [{name: columns[name][i] for name in order} for i in range(n)]
+    return [{name: columns[name][i] for name in sorted(columns)} for i in range(n)]
