@@ -184,6 +184,15 @@ def test_a_default_value_spelled_out_is_identical_to_base(tmp_path: Path) -> Non
     assert conditions[1].identical_to_base is True
 
 
+def test_a_level_that_changes_only_what_no_run_reads_is_identical_to_base(tmp_path: Path) -> None:
+    # An axis on the description: its runs read the same scenario as the base's, so no test.
+    plan = "axes:\n  - {id: words, kind: representation, level: micro, dimension: words,\n"
+    plan += "     target: description, levels: [another wording]}\n"
+    conditions = build_conditions(load(tmp_path, plan))
+    assert conditions[1].identical_to_base is True
+    assert conditions[1].scenario_hash != conditions[0].scenario_hash
+
+
 def test_temperature_is_forced_to_zero(tmp_path: Path) -> None:
     loaded = load(tmp_path, OAT + "models: [m]\n")
     assert loaded.base.llm.temperature == 0.9  # the plan keeps the scenario as written ...

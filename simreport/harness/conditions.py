@@ -40,7 +40,7 @@ from ..core.errors import (
 from ..core.overrides import get_path, set_path
 from ..core.redaction import redact_document
 from ..core.schema import AuditPlan, PerturbationAxis, Scenario
-from ..core.versions import design_sha256, recorded_version
+from ..core.versions import design_sha256, recorded_version, run_document
 from ..kernel import validate_scenario
 from .plan import LoadedPlan
 
@@ -234,6 +234,9 @@ def build_conditions(loaded: LoadedPlan) -> list[Condition]:
 
     base_plain = _prepare(base_doc)
     base_hash = content_hash(base_plain)
+    # Identical to the base when its runs would read the same scenario: a level that changes
+    # only what no run reads (a description) runs byte-identically, so it is no test.
+    base_runs_read = content_hash(run_document(base_plain))
     models: list[str | None] = list(plan.models) if plan.models else [None]
     # Every condition's (axis, level) indices and model, in plan order; labels need them all.
     cells = [((), model) for model in models] + [
@@ -264,6 +267,7 @@ def build_conditions(loaded: LoadedPlan) -> list[Condition]:
     for combo in combos:
         plain = _prepare(_apply(loaded, base_doc, combo))
         scenario_hash = content_hash(plain)
+        identical = content_hash(run_document(plain)) == base_runs_read
         pairs = [(axes[i].id, axes[i].levels[j]) for i, j in combo]
         levels = dict(pairs)
         if plan.design == "one_at_a_time":
@@ -285,7 +289,7 @@ def build_conditions(loaded: LoadedPlan) -> list[Condition]:
                     is_base=False,
                     scenario=_with_model(plain, model),
                     scenario_hash=scenario_hash,
-                    identical_to_base=scenario_hash == base_hash,
+                    identical_to_base=identical,
                     base_id=condition_id((), model),
                     label=next(perturbed_labels),
                 )
