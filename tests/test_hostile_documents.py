@@ -281,7 +281,7 @@ def _edit(path: Path, old: str, new: str) -> None:
             "audit.yaml",
             "[moralised, risk]",
             '[moralised, "ri\\0sk"]',
-            11,
+            14,
             "axes.0.levels.1",
             "U+0000",
         ),

@@ -471,4 +471,4 @@ def test_validate_checks_the_workflow_config(tmp_path: Path) -> None:
     the shipped config is a workflow config, checked with the plans it lists."""
     proc = simreport("validate", "config/config.yaml", cwd=ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.startswith("ok  config/config.yaml: workflow config: 4 plans")
+    assert proc.stdout.startswith("ok  config/config.yaml: workflow config: 5 plans")
