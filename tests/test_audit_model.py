@@ -117,7 +117,7 @@ def test_attributes_read_what_the_keys_hold(built: dict[str, dict[str, Any]]) ->
         doc["tests"]["score"][0]["conclusion"],
     )
     assert audit.grade.usable_min == doc["grade"]["usableMin"]
-    assert audit.testbed is None and audit.main_effects is None
+    assert audit.testbed is None and audit.main_effects == {}
 
 
 def test_non_finite_numbers_are_floats_and_written_back_as_strings(
@@ -140,16 +140,22 @@ def test_non_finite_numbers_are_floats_and_written_back_as_strings(
     )
 
 
-def test_factorial_sections_validate(built: dict[str, dict[str, Any]]) -> None:
-    """Main effects and interactions of a full factorial (metric → rows) are part of the
-    contract, loosely typed, with the sensitivity ranked by main effect."""
-    doc = copy.deepcopy(built["full factorial with models"])
-    doc["mainEffects"] = {"score": [{"axis": "framing", "diff": 0.3, "ci95": ["-inf", 1.0]}]}
-    doc["interactions"] = {"score": [{"axes": ["framing", "window"], "diff": None}]}
-    doc["factorialMethod"] = "contrasts of cell means"
-    doc["sensitivity"][0]["rankedBy"] = "mainEffect"
-    doc["sensitivity"][0]["mainEffect"] = {"maxAbsD": 1.2, "metric": "score"}
-    assert AuditDoc.model_validate(doc).to_doc() == doc
+def test_factorial_sections_are_typed(built: dict[str, dict[str, Any]]) -> None:
+    """Main effects and interactions of a full factorial are part of the contract, and the
+    sensitivity is ranked by main effect; other designs carry them empty."""
+    audit = AuditDoc.model_validate(built["full factorial with models"])
+    assert audit.main_effects and audit.interactions and audit.factorial_method
+    row = audit.main_effects["score"][0]
+    assert row.axis in {"framing", "window"} and row.n_cells > 0
+    assert {e.ranked_by for e in audit.sensitivity} <= {"mainEffect", None}
+    assert any(e.main_effect is not None for e in audit.sensitivity)
+    other = AuditDoc.model_validate(built["one replication"])
+    assert other.main_effects == {} and other.factorial_method is None
+    broken = copy.deepcopy(built["full factorial with models"])
+    del broken["interactions"]["score"][0]["nCells"]
+    with pytest.raises(SchemaError) as caught:
+        validate_audit(broken)
+    assert caught.value.path == "interactions.score.0.nCells"
 
 
 @pytest.mark.parametrize(

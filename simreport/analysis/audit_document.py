@@ -50,7 +50,7 @@ Family = Literal["primary", "secondary"]
 Conclusion = Literal["moved", "unchanged", "inconclusive", "untested"]
 Purpose = Literal["regression", "exploration"]
 JsonObject = dict[str, Any]
-"""A JSON object whose keys the audit does not fix (a plan, a factorial row)."""
+"""A JSON object whose keys the audit does not fix (a plan, model settings)."""
 
 
 class AuditModel(Model):
@@ -366,6 +366,17 @@ class AxisMeasure(AuditModel):
     small_spread: bool = Field(description="Whether a small spread inflates it.")
 
 
+class MainEffectMeasure(AuditModel):
+    """The largest |standardized main effect| of an axis over every metric (and model)."""
+
+    max_abs_d: Real = Field(description="Largest |standardized main effect|.")
+    metric: str = Field(description="The metric it was found in.")
+    level: Any = Field(description="The level it was found at.")
+    reference: Any = Field(description="The axis's reference level.")
+    model: str | None = Field(description="The model whose grid it was found in.")
+    diff: Real | None = Field(description="Its difference of marginal means.")
+
+
 class SensitivityEntry(AuditModel):
     """One axis, ranked by how much it moves the metrics."""
 
@@ -377,8 +388,12 @@ class SensitivityEntry(AuditModel):
     )
     isolated: AxisMeasure | None = Field(description="Over cells that move this axis alone.")
     any_cell: AxisMeasure | None = Field(description="Over every cell that moves it.")
-    main_effect: JsonObject | None = Field(
-        None, description="Full factorials: the largest standardized main effect of the axis."
+    main_effect: MainEffectMeasure | None = Field(
+        None,
+        description=(
+            "Full factorials: the axis's largest standardized main effect, which ranks it; "
+            "absent for other designs."
+        ),
     )
 
 
@@ -409,6 +424,39 @@ class DistributionRow(AuditModel):
     tvd: Real | None = Field(description="Score 100 · (1 − TV / TV of uniform); null: see note.")
     tvd_base: Real | None = Field(description="The same score of its base.")
     note: str | None = Field(description="Why a score is missing.")
+
+
+# --------------------------------------------------------------------------- full factorials
+
+
+class FactorialEstimate(AuditModel):
+    """A contrast of cell means over a full-factorial grid, with its interval."""
+
+    diff: Real | None = Field(description="The contrast; null when a cell has no usable value.")
+    ci95: Interval | None = Field(description="Bootstrap 95 % interval of the contrast.")
+    standardized: Real | None = Field(description="The contrast in pooled within-cell SDs.")
+    n_cells: Count = Field(description="Cells the contrast weighs.")
+    note: str | None = Field(description="Why an estimate is missing, or a caveat.")
+
+
+class MainEffectRow(FactorialEstimate):
+    """One level of one axis against the axis's reference level, over the grid."""
+
+    axis: str = Field(description="Axis id.")
+    level: Any = Field(description="The level.")
+    reference: Any = Field(description="The reference level (the base's).")
+    model: str | None = Field(description="The model whose grid this is, when models vary.")
+    mean_level: Real | None = Field(description="Mean of the cell means at the level.")
+    mean_reference: Real | None = Field(description="Mean of the cell means at the reference.")
+
+
+class InteractionRow(FactorialEstimate):
+    """A two-way interaction: one level of each of two axes, against their references."""
+
+    axes: list[str] = Field(description="The two axis ids.")
+    levels: list[Any] = Field(description="The level of each.")
+    references: list[Any] = Field(description="The reference level of each.")
+    model: str | None = Field(description="The model whose grid this is, when models vary.")
 
 
 # --------------------------------------------------------------------------- cost, provenance
@@ -706,14 +754,26 @@ class AuditDoc(AuditModel):
     coverage: CoverageSection | None = Field(
         None, description="Agent-testbed coverage matrix; absent for other audits."
     )
-    main_effects: dict[str, list[JsonObject]] | None = Field(
-        None, description="Full factorials: metric → main-effect rows over the grid."
+    main_effects: dict[str, list[MainEffectRow]] | None = Field(
+        None,
+        description=(
+            "Full factorials: metric → one row per axis and non-reference level (and model); "
+            "empty for other designs, absent in audits written before it existed."
+        ),
     )
-    interactions: dict[str, list[JsonObject]] | None = Field(
-        None, description="Full factorials: metric → two-way interaction rows."
+    interactions: dict[str, list[InteractionRow]] | None = Field(
+        None,
+        description=(
+            "Full factorials: metric → one row per pair of axes and non-reference levels (and "
+            "model); empty for other designs, absent in audits written before it existed."
+        ),
     )
     factorial_method: str | None = Field(
-        None, description="Full factorials: how main effects and interactions were estimated."
+        None,
+        description=(
+            "How main effects and interactions were estimated; null without them, absent in "
+            "audits written before they existed."
+        ),
     )
 
     def to_doc(self) -> dict[str, Any]:
