@@ -14,7 +14,14 @@ import math
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, ConfigDict, Field, PlainSerializer, WithJsonSchema
+from pydantic import (
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    WithJsonSchema,
+    field_validator,
+)
 
 from ..core.canonical import NON_FINITE, parse_number, to_plain
 from ..core.errors import DocumentError, SchemaError, SimreportError
@@ -709,7 +716,8 @@ class AuditDoc(AuditModel):
         description=(
             "The normalised plan (`simreport schema plan` documents its keys) with its meaning "
             "hash `hash`."
-        )
+        ),
+        json_schema_extra={"required": ["hash"], "properties": {"hash": {"type": "string"}}},
     )
     options: Options = Field(description="Analysis options beside the plan.")
     grade: GradeSection = Field(description="Evidence grade of the design and of the runs.")
@@ -775,6 +783,15 @@ class AuditDoc(AuditModel):
             "audits written before they existed."
         ),
     )
+
+    @field_validator("plan")
+    @classmethod
+    def _plan_has_its_hash(cls, plan: JsonObject) -> JsonObject:
+        # The plan stays a mapping of its own keys, but every seed and build comparison of the
+        # audit derives from its meaning hash.
+        if not isinstance(plan.get("hash"), str):
+            raise ValueError("the plan has no meaning hash (a string under `hash`)")
+        return plan
 
     def to_doc(self) -> dict[str, Any]:
         """The document as it was read: keys it lacked stay absent, non-finite numbers are the
