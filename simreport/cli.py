@@ -498,7 +498,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-runs", type=positive_int, metavar="N", help=MAX_RUNS_HELP)
     p.set_defaults(func=cmd_validate)
 
-    p = sub.add_parser("schema", help="print the JSON Schema of a document kind")
+    p = sub.add_parser(
+        "schema",
+        help="print the JSON Schema of a document kind (scenario, plan, result.json, audit.json)",
+    )
     p.add_argument("which", choices=["scenario", "plan", "result", "audit"])
     p.set_defaults(func=cmd_schema)
 
