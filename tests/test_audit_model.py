@@ -40,7 +40,12 @@ from simreport.core.canonical import pretty_json, to_plain
 from simreport.core.errors import EXIT_INTERNAL, SchemaError, SimreportError
 
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = ("prisoners_dilemma", "echo_chamber", "refund_desk")
+EXAMPLES = (
+    "prisoners_dilemma/audit.yaml",
+    "echo_chamber/audit.yaml",
+    "echo_chamber/factorial-audit.yaml",
+    "refund_desk/audit.yaml",
+)
 
 PROVENANCE = {
     "planHash": "ab" * 32,
@@ -241,8 +246,8 @@ def test_schema_audit_command_prints_the_schema(capsys: pytest.CaptureFixture[st
 def test_example_audits_validate(example: str, tmp_path: Path, schema: dict[str, Any]) -> None:
     """Each example, run and analysed (its audit checked before it is written), reads back
     through the model unchanged and passes the exported JSON Schema."""
-    out = tmp_path / example
-    simreport.audit(ROOT / "examples" / example / "audit.yaml", out=out, replications=2)
+    out = tmp_path / "audit"
+    simreport.audit(ROOT / "examples" / example, out=out, replications=2)
     doc = json.loads((out / AUDIT_FILE).read_bytes())
     assert read_audit(out / AUDIT_FILE).to_doc() == doc
     assert to_plain(doc) == doc
