@@ -1,71 +1,30 @@
-"""The contract of audit.json (schema 3, SPEC §6–§6a) as pydantic models.
-
-`analyse` builds the audit as plain mappings; `write_audit` checks it against `AuditDoc` before a
-byte is written, so a renamed or retyped key fails where it was made, not in a page that reads it.
-Readers validate a document once (`AuditDoc.model_validate`, or `read_audit` for a file) and use
-attributes. Non-finite statistics are written as the strings "inf", "-inf" and "nan" (strict
-JSON, core/canonical.py): `Real` reads them back as floats and writes them as those strings again.
-"""
+"""audit.json's sections, the whole document (`AuditDoc`), and the checks that read and write it."""
 
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import (
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    PlainSerializer,
-    WithJsonSchema,
-    field_validator,
+from pydantic import Field, field_validator
+
+from ...core.canonical import to_plain
+from ...core.errors import DocumentError, SchemaError, SimreportError
+from ...core.schema import FailureInfo
+from ...core.validation import validate_model
+from ...core.values import Int64, Number
+from ._parts import (
+    AuditModel,
+    Conclusion,
+    Count,
+    Direction,
+    Family,
+    Interval,
+    JsonObject,
+    Purpose,
+    Real,
 )
-
-from ..core.canonical import NON_FINITE, parse_number, to_plain
-from ..core.errors import DocumentError, SchemaError, SimreportError
-from ..core.schema import FailureInfo, Model
-from ..core.validation import validate_model
-from ..core.values import Int64, Number
-
-AUDIT_SCHEMA_VERSION = 3
-
-
-def _written(value: float) -> float | str:
-    """A float as audit.json writes it: itself, or "inf", "-inf", "nan"."""
-    return value if math.isfinite(value) else str(to_plain(value))
-
-
-Real = Annotated[
-    float,
-    BeforeValidator(parse_number),
-    PlainSerializer(_written, return_type=float | str, when_used="json"),
-    WithJsonSchema({"anyOf": [{"type": "number"}, {"enum": sorted(NON_FINITE)}]}),
-]
-"""A statistic that may be infinite or undefined (Cohen's d of two constant samples, a run's
-metric): a number, or one of the strings "inf", "-inf", "nan"."""
-
-Count = Annotated[Int64, Field(ge=0)]
-"""How many of something: a non-negative integer."""
-
-Interval = Annotated[list[Real], Field(min_length=2, max_length=2)]
-"""A 95 % interval of a mean difference, [lower, upper]."""
-
-Direction = Literal["increase", "decrease"]
-Family = Literal["primary", "secondary"]
-Conclusion = Literal["moved", "unchanged", "inconclusive", "untested"]
-Purpose = Literal["regression", "exploration"]
-JsonObject = dict[str, Any]
-"""A JSON object whose keys the audit does not fix (a plan, model settings)."""
-
-
-class AuditModel(Model):
-    """Base of the audit's parts: the project's document rules (camelCase keys, no unknown key)
-    and strict types, so `"3"` is no count and `1` no boolean."""
-
-    model_config = ConfigDict(strict=True)
-
+from ._testbed import CoverageSection, TestbedSection, UserQualitySection
 
 # --------------------------------------------------------------------------- header
 
@@ -530,178 +489,6 @@ class BuildProvenance(AuditModel):
     providers: list[str] = Field(description="Providers the runs name.")
     decisions: list[str] = Field(description="Who made the runs' decisions, as pages name them.")
     conditions: dict[str, ConditionProvenance] = Field(description="Condition id → its inputs.")
-
-
-# --------------------------------------------------------------------------- agent testbed
-
-
-class VerdictCounts(AuditModel):
-    """Verdicts on one criterion."""
-
-    pass_: Count = Field(alias="pass", description="Runs that passed.")
-    fail: Count = Field(description="Runs that failed.")
-    undecidable: Count = Field(description="Runs the evaluator could not decide.")
-    not_applicable: Count = Field(description="Runs the criterion did not apply to.")
-    decided: Count = Field(description="pass + fail.")
-
-
-class CriterionRow(VerdictCounts):
-    """One condition's verdicts on one criterion, with its rate and bound."""
-
-    violation_rate: Number | None = Field(description="fail / decided; null when none decided.")
-    zero_violation_upper_bound: Number | None = Field(
-        description="1 − 0.05^(1/decided) when no run failed, else null."
-    )
-
-
-class TestbedCondition(AuditModel):
-    """One condition's evaluated runs."""
-
-    condition: str = Field(description="Condition id.")
-    runs: Count = Field(description="Runs.")
-    evaluated: Count = Field(description="Runs whose verdicts count.")
-    validity_excluded: Count = Field(description="Runs whose conditions did not hold.")
-    evidence_excluded: Count = Field(description="Runs with incomplete evidence.")
-    not_evaluated: Count = Field(description="Runs without a current evaluation.")
-    criteria: dict[str, CriterionRow] = Field(description="Criterion → verdicts.")
-
-
-class EvaluationSpecRef(AuditModel):
-    """An evaluation spec, by name, version and content."""
-
-    name: str = Field(description="Spec name.")
-    version: str = Field(description="Spec version.")
-    sha256: str = Field(description="sha256 of its content.")
-
-
-class EvaluatorUse(AuditModel):
-    """An evaluator and spec pair, with the runs it judged."""
-
-    name: str = Field(description="Evaluator name.")
-    version: str = Field(description="Evaluator version.")
-    sha256: str = Field(description="sha256 of the evaluator.")
-    spec: EvaluationSpecRef = Field(description="The spec it applied.")
-    runs: Count = Field(description="Runs it evaluated.")
-
-
-class TestbedSection(AuditModel):
-    """Agent-testbed verdicts per condition and criterion (present when a run was evaluated)."""
-
-    criteria: list[str] = Field(description="Every criterion judged, sorted.")
-    evaluators: list[EvaluatorUse] = Field(description="Who judged the runs.")
-    conditions: list[TestbedCondition] = Field(description="One row per condition.")
-    totals: dict[str, VerdictCounts] = Field(description="Criterion → counts over conditions.")
-    totals_note: str = Field(description="Why totals carry no rate or bound.")
-    validity_excluded: Count = Field(description="Validity exclusions, all conditions.")
-    evidence_excluded: Count = Field(description="Evidence exclusions, all conditions.")
-    undecidable: Count = Field(description="Undecidable verdicts, all criteria.")
-    note: str = Field(description="What the zero-violation bound assumes.")
-
-
-class PersonaConsistency(AuditModel):
-    """Persona consistency per message."""
-
-    messages: Count = Field(description="Messages checked.")
-    consistent: Count = Field(description="Messages consistent with the persona.")
-    rate: Number | None = Field(description="consistent / messages.")
-    runs_for_review: Count = Field(description="Runs marked for review.")
-
-
-class ReactionCompliance(AuditModel):
-    """Reaction-rule compliance per trigger."""
-
-    triggers: Count = Field(description="Triggers fired.")
-    compliant: Count = Field(description="Triggers answered by the rule.")
-    rate: Number | None = Field(description="compliant / triggers.")
-    runs_violated: Count = Field(description="Runs below the threshold.")
-
-
-class Visibility(AuditModel):
-    """Disclosures against the rules."""
-
-    disclosures: Count = Field(description="Facts disclosed.")
-    violations: Count = Field(description="Disclosures against the rules.")
-    runs_violated: Count = Field(description="Runs with a violation.")
-
-
-class Termination(AuditModel):
-    """Whether the user stopped for the rules' reason."""
-
-    compliant: Count = Field(description="Runs that stopped for the rules' reason.")
-    not_compliant: Count = Field(description="Runs that stopped without it.")
-    not_applicable: Count = Field(description="Runs the check did not apply to.")
-
-
-class Diversity(AuditModel):
-    """Diversity across a condition's replications."""
-
-    distinct_openings: Count = Field(description="Distinct opening messages.")
-    distinct_paths: Count = Field(description="Distinct intent paths.")
-    opening_share: Number | None = Field(description="Distinct openings per assessed run.")
-    path_share: Number | None = Field(description="Distinct paths per assessed run.")
-
-
-class UserQualityCondition(AuditModel):
-    """The user simulator's quality control over one condition's runs."""
-
-    condition: str = Field(description="Condition id.")
-    runs: Count = Field(description="Runs.")
-    assessed: Count = Field(description="Runs with a quality-control document.")
-    modes: list[str] = Field(description="User modes the runs ran in.")
-    persona_consistency: PersonaConsistency = Field(description="Per message.")
-    reaction_compliance: ReactionCompliance = Field(description="Per trigger.")
-    visibility: Visibility = Field(description="Per disclosure.")
-    termination: Termination = Field(description="Per run.")
-    diversity: Diversity = Field(description="Across replications.")
-    flags: list[str] = Field(description="Where diversity falls short of its thresholds.")
-    failed_runs: Count = Field(description="Runs whose quality control failed.")
-
-
-class UserQualitySection(AuditModel):
-    """The user simulator's quality per condition (present when a run has one)."""
-
-    conditions: list[UserQualityCondition] = Field(description="One row per condition.")
-    note: str = Field(description="What is measured, and on what.")
-
-
-class CoverageAxes(AuditModel):
-    """The values of each coverage axis."""
-
-    stage: list[str] = Field(description="Business stages.")
-    behaviour: list[str] = Field(description="User behaviours.")
-    permission: list[str] = Field(description="Permission states.")
-    fault: list[str] = Field(description="Dependency faults.")
-
-
-class CoverageCell(AuditModel):
-    """One cell of the coverage matrix."""
-
-    stage: str = Field(description="Business stage.")
-    behaviour: str = Field(description="User behaviour.")
-    permission: str = Field(description="Permission state.")
-    fault: str = Field(description="Dependency fault.")
-    status: Literal["covered", "empty", "not_applicable"] = Field(description="Its status.")
-    conditions: list[str] = Field(description="Conditions that test it.")
-
-
-class UnreadCondition(AuditModel):
-    """A condition whose tool contracts could not be read."""
-
-    condition: str = Field(description="Condition id.")
-    reason: str = Field(description="Why.")
-
-
-class CoverageSection(AuditModel):
-    """Stage × behaviour × permission × fault over the conditions (agent-testbed audits)."""
-
-    axes: CoverageAxes = Field(description="The axes' values.")
-    cells: list[CoverageCell] = Field(description="Every cell.")
-    covered: Count = Field(description="Covered cells.")
-    empty_count: Count = Field(description="Applicable cells no condition tests.")
-    not_applicable: Count = Field(description="Cells the permission does not offer.")
-    empty: list[str] = Field(description="The empty cells, named.")
-    unread: list[UnreadCondition] = Field(description="Conditions left out, with why.")
-    note: str = Field(description="How to read the matrix.")
 
 
 # --------------------------------------------------------------------------- the document
