@@ -121,6 +121,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
+    from .analysis.audit_document import audit_json_schema
     from .core.schema import RunResult, Scenario
     from .harness.plan import plan_json_schema
 
@@ -128,6 +129,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
         "scenario": lambda: Scenario.model_json_schema(by_alias=True),
         "plan": plan_json_schema,
         "result": lambda: RunResult.model_json_schema(by_alias=True),
+        "audit": audit_json_schema,
     }
     print(json.dumps(schemas[args.which](), indent=2, sort_keys=True))
     return EXIT_OK
@@ -496,8 +498,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-runs", type=positive_int, metavar="N", help=MAX_RUNS_HELP)
     p.set_defaults(func=cmd_validate)
 
-    p = sub.add_parser("schema", help="print the JSON Schema of a document kind")
-    p.add_argument("which", choices=["scenario", "plan", "result"])
+    p = sub.add_parser(
+        "schema",
+        help="print the JSON Schema of a document kind (scenario, plan, result.json, audit.json)",
+    )
+    p.add_argument("which", choices=["scenario", "plan", "result", "audit"])
     p.set_defaults(func=cmd_schema)
 
     p = sub.add_parser("run", help="run one scenario into a directory")

@@ -801,7 +801,8 @@ def test_audit_json_is_strict_and_deterministic(audit: dict[str, Any]) -> None:
     assert pretty_json(analyse(PLAN, _conditions(), _records())) == text
 
 
-def test_infinite_d_written_as_string() -> None:
+def constant_groups_audit() -> dict[str, Any]:
+    """A base and a condition each of constant values, apart: Cohen's d is +inf."""
     conditions = _base_and_one()
     rng = np.random.default_rng(0)
     records = []
@@ -809,7 +810,11 @@ def test_infinite_d_written_as_string() -> None:
         for r in range(5):
             res = _result("base", r, rng, condition=cid, metrics={"score": value, "rate": 0.5})
             records.append(RunRecord(cid, r, res))
-    audit = analyse({**PLAN, "models": []}, conditions, records)
+    return analyse({**PLAN, "models": []}, conditions, records)
+
+
+def test_infinite_d_written_as_string() -> None:
+    audit = constant_groups_audit()
     assert audit["tests"]["score"][0]["cohenD"] == math.inf
     assert json.loads(pretty_json(audit))["tests"]["score"][0]["cohenD"] == "inf"
 

@@ -26,13 +26,13 @@ from ..core.version import __version__
 from ..kernel.testbed.quality import QUALITY_FILE
 from ..kernel.testbed.records import RECORDS_FILE
 from . import conclusions, factorial, power, stats
+from .audit_document import AUDIT_SCHEMA_VERSION
 from .cost import cost_section
 from .coverage import coverage_matrix, read_condition_specs
 from .grade import GRADE_RULE, evidence_grade
 from .testbed import EvaluatedRun, FaultSteps, fault_problems, fault_steps, summarise_testbed
 from .user_quality import UserQualityRun, summarise_user_quality
 
-AUDIT_SCHEMA_VERSION = 3
 IDENTICAL_NOTE = "identical to the base, not tested"
 """The note of a condition flagged identicalToBase: it ran, but it is no test (SPEC §5)."""
 

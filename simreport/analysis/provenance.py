@@ -18,6 +18,7 @@ from ..core import files
 from ..core.canonical import pretty_json, sha256_bytes
 from ..core.errors import InputError
 from ..core.files import load_document
+from .audit_document import check_contract
 
 AUDIT_FILE = "audit.json"
 HISTORY_DIR = "history"
@@ -179,8 +180,10 @@ def write_audit(audit_dir: str | Path, audit: Mapping[str, Any]) -> Path | None:
     """Write `<audit dir>/audit.json` atomically. When the audit it replaces (audit.json, or the
     copy of the last one written if audit.json was removed) differs from the new one, that one is
     first kept as `history/<n>-<hash>.json`, unless the latest kept audit already has its bytes.
-    Returns the path of the audit kept, or None."""
+    Returns the path of the audit kept, or None. An audit that breaks its contract (`AuditDoc`)
+    is refused before anything is written."""
     root = Path(audit_dir)
+    check_contract(audit, file=root / AUDIT_FILE)
     new = pretty_json(audit).encode("utf-8")
     old = _replaced(root)
     kept = _keep(root, old) if old is not None and old != new else None
