@@ -676,3 +676,45 @@ def test_schema_version_three_and_every_contract_key() -> None:
                 "condition",
                 "smallSpread",
             }
+
+
+def test_a_metric_with_a_margin_is_concluded_unchanged_when_it_stays_inside() -> None:
+    axes = [_axis("framing", "params.framing", ["moral", "risk"])]
+    conditions = [_condition("base", {})] + [
+        _condition(f"framing={lvl}", {"framing": lvl}) for lvl in ("moral", "risk")
+    ]
+    values = {
+        "base": {"score": _shifted(0.0)},
+        "framing=moral": {"score": _shifted(0.05)},  # well inside ±2
+        "framing=risk": {"score": _shifted(6.0)},  # far outside: moved
+    }
+    hypothesis = {"outcomes": {"score": "unchanged"}, "margins": {"score": 2.0}}
+    audit = analyse(_plan(axes, hypothesis=hypothesis), conditions, _records(values))
+    moral, risk = _row(audit, "framing=moral"), _row(audit, "framing=risk")
+    assert (moral["conclusion"], risk["conclusion"]) == ("unchanged", "moved")
+    assert moral["margin"] == 2.0 and moral["equivalenceP"] < 0.05
+    assert moral["expected"] is None  # `unchanged` is a claim, not a direction
+    assert "within ±2 under 1 of 2 tested" in audit["verdict"]["headline"]
+    # The same data with a margin too narrow for 8 runs stays inconclusive.
+    narrow = {"outcomes": {"score": "unchanged"}, "margins": {"score": 0.01}}
+    audit = analyse(_plan(axes, hypothesis=narrow), conditions, _records(values))
+    assert _row(audit, "framing=moral")["conclusion"] == "inconclusive"
+
+
+def test_without_a_margin_the_verdict_suggests_one_from_what_rows_could_detect() -> None:
+    axes = [_axis("framing", "params.framing", ["moral", "risk"])]
+    conditions = [_condition("base", {})] + [
+        _condition(f"framing={lvl}", {"framing": lvl}) for lvl in ("moral", "risk")
+    ]
+    values = {
+        "base": {"score": _shifted(0.0)},
+        "framing=moral": {"score": _shifted(0.05)},
+        "framing=risk": {"score": _shifted(0.1)},
+    }
+    audit = analyse(_plan(axes), conditions, _records(values))
+    detail = audit["verdict"]["details"][0]
+    rows = audit["tests"]["score"]
+    assert all(r["conclusion"] == "inconclusive" for r in rows)
+    assert detail["margin"] is None
+    assert detail["suggestedMargin"] == max(r["mdeInUnits"] for r in rows)
+    assert "a margin of at least" in rows[0]["reason"]

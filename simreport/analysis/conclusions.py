@@ -252,7 +252,13 @@ def conclude(row: dict[str, Any], mde: float | None, mde_note: str | None) -> No
     row["conclusion"] = "inconclusive"
     parts = [f"not moved ({row['family']} family Holm p {_p(family_p)})"]
     if row.get("margin") is None:
-        parts.append("no equivalence margin, so it cannot be called unchanged")
+        proposal = (
+            f" (a margin of at least {_num(row['mdeInUnits'])}, the smallest change this row "
+            "could detect, would make the claim testable)"
+            if row.get("mdeInUnits")
+            else ""
+        )
+        parts.append(f"no equivalence margin, so it cannot be called unchanged{proposal}")
     else:
         parts.append(f"not shown within ±{row['margin']:g} (equivalence p {_p(equivalence_p)})")
     if mde is not None and row["mdeInUnits"] is not None:
@@ -446,6 +452,8 @@ def _metric_clause(
         why = note or (rows[0].get("reason") if rows else None) or "nothing to test"
         detail["largest"] = None
         detail["detectable"] = None
+        detail["margin"] = None
+        detail["suggestedMargin"] = None
         return f"could not be tested ({why})", detail
     parts = []
     if by["moved"]:
@@ -484,6 +492,11 @@ def _metric_clause(
         parts.append(f"was inconclusive under {count} ({reach})")
     else:
         detail["detectable"] = None
+    margins = [r.get("margin") for r in tested if r.get("margin") is not None]
+    scales = [float(r["mdeInUnits"]) for r in tested if r.get("mdeInUnits") is not None]
+    detail["margin"] = margins[0] if margins else None
+    # Without a margin, the smallest one every tested row could resolve: its largest MDE.
+    detail["suggestedMargin"] = None if margins or not scales else max(scales)
     clause = ", ".join(parts[:-1]) + (" and " if len(parts) > 1 else "") + parts[-1]
     return clause, detail
 

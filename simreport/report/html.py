@@ -692,6 +692,13 @@ def _verdict_details(audit: Mapping[str, Any]) -> list[dict[str, Any]]:
                 "untested": len(detail.get("untested") or []),
                 "largest": format_number(largest.get("diff")) if largest else MISSING,
                 "detectable": format_number(detail.get("detectable")),
+                "margin": format_number(detail.get("margin"))
+                if detail.get("margin") is not None
+                else (
+                    f"none (suggested {format_number(detail.get('suggestedMargin'))})"
+                    if detail.get("suggestedMargin") is not None
+                    else "none"
+                ),
             }
         )
     return out

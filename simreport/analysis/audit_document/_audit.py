@@ -97,6 +97,16 @@ class MetricVerdict(AuditModel):
             "when no row is inconclusive or none states it."
         )
     )
+    margin: Real | None = Field(
+        None, description="The metric's equivalence margin (hypothesis.margins); null without."
+    )
+    suggested_margin: Real | None = Field(
+        None,
+        description=(
+            "Without a margin: the largest change (metric units) a tested row of the metric "
+            "could detect, the smallest margin every row could test; null otherwise."
+        ),
+    )
 
 
 class Verdict(AuditModel):
