@@ -678,11 +678,16 @@ def test_schema_version_three_and_every_contract_key() -> None:
             }
 
 
-def test_a_metric_with_a_margin_is_concluded_unchanged_when_it_stays_inside() -> None:
+def _two_framings() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     axes = [_axis("framing", "params.framing", ["moral", "risk"])]
     conditions = [_condition("base", {})] + [
         _condition(f"framing={lvl}", {"framing": lvl}) for lvl in ("moral", "risk")
     ]
+    return axes, conditions
+
+
+def test_a_metric_with_a_margin_is_concluded_unchanged_when_it_stays_inside() -> None:
+    axes, conditions = _two_framings()
     values = {
         "base": {"score": _shifted(0.0)},
         "framing=moral": {"score": _shifted(0.05)},  # well inside ±2
@@ -702,10 +707,7 @@ def test_a_metric_with_a_margin_is_concluded_unchanged_when_it_stays_inside() ->
 
 
 def test_without_a_margin_the_verdict_suggests_one_from_what_rows_could_detect() -> None:
-    axes = [_axis("framing", "params.framing", ["moral", "risk"])]
-    conditions = [_condition("base", {})] + [
-        _condition(f"framing={lvl}", {"framing": lvl}) for lvl in ("moral", "risk")
-    ]
+    axes, conditions = _two_framings()
     values = {
         "base": {"score": _shifted(0.0)},
         "framing=moral": {"score": _shifted(0.05)},
