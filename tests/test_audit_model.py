@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from audits import PROVENANCE
 from jsonschema import Draft202012Validator
 from test_audit import (
     PLAN,
@@ -46,16 +47,6 @@ EXAMPLES = (
     "echo_chamber/factorial-audit.yaml",
     "refund_desk/audit.yaml",
 )
-
-PROVENANCE = {
-    "planHash": "ab" * 32,
-    "kernelFingerprints": [],
-    "models": [],
-    "providers": [],
-    "decisions": [],
-    "conditions": {},
-}
-"""What `analyse_dir` adds beside `analyse`'s output, for audits built without a directory."""
 
 
 def _written(audit: dict[str, Any]) -> dict[str, Any]:

@@ -10,11 +10,13 @@ from typing import Any
 
 import numpy as np
 import pytest
+from audits import with_provenance
 from test_audit import PLAN, _conditions, _result
 from test_testbed_agents import AGENT_MODULE, add_agent, copy_example
 from test_testbed_world import records, run, scenario_doc
 
 from simreport.analysis.audit import RunRecord, analyse
+from simreport.core.errors import SchemaError
 from simreport.core.schema import RunResult
 from simreport.kernel import run_scenario, validate_scenario
 from simreport.report import render_report
@@ -195,13 +197,15 @@ def test_audit_cost_sums_the_runs_per_condition_and_in_all() -> None:
 
 def test_the_report_shows_the_split_per_segment_and_condition() -> None:
     audit, _ = _audit()
-    page = render_report(audit)
+    page = render_report(with_provenance(audit))
     assert '<h3 id="cost">Cost by segment' in page
     assert "System under test (the agent)" in page
     assert "User simulator: wording" in page
     assert "Not attributed (results written before the split)" in page
     assert "Cost per condition: the system under test against the simulation" in page
     assert "the agents are the simulation" in page
-    # An audit written before the split keeps its plain totals table.
+    # Schema 3 always has the split: an audit without it breaks the contract and is refused.
     old = {**audit, "cost": {k: audit["cost"][k] for k in SEGMENT_KEYS}}
-    assert 'id="cost"' not in render_report(old)
+    with pytest.raises(SchemaError) as refused:
+        render_report(with_provenance(old))
+    assert str(refused.value.path).startswith("cost.")

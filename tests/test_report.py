@@ -12,10 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from audits import with_provenance
 from browser import needs_chromium, page_width, render
 
 from simreport.analysis.audit import RunRecord, analyse
 from simreport.core.canonical import pretty_json
+from simreport.core.errors import InputError, SchemaError
 from simreport.core.files import write_json
 from simreport.core.schema import RunResult
 from simreport.report import figures, render_report, write_report
@@ -192,7 +194,7 @@ def build_audit() -> dict[str, Any]:
             elif index == 4 and rep == 3:
                 result = None
             runs.append(RunRecord(cid, rep, result))
-    return analyse(plan, conditions, runs, provider_override=None)
+    return with_provenance(analyse(plan, conditions, runs, provider_override=None))
 
 
 @pytest.fixture(scope="module")
@@ -245,7 +247,7 @@ def minimal_audit() -> dict[str, Any]:
         RunRecord("base", rep, _result("base", rep, 0, metrics={"x": float(rep)}))
         for rep in range(2)
     ]
-    return analyse(plan, conditions, runs, provider_override="replay")
+    return with_provenance(analyse(plan, conditions, runs, provider_override="replay"))
 
 
 # --------------------------------------------------------------------------- HTML structure
@@ -635,7 +637,8 @@ def test_sensitivity_shows_both_measures_and_unranked_axes(audit: dict[str, Any]
     )
     edited = copy.deepcopy(audit)
     edited["sensitivity"][1]["anyCell"] = {
-        "maxAbsD": 4.25, "metric": "payoff", "condition": "framing=moral@model-a"
+        "maxAbsD": 4.25, "metric": "payoff", "condition": "framing=moral@model-a",
+        "smallSpread": False,
     }  # fmt: skip
     html = render_report(edited)
     section = _section_of(html, 'id="h-sensitivity"', 'id="h-direction"')
@@ -659,6 +662,8 @@ def _with_power(audit: dict[str, Any]) -> dict[str, Any]:
                 "condition": r["condition"],
                 "nBase": r["nBase"],
                 "nCond": r["nCond"],
+                "paired": False,
+                "test": r["test"],
                 "alpha": 0.05 / (i + 1) if r["tested"] else None,
                 "mde": 1.75 + i / 10 if r["tested"] else None,
                 "note": None if r["tested"] else "not tested: no detectable effect to state",
@@ -671,6 +676,8 @@ def _with_power(audit: dict[str, Any]) -> dict[str, Any]:
         "power": 0.8,
         "alphaFamily": 0.05,
         "method": "normal approximation <to> the t-test",
+        "familySize": sum(1 for r in edited["tests"]["cooperation"] if r["tested"]),
+        "draws": 0,
         "metrics": rows,
     }
     edited["noiseFloor"] = {
@@ -706,8 +713,11 @@ def test_power_and_noise_floor_are_shown_when_the_audit_has_them(audit: dict[str
     assert "the flip rate is the share of those splits that differ at α" in section
     assert '<td class="num">5.7%</td>' in noise and '<td class="num">0.0%</td>' in noise
     assert "a constant base never differs from itself" in noise
+    # The contract requires both sections: an audit without them is refused, naming the key.
     without = {k: v for k, v in audit.items() if k not in ("power", "noiseFloor")}
-    assert 'id="power"' not in render_report(without)
+    with pytest.raises(SchemaError) as refused:
+        render_report(without)
+    assert refused.value.path in ("power", "noiseFloor")
 
 
 def _long_labels(audit: dict[str, Any]) -> tuple[dict[str, Any], str, str]:
@@ -837,9 +847,9 @@ def test_the_verdict_escapes_plan_text(audit: dict[str, Any]) -> None:
     stated["verdict"]["headline"] = "cooperation moved under <script>framing</script>."
     box = _section_of(render_report(stated), '<div class="verdict" id="verdict">', "</div>")
     assert "&lt;script&gt;framing&lt;/script&gt;" in box and "<script>" not in box
-    # An audit of an older schema has no headline of its own: the report words one, escaped too.
+    # An audit whose headline is empty: the report words one from its rows, escaped too.
     edited = copy.deepcopy(audit)
-    del edited["verdict"]
+    edited["verdict"]["headline"] = ""
     edited["plan"]["axes"][0]["dimension"] = "<script>framing</script>"
     row = next(r for r in edited["tests"]["cooperation"] if r["tested"])
     row["holmP"] = 0.001
@@ -860,27 +870,22 @@ def test_the_summary_states_axis_and_level_expectations(audit: dict[str, Any]) -
     )
 
 
-def test_a_schema_1_audit_still_renders(audit: dict[str, Any]) -> None:
-    """audit.json files written before schema 2: one sensitivity measure, rows without
-    `tested`, `expected` or `smallSpread`."""
+@pytest.mark.parametrize("version", [1, 2])
+def test_an_audit_of_an_older_schema_is_refused(
+    audit: dict[str, Any], tmp_path: Path, version: int
+) -> None:
+    """audit.json files written before schema 3 lack sections the page is built from: the report
+    names the file and says how to rewrite it, rather than guessing what the old keys meant."""
     old = copy.deepcopy(audit)
-    old["schemaVersion"] = 1
-    for key in ("power", "noiseFloor", "flags"):
-        old.pop(key, None)
-    for rows in old["tests"].values():
-        for r in rows:
-            for key in ("tested", "expected", "smallSpread"):
-                r.pop(key, None)
-    old["sensitivity"] = [
-        {"axis": "framing", "code": "R3", "rank": 1, "maxAbsD": 2.5, "metric": "payoff",
-         "condition": "framing=moral@model-a", "isolated": True},
-        {"axis": "memory", "code": "D4", "rank": 2, "maxAbsD": None, "metric": None,
-         "condition": None, "isolated": None},
-    ]  # fmt: skip
-    html = render_report(old)
-    section = _section_of(html, 'id="h-sensitivity"', 'id="h-direction"')
-    assert '<td class="num">1</td><th scope="row" class="id">framing</th>' in section
-    assert '<td class="num">2.500</td>' in section and "<td>isolated effect</td>" in section
-    assert '<tr class="untested"><td class="num">unranked</td>' in section
-    assert 'id="small-spread"' not in html and 'class="untested"><th' in html
-    assert '<td class="nowrap">–</td>' in html  # no expected direction recorded
+    old["schemaVersion"] = version
+    with pytest.raises(InputError) as refused:
+        render_report(old)
+    assert refused.value.path == "schemaVersion"
+    assert "simreport analyse" in str(refused.value.expected)
+    audit_dir = tmp_path / "audit"
+    write_json(audit_dir / "audit.json", old)
+    with pytest.raises(InputError) as refused:
+        write_report(audit_dir)
+    assert refused.value.file == str(audit_dir / "audit.json")
+    assert f"simreport analyse {audit_dir}" in str(refused.value.expected)
+    assert not (audit_dir / "report.html").exists()

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from audits import with_provenance
 
 from simreport.analysis.stats import zero_violation_upper_bound
 from simreport.analysis.testbed import EvaluatedRun, summarise_testbed
@@ -137,7 +138,7 @@ def test_other_audits_have_no_testbed_section() -> None:
     )
     audit = analyse(plan, conditions, [RunRecord("base", 0, result)])
     assert "testbed" not in audit
-    assert "Agent testbed" not in render_report(audit)
+    assert "Agent testbed" not in render_report(with_provenance(audit))
 
 
 def _result(validity: str, evidence: str = "complete", complete: bool = True) -> RunResult:

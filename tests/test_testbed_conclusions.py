@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 import yaml
+from audits import with_provenance
 from scipy import stats as sps
 
 from simreport.analysis.audit import RunRecord, analyse, read_fault_steps, usable
@@ -192,7 +193,7 @@ def test_totals_across_conditions_are_counts_never_a_rate_or_a_bound() -> None:
 
 
 def test_report_states_the_bound_per_condition_and_no_pooled_bound() -> None:
-    html = render_report(analyse(PLAN, CONDITIONS, _records()))
+    html = render_report(with_provenance(analyse(PLAN, CONDITIONS, _records())))
     section = html[html.index('id="testbed"') :]
     assert "per condition and criterion" in section
     assert "not a bound" in section
@@ -371,7 +372,7 @@ def _problem_rows(html: str) -> list[list[str]]:
 
 def test_report_problem_runs_show_every_exclusion_reason() -> None:
     audit = analyse(PLAN, CONDITIONS, _records(), include_incomplete=True)
-    html = render_report(audit)
+    html = render_report(with_provenance(audit))
     assert "Excluded because" in html
     rows = _problem_rows(html)
     excluded = [r for r in audit["runs"] if not r["used"]]

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from simreport.analysis.audit import exclusion_reasons, user_quality_unchecked
+from simreport.analysis.audit_document import UserQualitySection
 from simreport.analysis.user_quality import UserQualityRun, summarise_user_quality
 from simreport.core.errors import InputError
 from simreport.core.schema import RunResult
@@ -330,7 +331,7 @@ def test_diversity_per_condition_flags_a_batch_that_never_varies() -> None:
     }
     assert rows["same"]["termination"]["compliant"] == 3
     assert summarise_user_quality(conditions, [UserQualityRun("same", None)]) is None
-    rendered = _user_quality({"userQuality": section}, {})
+    rendered = _user_quality(UserQualitySection.model_validate(section), {})
     assert rendered is not None and rendered["rows"][0]["openings"] == "1"
 
 

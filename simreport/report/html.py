@@ -5,17 +5,38 @@ string from the plan or the scenario reaches the page through Jinja's autoescapi
 this package draws is marked safe. The same audit gives the same bytes (no dates, no dict order
 taken from the input: audit.json is written with sorted keys, so order comes from the plan's
 lists or from sorting).
+
+The page is built from the audit's model (`AuditDoc`), read by attribute, so a renamed or
+missing key fails at the entry with the key named rather than as a blank cell; an audit of an
+older schema is refused there. The plan inside it stays a mapping of the plan's own keys, as the
+model keeps it.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from markupsafe import Markup
 
+from ..analysis.audit_document import (
+    AUDIT_SCHEMA_VERSION,
+    AuditDoc,
+    ComparisonRow,
+    CostSection,
+    CoverageSection,
+    CriterionRow,
+    MetricVerdict,
+    PowerRow,
+    PowerSection,
+    PurposeSection,
+    SideTotals,
+    TestbedSection,
+    UserQualitySection,
+    validate_audit,
+)
 from ..core.errors import InputError
 from ..core.files import load_document, write_atomic
 from ..core.version import __version__
@@ -85,8 +106,8 @@ def _text(value: Any, missing: str = MISSING) -> str:
     return missing if value is None or value == "" else str(value)
 
 
-def _abs_d(row: Mapping[str, Any]) -> float | None:
-    d = as_float(row.get("cohenD"))
+def _abs_d(row: ComparisonRow) -> float | None:
+    d = row.cohen_d
     return None if d is None or math.isnan(d) else abs(d)
 
 
@@ -100,17 +121,18 @@ def _in_order(keys: Sequence[str], mapping: Mapping[str, Any]) -> list[str]:
 # --------------------------------------------------------------------------- sections
 
 
-def _plan_summary(audit: Mapping[str, Any]) -> list[tuple[str, str]]:
-    plan = audit.get("plan") or {}
+def _plan_summary(audit: AuditDoc) -> list[tuple[str, str]]:
+    # The plan is the one part of the audit the model keeps as a mapping of the plan's own keys.
+    plan = audit.plan
     base = plan.get("base") or {}
-    summary = audit.get("summary") or {}
-    options = audit.get("options") or {}
+    summary = audit.summary
+    options = audit.options
     world = base.get("world")
     if world is None and base.get("simulator"):
         world = "external simulator"
     hypothesis = plan.get("hypothesis") or {}
     outcomes = hypothesis.get("outcomes") or {}
-    metrics = [str(m) for m in audit.get("metrics") or []]
+    metrics = audit.metrics
     directions = "; ".join(
         [f"{m}: {outcomes[m]}" for m in _in_order(metrics, outcomes)]
         + [
@@ -122,16 +144,12 @@ def _plan_summary(audit: Mapping[str, Any]) -> list[tuple[str, str]]:
         ]
     )
     models = [str(m) for m in plan.get("models") or []]
-    n_bases = sum(1 for c in audit.get("conditions") or [] if c.get("isBase"))
+    n_bases = sum(1 for c in audit.conditions if c.is_base)
     runs = (
-        f"{summary.get('runs', 0)} in all, {summary.get('used', 0)} used in the statistics; "
-        f"{summary.get('failed', 0)} failed, {summary.get('incomplete', 0)} incomplete, "
-        + (
-            f"{summary['violated']} invalid or without complete evidence, "
-            if summary.get("violated")
-            else ""
-        )
-        + f"{summary.get('excluded', 0)} excluded"
+        f"{summary.runs} in all, {summary.used} used in the statistics; "
+        f"{summary.failed} failed, {summary.incomplete} incomplete, "
+        + (f"{summary.violated} invalid or without complete evidence, " if summary.violated else "")
+        + f"{summary.excluded} excluded"
     )
     design = str(plan.get("design", ""))
     return [
@@ -143,28 +161,28 @@ def _plan_summary(audit: Mapping[str, Any]) -> list[tuple[str, str]]:
         ("Design", _DESIGNS.get(design, _text(design))),
         ("Claim type", _text(plan.get("claimType"))),
         ("Replications per condition", _text(plan.get("replications"))),
-        ("Conditions", f"{summary.get('conditions', 0)} ({n_bases} baseline)"),
+        ("Conditions", f"{summary.conditions} ({n_bases} baseline)"),
         ("Runs", runs),
         (
             "Incomplete runs",
             "included in the statistics"
-            if options.get("includeIncomplete")
+            if options.include_incomplete
             else "excluded from the statistics",
         ),
         ("Models", ", ".join(models) if models else "none (the plan lists no models)"),
         ("Metrics", ", ".join(metrics) if metrics else "none"),
         ("Expected directions", directions or "none (no hypothesis directions)"),
-        ("Provider override", _text(options.get("providerOverride"), "none")),
+        ("Provider override", _text(options.provider_override, "none")),
         (
             "Model override",
-            ", ".join(f"{k}: {v}" for k, v in sorted((options.get("llmOverride") or {}).items()))
+            ", ".join(f"{k}: {v}" for k, v in sorted((options.llm_override or {}).items()))
             or "none",
         ),
         ("Plan hash", _text(plan.get("hash"))),
     ]
 
 
-def _axes(audit: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _axes(audit: AuditDoc) -> list[dict[str, Any]]:
     return [
         {
             "id": _text(axis.get("id")),
@@ -175,8 +193,13 @@ def _axes(audit: Mapping[str, Any]) -> list[dict[str, Any]]:
             "target": _text(axis.get("target")),
             "levels": [_level(v, axis.get("labels")) for v in axis.get("levels") or []],
         }
-        for axis in (audit.get("plan") or {}).get("axes") or []
+        for axis in _plan_axes(audit)
     ]
+
+
+def _plan_axes(audit: AuditDoc) -> list[Mapping[str, Any]]:
+    """The plan's axes, each a mapping of the plan's own keys."""
+    return [axis for axis in audit.plan.get("axes") or [] if isinstance(axis, Mapping)]
 
 
 def _level(value: Any, labels: Any) -> dict[str, str]:
@@ -194,107 +217,111 @@ def _name(names: Mapping[str, str], cid: Any) -> dict[str, str]:
 
 
 def _conditions(
-    audit: Mapping[str, Any], metrics: Sequence[str], names: Mapping[str, str]
+    audit: AuditDoc, metrics: Sequence[str], names: Mapping[str, str]
 ) -> list[dict[str, Any]]:
     rows = []
-    for cond in audit.get("conditions") or []:
-        means = cond.get("means") or {}
-        if cond.get("isBase"):
+    for cond in audit.conditions:
+        if cond.is_base:
             role = "baseline"
-        elif cond.get("identicalToBase"):
+        elif cond.identical_to_base:
             role = IDENTICAL_NOTE
         else:
             role = ""
         rows.append(
             {
-                "id": _name(names, cond.get("id")),
-                "model": _text(cond.get("model")),
+                "id": _name(names, cond.id),
+                "model": _text(cond.model),
                 "role": role,
-                "runs": format_number(cond.get("runs")),
-                "succeeded": format_number(cond.get("succeeded")),
-                "complete": format_number(cond.get("complete")),
-                "excluded": format_number(cond.get("excluded")),
-                "means": [format_number(means.get(m)) for m in metrics],
+                "runs": format_number(cond.runs),
+                "succeeded": format_number(cond.succeeded),
+                "complete": format_number(cond.complete),
+                "excluded": format_number(cond.excluded),
+                "means": [format_number(cond.means.get(m)) for m in metrics],
             }
         )
     return rows
 
 
-def _problem_runs(audit: Mapping[str, Any], names: Mapping[str, str]) -> list[dict[str, Any]]:
+def _problem_runs(audit: AuditDoc, names: Mapping[str, str]) -> list[dict[str, Any]]:
     """Runs that failed, are incomplete or were left out of the statistics, each excluded run
     with the reason audit.json gives (`excludedBecause`)."""
     rows = []
-    for run in audit.get("runs") or []:
-        failure = run.get("failure")
-        if failure is None and run.get("complete") and run.get("used"):
+    for run in audit.runs:
+        failure = run.failure
+        if failure is None and run.complete and run.used:
             continue
-        status = run.get("status") or {}
-        what = (
-            f"{failure.get('stage')} · {failure.get('type')}: {failure.get('message')}"
-            if failure
-            else MISSING
-        )
+        status = run.status
         rows.append(
             {
-                "condition": _name(names, run.get("condition")),
-                "replication": format_number(run.get("replication")),
-                "execution": _text(status.get("execution")),
-                "validity": _text(status.get("validity")),
-                "evidence": _text(status.get("evidence")),
-                "complete": "yes" if run.get("complete") else "no",
-                "used": "yes" if run.get("used") else "no",
-                "failure": what,
+                "condition": _name(names, run.condition),
+                "replication": format_number(run.replication),
+                "execution": _text(status.execution),
+                "validity": _text(status.validity),
+                "evidence": _text(status.evidence),
+                "complete": "yes" if run.complete else "no",
+                "used": "yes" if run.used else "no",
+                "failure": f"{failure.stage} · {failure.type}: {failure.message}"
+                if failure
+                else MISSING,
                 "excluded_because": MISSING
-                if run.get("used")
-                else _text(run.get("excludedBecause"), "not recorded in this audit.json"),
+                if run.used
+                else _text(run.excluded_because, "not recorded in this audit.json"),
             }
         )
     return rows
 
 
-def _has_test(rows: Sequence[Mapping[str, Any]]) -> bool:
+def _has_test(rows: Sequence[ComparisonRow]) -> bool:
     """Whether any row of a metric carries a test (a p value or an effect size)."""
-    return any(r.get("mwuP") is not None or r.get("cohenD") is not None for r in rows)
+    return any(r.mwu_p is not None or r.cohen_d is not None for r in rows)
+
+
+def _identical_ids(audit: AuditDoc) -> set[str]:
+    """The perturbed conditions whose scenario is the base's: run, never tested."""
+    return {c.id for c in audit.conditions if c.identical_to_base and not c.is_base}
+
+
+def _significant(row: ComparisonRow) -> bool:
+    """A tested row whose Holm-adjusted p is below the report's α."""
+    return row.tested and row.holm_p is not None and row.holm_p < verdict.ALPHA
 
 
 def _test_rows(
-    rows: Sequence[Mapping[str, Any]], names: Mapping[str, str], identical: set[str]
+    rows: Sequence[ComparisonRow], names: Mapping[str, str], identical: set[str]
 ) -> list[dict[str, Any]]:
     # Largest |d| first; rows without a d keep their plan order at the end (sorted is stable).
     ordered = sorted(rows, key=lambda r: (_abs_d(r) is None, -(_abs_d(r) or 0.0)))
     out = []
     for row in ordered:
-        condition = str(row.get("condition"))
-        tested = verdict.is_tested(row, identical)
-        notes = [str(row["note"])] if row.get("note") else []
-        if condition in identical and not notes:
+        notes = [row.note] if row.note else []
+        if row.condition in identical and not notes:
             notes.append(IDENTICAL_NOTE)
         out.append(
             {
-                "condition": _name(names, condition),
-                "base": names.get(str(row.get("baseId")), _text(row.get("baseId"))),
-                "n": f"{format_number(row.get('nBase'))} / {format_number(row.get('nCond'))}",
-                "mean_base": format_number(row.get("meanBase")),
-                "mean_cond": format_number(row.get("meanCond")),
-                "diff": format_number(row.get("diff")),
-                "ci95": format_interval(row.get("ci95")),
-                "d": format_number(row.get("cohenD")),
-                "p": format_p(row.get("mwuP")),
-                "holm": format_p(row.get("holmP")),
-                "significant": verdict.is_significant(row, identical),
-                "conclusion": _text(row.get("conclusion"), "untested" if not tested else MISSING),
-                "paired": row.get("paired") is True,
-                "decisive_p": format_p(row.get("p")),
-                "family_p": format_p(row.get("familyP")),
-                "equivalence_p": format_p(row.get("equivalenceP")),
-                "interval": format_interval(row.get("interval95")),
-                "interval_note": _text(row.get("intervalNote"), ""),
-                "reason": _text(row.get("reason"), ""),
-                "expected": EXPECTED_MARKS.get(str(row.get("expected")), MISSING),
-                "flip": FLIP_MARK if row.get("directionFlip") is True else NO_FLIP_MARK,
-                "flipped": row.get("directionFlip") is True,
-                "tested": tested,
-                "small_spread": verdict.small_spread(row),
+                "condition": _name(names, row.condition),
+                "base": names.get(str(row.base_id), _text(row.base_id)),
+                "n": f"{format_number(row.n_base)} / {format_number(row.n_cond)}",
+                "mean_base": format_number(row.mean_base),
+                "mean_cond": format_number(row.mean_cond),
+                "diff": format_number(row.diff),
+                "ci95": format_interval(row.ci95),
+                "d": format_number(row.cohen_d),
+                "p": format_p(row.mwu_p),
+                "holm": format_p(row.holm_p),
+                "significant": _significant(row),
+                "conclusion": _text(row.conclusion, "untested" if not row.tested else MISSING),
+                "paired": row.paired,
+                "decisive_p": format_p(row.p),
+                "family_p": format_p(row.family_p),
+                "equivalence_p": format_p(row.equivalence_p),
+                "interval": format_interval(row.interval95),
+                "interval_note": _text(row.interval_note, ""),
+                "reason": _text(row.reason, ""),
+                "expected": EXPECTED_MARKS.get(str(row.expected), MISSING),
+                "flip": FLIP_MARK if row.direction_flip is True else NO_FLIP_MARK,
+                "flipped": row.direction_flip is True,
+                "tested": row.tested,
+                "small_spread": row.small_spread,
                 "note": "; ".join(notes),
             }
         )
@@ -319,7 +346,8 @@ _RANKED_BY = {
 }
 
 
-def _sensitivity(audit: Mapping[str, Any], names: Mapping[str, str]) -> list[dict[str, Any]]:
+def _sensitivity(document: Mapping[str, Any], names: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The axes ranked, as `verdict.sensitivity` reads them from the audit's mapping form."""
     return [
         {
             "rank": "unranked" if e.rank is None else str(e.rank),
@@ -331,52 +359,42 @@ def _sensitivity(audit: Mapping[str, Any], names: Mapping[str, str]) -> list[dic
             "main_effect": _measure(e.main_effect, names),
             "ranked_by": _RANKED_BY.get(str(e.ranked_by), "no effect size"),
         }
-        for e in verdict.sensitivity(audit)
+        for e in verdict.sensitivity(document)
     ]
 
 
-def _direction(audit: Mapping[str, Any], metrics: Sequence[str]) -> list[dict[str, Any]]:
-    table = audit.get("directionConsistency") or {}
+def _direction(audit: AuditDoc, metrics: Sequence[str]) -> list[dict[str, Any]]:
+    table = audit.direction_consistency
+    axes = [str(a.get("id")) for a in _plan_axes(audit)]
     return [
         {
             "metric": metric,
-            "expected": _text(table[metric].get("expected")),
-            "consistent": format_number(table[metric].get("consistent")),
-            "total": format_number(table[metric].get("total")),
-            "share": format_share(table[metric].get("share")),
+            "expected": _text(table[metric].expected),
+            "consistent": format_number(table[metric].consistent),
+            "total": format_number(table[metric].total),
+            "share": format_share(table[metric].share),
             "by_axis": [
-                f"{axis} {format_number(cell.get('consistent'))} of "
-                f"{format_number(cell.get('total'))}"
-                for axis, cell in _axis_order(audit, table[metric].get("byAxis") or {})
+                f"{axis} {format_number(table[metric].by_axis[axis].consistent)} of "
+                f"{format_number(table[metric].by_axis[axis].total)}"
+                for axis in _in_order(axes, table[metric].by_axis)
             ],
         }
         for metric in _in_order(metrics, table)
     ]
 
 
-def _axis_order(audit: Mapping[str, Any], by_axis: Mapping[str, Any]) -> list[tuple[str, Any]]:
-    axes = [str(a.get("id")) for a in (audit.get("plan") or {}).get("axes") or []]
-    return [(axis, by_axis[axis] or {}) for axis in _in_order(axes, by_axis)]
-
-
-def _power(
-    audit: Mapping[str, Any], metrics: Sequence[str], names: Mapping[str, str]
-) -> dict[str, Any] | None:
+def _power(power: PowerSection, metrics: Sequence[str], names: Mapping[str, str]) -> dict[str, Any]:
     """The minimum detectable |d| of each row (audit.json `power`): a column pair per metric,
     one row per condition, and the notes of rows without one."""
-    power = audit.get("power")
-    if not isinstance(power, Mapping):
-        return None
-    table = power.get("metrics") or {}
-    shown = [m for m in _in_order(metrics, table) if isinstance(table.get(m), list)]
-    by_condition: dict[str, dict[str, Mapping[str, Any]]] = {}
+    table = power.metrics
+    shown = _in_order(metrics, table)
+    by_condition: dict[str, dict[str, PowerRow]] = {}
     noted: dict[tuple[str, str], list[str]] = {}  # (condition, note) → metrics
     for metric in shown:
         for row in table[metric]:
-            condition = str(row.get("condition"))
-            by_condition.setdefault(condition, {})[metric] = row
-            if row.get("note"):
-                noted.setdefault((condition, str(row["note"])), []).append(metric)
+            by_condition.setdefault(row.condition, {})[metric] = row
+            if row.note:
+                noted.setdefault((row.condition, row.note), []).append(metric)
     notes = [
         f"{names.get(condition, condition)} "
         f"({'every metric' if len(which) == len(shown) > 1 else ', '.join(which)}): {note}"
@@ -386,17 +404,19 @@ def _power(
     for condition, cells in by_condition.items():
         values = []
         for metric in shown:
-            row = cells.get(metric) or {}
-            mde = format_number(row.get("mde"))
-            if row.get("paired") and row.get("mde") is not None:
+            cell = cells.get(metric)
+            if cell is None:
+                values += [MISSING, MISSING]
+                continue
+            mde = format_number(cell.mde)
+            if cell.paired and cell.mde is not None:
                 mde += " δ"
-            values += [mde, format_p(row.get("alpha"))]
+            values += [mde, format_p(cell.alpha)]
         rows.append({"condition": _name(names, condition), "cells": values})
-    level = as_float(power.get("power"))
     return {
-        "power": MISSING if level is None else f"{100 * level:.0f}%",
-        "alpha_family": _short_number(power.get("alphaFamily")),
-        "method": _text(power.get("method"), ""),
+        "power": f"{100 * power.power:.0f}%",
+        "alpha_family": _short_number(power.alpha_family),
+        "method": _text(power.method, ""),
         "metrics": shown,
         "rows": rows,
         "notes": notes,
@@ -404,94 +424,97 @@ def _power(
 
 
 def _noise_floor(
-    audit: Mapping[str, Any], metrics: Sequence[str], names: Mapping[str, str]
-) -> list[dict[str, Any]] | None:
+    audit: AuditDoc, metrics: Sequence[str], names: Mapping[str, str]
+) -> list[dict[str, Any]]:
     """How often each base differs from itself (audit.json `noiseFloor`), per metric."""
-    table = audit.get("noiseFloor")
-    if not isinstance(table, Mapping):
-        return None
-    rows = []
-    for metric in _in_order(metrics, table):
-        for row in table[metric] or []:
-            rate = as_float(row.get("flipRate"))
-            rows.append(
-                {
-                    "metric": metric,
-                    "base": _name(names, row.get("base")),
-                    "n": format_number(row.get("n")),
-                    "splits": format_number(row.get("splits")),
-                    "flip_rate": MISSING
-                    if rate is None or not math.isfinite(rate)
-                    else f"{100 * rate:.1f}%",
-                    "alpha": format_p(row.get("alpha")),
-                    "note": _text(row.get("note"), ""),
-                }
-            )
-    return rows
-
-
-def _cross_model(audit: Mapping[str, Any], metrics: Sequence[str]) -> list[dict[str, Any]]:
-    table = audit.get("crossModel") or {}
-    models = [str(m) for m in (audit.get("plan") or {}).get("models") or []]
+    table = audit.noise_floor
     return [
-        {"model": model, "means": [format_number((table[model] or {}).get(m)) for m in metrics]}
+        {
+            "metric": metric,
+            "base": _name(names, row.base),
+            "n": format_number(row.n),
+            "splits": format_number(row.splits),
+            "flip_rate": MISSING
+            if row.flip_rate is None or not math.isfinite(row.flip_rate)
+            else f"{100 * row.flip_rate:.1f}%",
+            "alpha": format_p(row.alpha),
+            "note": _text(row.note, ""),
+        }
+        for metric in _in_order(metrics, table)
+        for row in table[metric]
+    ]
+
+
+def _cross_model(audit: AuditDoc, metrics: Sequence[str]) -> list[dict[str, Any]]:
+    table = audit.cross_model
+    models = [str(m) for m in audit.plan.get("models") or []]
+    return [
+        {"model": model, "means": [format_number(table[model].get(m)) for m in metrics]}
         for model in _in_order(models, table)
     ]
 
 
 def _distribution_effects(
-    audit: Mapping[str, Any], metrics: Sequence[str], names: Mapping[str, str]
+    audit: AuditDoc, metrics: Sequence[str], names: Mapping[str, str]
 ) -> dict[str, Any]:
     """W1 and Cliff's delta: one row per condition, a column pair per metric that has tests."""
-    tests = audit.get("tests") or {}
-    notes = audit.get("notes") or {}
-    tested = [m for m in _in_order(metrics, tests) if _has_test(tests.get(m) or [])]
+    tests = audit.tests
+    tested = [m for m in _in_order(metrics, tests) if _has_test(tests[m])]
     untested = [
-        (m, _text(notes.get(m), "no test")) for m in _in_order(metrics, tests) if m not in tested
+        (m, _text(audit.notes.get(m), "no test"))
+        for m in _in_order(metrics, tests)
+        if m not in tested
     ]
-    by_condition: dict[str, dict[str, Mapping[str, Any]]] = {}
+    by_condition: dict[str, dict[str, ComparisonRow]] = {}
     for metric in tested:
-        for row in tests.get(metric) or []:
-            by_condition.setdefault(str(row.get("condition")), {})[metric] = row
+        for row in tests[metric]:
+            by_condition.setdefault(row.condition, {})[metric] = row
     rows = []
     for condition, cells in by_condition.items():
         values = []
         for metric in tested:
-            row = cells.get(metric) or {}
-            values += [format_number(row.get("w1")), format_number(row.get("cliffDelta"))]
+            cell = cells.get(metric)
+            values += (
+                [format_number(cell.w1), format_number(cell.cliff_delta)]
+                if cell is not None
+                else [MISSING, MISSING]
+            )
         rows.append({"condition": _name(names, condition), "cells": values})
     return {"metrics": tested, "rows": rows, "untested": untested}
 
 
 def _distributions(
-    audit: Mapping[str, Any], figure_for: Mapping[str, str], names: Mapping[str, str]
+    audit: AuditDoc,
+    document: Mapping[str, Any],
+    figure_for: Mapping[str, str],
+    names: Mapping[str, str],
 ) -> list[dict[str, Any]]:
     out = []
-    table = audit.get("distribution") or {}
-    bases = {str(c.get("id")): str(c.get("baseId")) for c in audit.get("conditions") or []}
+    table = audit.distribution
+    bases = {c.id: str(c.base_id) for c in audit.conditions}
     for name in sorted(table):
-        target = figures.target_of(audit, name)
+        target = figures.target_of(document, name)
         categories = list(target)
         rows = []
         notes: list[str] = []
-        for row in table[name] or []:
-            counts = row.get("counts") or {}
-            shares = figures.proportions(counts, categories)
-            total = sum((as_float(v) or 0.0 for v in counts.values()), 0.0)
-            note = _text(row.get("note"), "")
+        for row in table[name]:
+            shares = figures.proportions(row.counts, categories)
+            total = float(sum(row.counts.values()))
+            note = _text(row.note, "")
             if note and note not in notes:
                 notes.append(note)
-            condition = str(row.get("condition"))
             rows.append(
                 {
-                    "condition": _name(names, condition),
-                    "base": names.get(bases.get(condition, ""), bases.get(condition, MISSING)),
+                    "condition": _name(names, row.condition),
+                    "base": names.get(
+                        bases.get(row.condition, ""), bases.get(row.condition, MISSING)
+                    ),
                     "observations": format_number(int(total) if total.is_integer() else total),
                     "shares": [format_number(s) for s in shares]
                     if shares
                     else [MISSING] * len(categories),
-                    "tvd": format_number(row.get("tvd")),
-                    "tvd_base": format_number(row.get("tvdBase")),
+                    "tvd": format_number(row.tvd),
+                    "tvd_base": format_number(row.tvd_base),
                     "note": note,
                 }
             )
@@ -512,36 +535,34 @@ def _distributions(
 
 
 def _tests(
-    audit: Mapping[str, Any],
+    audit: AuditDoc,
     metrics: Sequence[str],
     by_kind: Mapping[tuple[str, str], Markup],
     names: Mapping[str, str],
 ) -> list[dict[str, Any]]:
     """Per metric: its note, its table (only when some row carries a test) and its figure (only
     when some condition has a difference to draw)."""
-    tests = audit.get("tests") or {}
-    notes = audit.get("notes") or {}
-    identical = verdict.identical_ids(audit)
+    identical = _identical_ids(audit)
     out = []
     for metric in metrics:
-        rows = tests.get(metric) or []
-        drawn = any(r.get("diff") is not None for r in rows)
+        rows = audit.tests.get(metric, [])
+        drawn = any(r.diff is not None for r in rows)
         shown = _test_rows(rows, names, identical) if _has_test(rows) else []
         methods: dict[str, int] = {}
         for r in rows:
-            if r.get("test"):
-                kind = f"{r['test']} ({'paired' if r.get('paired') else 'unpaired'})"
+            if r.test:
+                kind = f"{r.test} ({'paired' if r.paired else 'unpaired'})"
                 methods[kind] = methods.get(kind, 0) + 1
-        pairings = sorted({str(r["pairing"]) for r in rows if r.get("pairing")})
+        pairings = sorted({r.pairing for r in rows if r.pairing})
         out.append(
             {
                 "metric": metric,
-                "note": _text(notes.get(metric), ""),
+                "note": _text(audit.notes.get(metric), ""),
                 "methods": [
                     f"{name}: {n} row{'s' if n != 1 else ''}" for name, n in methods.items()
                 ],
                 "pairings": pairings,
-                "family": _text((rows[0] if rows else {}).get("family"), ""),
+                "family": _text(rows[0].family if rows else None, ""),
                 "rows": shown,
                 "row_notes": any(r["note"] or r["small_spread"] for r in shown),
                 "figure": by_kind.get(("effects", metric), "") if drawn else "",
@@ -550,104 +571,104 @@ def _tests(
     return out
 
 
-def _user_quality(audit: Mapping[str, Any], names: Mapping[str, str]) -> dict[str, Any] | None:
+def _user_quality(
+    section: UserQualitySection | None, names: Mapping[str, str]
+) -> dict[str, Any] | None:
     """The user simulator's quality per condition (audit.json `userQuality`): its four per-run
     checks summed and the diversity of its replications, with the condition's flags."""
-    section = audit.get("userQuality")
-    if not isinstance(section, Mapping):
+    if section is None:
         return None
     rows = []
-    for row in section.get("conditions") or []:
-        persona = row.get("personaConsistency") or {}
-        reaction = row.get("reactionCompliance") or {}
-        seen = row.get("visibility") or {}
-        ended = row.get("termination") or {}
-        diversity = row.get("diversity") or {}
+    for row in section.conditions:
+        persona = row.persona_consistency
+        reaction = row.reaction_compliance
+        ended = row.termination
         rows.append(
             {
-                "condition": _name(names, row.get("condition")),
-                "modes": ", ".join(str(m) for m in row.get("modes") or []) or MISSING,
-                "assessed": format_number(row.get("assessed")),
-                "persona": format_share(persona.get("rate")),
-                "review": format_number(persona.get("runsForReview")),
-                "reaction": format_share(reaction.get("rate")),
-                "triggers": format_number(reaction.get("triggers")),
-                "reaction_violated": format_number(reaction.get("runsViolated")),
-                "visibility": format_number(seen.get("violations")),
-                "disclosures": format_number(seen.get("disclosures")),
-                "termination": f"{format_number(ended.get('compliant'))} / "
-                f"{format_number(ended.get('notCompliant'))}",
-                "openings": format_number(diversity.get("distinctOpenings")),
-                "paths": format_number(diversity.get("distinctPaths")),
-                "flags": [str(f) for f in row.get("flags") or []],
+                "condition": _name(names, row.condition),
+                "modes": ", ".join(row.modes) or MISSING,
+                "assessed": format_number(row.assessed),
+                "persona": format_share(persona.rate),
+                "review": format_number(persona.runs_for_review),
+                "reaction": format_share(reaction.rate),
+                "triggers": format_number(reaction.triggers),
+                "reaction_violated": format_number(reaction.runs_violated),
+                "visibility": format_number(row.visibility.violations),
+                "disclosures": format_number(row.visibility.disclosures),
+                "termination": f"{format_number(ended.compliant)} / "
+                f"{format_number(ended.not_compliant)}",
+                "openings": format_number(row.diversity.distinct_openings),
+                "paths": format_number(row.diversity.distinct_paths),
+                "flags": list(row.flags),
             }
         )
-    return {"rows": rows, "note": _text(section.get("note"), "")}
+    return {"rows": rows, "note": _text(section.note, "")}
 
 
-def _testbed(audit: Mapping[str, Any], names: Mapping[str, str]) -> dict[str, Any] | None:
+def _criterion_cells(cell: CriterionRow | None) -> dict[str, str]:
+    """One condition's verdict counts on one criterion, `–` throughout when it has none."""
+    if cell is None:
+        return dict.fromkeys(
+            ("pass", "fail", "undecidable", "not_applicable", "rate", "bound"), MISSING
+        )
+    bound = cell.zero_violation_upper_bound
+    return {
+        "pass": format_number(cell.pass_),
+        "fail": format_number(cell.fail),
+        "undecidable": format_number(cell.undecidable),
+        "not_applicable": format_number(cell.not_applicable),
+        "rate": format_share(cell.violation_rate),
+        "bound": MISSING if bound is None else f"{100 * bound:.1f}%",
+    }
+
+
+def _testbed(table: TestbedSection | None, names: Mapping[str, str]) -> dict[str, Any] | None:
     """The agent-testbed tables (only for audits whose runs carry evaluations): per criterion,
     each condition's verdict counts, validity exclusions and its zero-violation bound. The totals
     over conditions are counts only: no bound is shown for them."""
-    table = audit.get("testbed")
-    if not isinstance(table, Mapping):
+    if table is None:
         return None
-    criteria = [str(c) for c in table.get("criteria") or []]
-    conditions = list(table.get("conditions") or [])
     out = []
-    for criterion in criteria:
-        rows = []
-        for cond in conditions:
-            cell = (cond.get("criteria") or {}).get(criterion) or {}
-            bound = as_float(cell.get("zeroViolationUpperBound"))
-            rows.append(
-                {
-                    "condition": _name(names, cond.get("condition")),
-                    "evaluated": format_number(cond.get("evaluated")),
-                    "excluded": format_number(cond.get("validityExcluded")),
-                    "evidence_excluded": format_number(cond.get("evidenceExcluded")),
-                    "pass": format_number(cell.get("pass")),
-                    "fail": format_number(cell.get("fail")),
-                    "undecidable": format_number(cell.get("undecidable")),
-                    "not_applicable": format_number(cell.get("notApplicable")),
-                    "rate": format_share(cell.get("violationRate")),
-                    "bound": MISSING if bound is None else f"{100 * bound:.1f}%",
-                }
-            )
-        total = (table.get("totals") or {}).get(criterion) or {}
+    for criterion in table.criteria:
+        rows = [
+            {
+                "condition": _name(names, cond.condition),
+                "evaluated": format_number(cond.evaluated),
+                "excluded": format_number(cond.validity_excluded),
+                "evidence_excluded": format_number(cond.evidence_excluded),
+                **_criterion_cells(cond.criteria.get(criterion)),
+            }
+            for cond in table.conditions
+        ]
+        total = table.totals.get(criterion)
         out.append(
             {
                 "criterion": criterion,
                 "rows": rows,
-                "undecidable": format_number(total.get("undecidable")),
+                "undecidable": format_number(None if total is None else total.undecidable),
             }
         )
     return {
         "criteria": out,
-        "excluded": format_number(table.get("validityExcluded")),
-        "evidence_excluded": format_number(table.get("evidenceExcluded")),
-        "undecidable": format_number(table.get("undecidable")),
-        "note": _text(table.get("note"), ""),
-        "totals_note": _text(table.get("totalsNote"), ""),
+        "excluded": format_number(table.validity_excluded),
+        "evidence_excluded": format_number(table.evidence_excluded),
+        "undecidable": format_number(table.undecidable),
+        "note": _text(table.note, ""),
+        "totals_note": _text(table.totals_note, ""),
         "evaluators": [
             {
-                "evaluator": f"{_text(e.get('name'), '?')}@{_text(e.get('version'), '?')}",
-                "sha256": _text(e.get("sha256"), MISSING),
-                "spec": f"{_text((e.get('spec') or {}).get('name'), '?')}@"
-                f"{_text((e.get('spec') or {}).get('version'), '?')}",
-                "spec_sha256": _text((e.get("spec") or {}).get("sha256"), MISSING),
-                "runs": format_number(e.get("runs")),
+                "evaluator": f"{_text(e.name, '?')}@{_text(e.version, '?')}",
+                "sha256": _text(e.sha256, MISSING),
+                "spec": f"{_text(e.spec.name, '?')}@{_text(e.spec.version, '?')}",
+                "spec_sha256": _text(e.spec.sha256, MISSING),
+                "runs": format_number(e.runs),
             }
-            for e in table.get("evaluators") or []
-            if isinstance(e, Mapping)
+            for e in table.evaluators
         ],
         "not_evaluated": [
-            (
-                names.get(str(c.get("condition")), str(c.get("condition"))),
-                format_number(c.get("notEvaluated")),
-            )
-            for c in conditions
-            if c.get("notEvaluated")
+            (names.get(c.condition, c.condition), format_number(c.not_evaluated))
+            for c in table.conditions
+            if c.not_evaluated
         ],
     }
 
@@ -655,11 +676,13 @@ def _testbed(audit: Mapping[str, Any], names: Mapping[str, str]) -> dict[str, An
 # --------------------------------------------------------------------------- rendering
 
 
-def _small_spread(audit: Mapping[str, Any], names: Mapping[str, str]) -> dict[str, Any] | None:
+def _small_spread(audit: AuditDoc, names: Mapping[str, str]) -> dict[str, Any] | None:
     """The tested comparisons whose |d| comes from near-zero spread, the first few named."""
     rows = [
-        f"{metric} · {names.get(str(row.get('condition')), str(row.get('condition')))}"
-        for metric, row in verdict.small_spread_rows(audit)
+        f"{metric} · {names.get(row.condition, row.condition)}"
+        for metric in audit.metrics
+        for row in audit.tests.get(metric, [])
+        if row.tested and row.small_spread
     ]
     if not rows:
         return None
@@ -670,38 +693,29 @@ def _small_spread(audit: Mapping[str, Any], names: Mapping[str, str]) -> dict[st
     }
 
 
-def _headline(audit: Mapping[str, Any]) -> str:
-    """The audit's own headline (schema 3), else the sentence read from its rows (older ones)."""
-    stated = (audit.get("verdict") or {}).get("headline")
-    return str(stated) if isinstance(stated, str) and stated else verdict.headline(audit)
-
-
-def _verdict_details(audit: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _verdict_details(details: Sequence[MetricVerdict]) -> list[dict[str, Any]]:
     """The small table under the headline: per metric, how many rows each conclusion took."""
-    out = []
-    for detail in (audit.get("verdict") or {}).get("details") or []:
-        largest = detail.get("largest") or {}
-        out.append(
-            {
-                "metric": _text(detail.get("metric")),
-                "family": _text(detail.get("family"), MISSING),
-                "tested": format_number(detail.get("tested")),
-                "moved": len(detail.get("moved") or []),
-                "unchanged": len(detail.get("unchanged") or []),
-                "inconclusive": len(detail.get("inconclusive") or []),
-                "untested": len(detail.get("untested") or []),
-                "largest": format_number(largest.get("diff")) if largest else MISSING,
-                "detectable": format_number(detail.get("detectable")),
-                "margin": format_number(detail.get("margin"))
-                if detail.get("margin") is not None
-                else (
-                    f"none (suggested {format_number(detail.get('suggestedMargin'))})"
-                    if detail.get("suggestedMargin") is not None
-                    else "none"
-                ),
-            }
-        )
-    return out
+    return [
+        {
+            "metric": _text(detail.metric),
+            "family": _text(detail.family, MISSING),
+            "tested": format_number(detail.tested),
+            "moved": len(detail.moved),
+            "unchanged": len(detail.unchanged),
+            "inconclusive": len(detail.inconclusive),
+            "untested": len(detail.untested),
+            "largest": format_number(detail.largest.diff) if detail.largest else MISSING,
+            "detectable": format_number(detail.detectable),
+            "margin": format_number(detail.margin)
+            if detail.margin is not None
+            else (
+                f"none (suggested {format_number(detail.suggested_margin)})"
+                if detail.suggested_margin is not None
+                else "none"
+            ),
+        }
+        for detail in details
+    ]
 
 
 def _figure_markup(svgs: Mapping[str, str]) -> dict[str, Markup]:
@@ -714,123 +728,120 @@ def _figure_markup(svgs: Mapping[str, str]) -> dict[str, Markup]:
 
 
 def context(
-    audit: Mapping[str, Any], svgs: Mapping[str, str], changes: Mapping[str, Any] | None = None
+    audit: AuditDoc, svgs: Mapping[str, str], changes: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
     """Everything the template shows, as display strings (and figure markup) in page order.
-    `changes` is what moved since the previous build of the audit (`history.diff_audits`)."""
-    plan = audit.get("plan") or {}
-    metrics = [str(m) for m in audit.get("metrics") or []]
-    figure_names = naming.figure_names(audit)
+    `changes` is what moved since the previous build of the audit (`history.diff_audits`).
+
+    The sections read the audit's attributes; the verdict, naming, figure and main-effect
+    helpers shared with the other pages still read its mapping form (`AuditDoc.to_doc`)."""
+    document = audit.to_doc()
+    plan = audit.plan
+    metrics = audit.metrics
+    figure_names = naming.figure_names(document)
     markup = _figure_markup(svgs)
     by_kind: dict[tuple[str, str], Markup] = {
         key: markup[filename] for filename, key in figure_names.items() if filename in markup
     }
-    grade = audit.get("grade") or {}
-    integrity = audit.get("integrity") or {}
-    cost = audit.get("cost") or {}
-    title = _text(plan.get("title") or plan.get("id"), "untitled audit")
-    names = naming.condition_names(audit)
+    grade = audit.grade
+    cost = audit.cost
+    names = naming.condition_names(document)
     return {
-        "title": title,
-        "stamp": naming.audit_fingerprint(audit),
-        "verdict": _headline(audit),
-        "verdict_details": _verdict_details(audit),
-        "decisions": verdict.decisions(audit),
-        "purpose": _purpose(audit),
+        "title": _text(plan.get("title") or plan.get("id"), "untitled audit"),
+        "stamp": naming.audit_fingerprint(document),
+        "verdict": audit.verdict.headline or verdict.headline(document),
+        "verdict_details": _verdict_details(audit.verdict.details),
+        "decisions": verdict.decisions(document),
+        "purpose": _purpose(audit.purpose),
         "changes": Markup(history.diff_html(changes, level=3)) if changes is not None else None,
         "small_spread": _small_spread(audit, names),
         "plan_id": _text(plan.get("id")),
         "plan_hash": _text(plan.get("hash")),
         "version": __version__,
-        "audit_version": _text((audit.get("software") or {}).get("simreport")),
-        "schema_version": _text(audit.get("schemaVersion")),
+        "audit_version": _text(audit.software.simreport),
+        "schema_version": _text(audit.schema_version),
         "summary": _plan_summary(audit),
         "grade": {
-            "grade": _text(grade.get("grade"), "unknown"),
-            "reasons": [str(r) for r in grade.get("reasons") or []],
-            "rule": _text(grade.get("rule"), ""),
-            "achieved": _text(grade.get("achieved"), ""),
-            "achieved_reasons": [str(r) for r in grade.get("achievedReasons") or []],
+            "grade": _text(grade.grade, "unknown"),
+            "reasons": list(grade.reasons),
+            "rule": _text(grade.rule, ""),
+            "achieved": _text(grade.achieved, ""),
+            "achieved_reasons": list(grade.achieved_reasons),
         },
         "axes": _axes(audit),
         "metrics": metrics,
         "conditions": _conditions(audit, metrics, names),
         "problem_runs": _problem_runs(audit, names),
-        "has_models": any(c.get("model") is not None for c in audit.get("conditions") or []),
-        "several_bases": sum(1 for c in audit.get("conditions") or [] if c.get("isBase")) > 1,
+        "has_models": any(c.model is not None for c in audit.conditions),
+        "several_bases": sum(1 for c in audit.conditions if c.is_base) > 1,
         "tests": _tests(audit, metrics, by_kind, names),
-        "power": _power(audit, metrics, names),
+        "power": _power(audit.power, metrics, names),
         "noise_floor": _noise_floor(audit, metrics, names),
-        "sensitivity": _sensitivity(audit, names),
+        "sensitivity": _sensitivity(document, names),
         "small_spread_note": SMALL_SPREAD_NOTE,
         "isolated_caption": ISOLATED_CAPTION,
         "any_cell_caption": ANY_CELL_CAPTION,
         "sensitivity_figure": by_kind.get(("sensitivity", ""), ""),
         "factorial": main_effects_section(
-            audit, {name: fig for (kind, name), fig in by_kind.items() if kind == "mainEffects"}
+            document,
+            {name: fig for (kind, name), fig in by_kind.items() if kind == "mainEffects"},
         ),
         "direction": _direction(audit, metrics),
         "cross_model": _cross_model(audit, metrics),
         "distribution_effects": _distribution_effects(audit, metrics, names),
         "distributions": _distributions(
             audit,
+            document,
             {name: fig for (kind, name), fig in by_kind.items() if kind == "distribution"},
             names,
         ),
-        "integrity": [(k, format_number(integrity[k])) for k in sorted(integrity)],
-        "testbed": _testbed(audit, names),
-        "user_quality": _user_quality(audit, names),
+        "integrity": [(k, format_number(v)) for k, v in sorted(audit.integrity.items())],
+        "testbed": _testbed(audit.testbed, names),
+        "user_quality": _user_quality(audit.user_quality, names),
         "cost": [
-            ("LLM calls", format_number(cost.get("llmCalls", 0))),
-            ("Prompt tokens", format_number(cost.get("promptTokens", 0))),
-            ("Completion tokens", format_number(cost.get("completionTokens", 0))),
-            *(
-                [("Bytes of records stored", format_number(cost["recordBytes"]))]
-                if "recordBytes" in cost
-                else []
-            ),
+            ("LLM calls", format_number(cost.llm_calls)),
+            ("Prompt tokens", format_number(cost.prompt_tokens)),
+            ("Completion tokens", format_number(cost.completion_tokens)),
+            ("Bytes of records stored", format_number(cost.record_bytes)),
         ],
         "cost_split": _cost_split(cost, names),
-        "coverage": _coverage(audit, names),
+        "coverage": _coverage(audit.coverage, names),
     }
 
 
-def _coverage(audit: Mapping[str, Any], names: Mapping[str, str]) -> dict[str, Any] | None:
+def _coverage(coverage: CoverageSection | None, names: Mapping[str, str]) -> dict[str, Any] | None:
     """audit.json `coverage` as one table per permission: a row per stage and fault, a column
     per behaviour, each cell the conditions that test it, a gap, or not applicable."""
-    coverage = audit.get("coverage")
-    if not isinstance(coverage, Mapping):
+    if coverage is None:
         return None
-    axes = coverage["axes"]
-    by_key = {
-        (c["permission"], c["stage"], c["fault"], c["behaviour"]): c for c in coverage["cells"]
-    }
+    axes = coverage.axes
+    by_key = {(c.permission, c.stage, c.fault, c.behaviour): c for c in coverage.cells}
     tables = []
-    for permission in axes["permission"]:
+    for permission in axes.permission:
         rows = []
-        for stage in axes["stage"]:
-            for fault in axes["fault"]:
+        for stage in axes.stage:
+            for fault in axes.fault:
                 cells = []
-                for behaviour in axes["behaviour"]:
+                for behaviour in axes.behaviour:
                     cell = by_key[(permission, stage, fault, behaviour)]
                     cells.append(
                         {
-                            "status": cell["status"],
-                            "count": len(cell["conditions"]),
-                            "title": ", ".join(names.get(c, c) for c in cell["conditions"]),
+                            "status": cell.status,
+                            "count": len(cell.conditions),
+                            "title": ", ".join(names.get(c, c) for c in cell.conditions),
                         }
                     )
                 rows.append({"stage": stage, "fault": fault, "cells": cells})
         tables.append({"permission": permission, "rows": rows})
     return {
-        "behaviours": list(axes["behaviour"]),
+        "behaviours": list(axes.behaviour),
         "tables": tables,
-        "covered": coverage["covered"],
-        "empty_count": coverage["emptyCount"],
-        "not_applicable": coverage["notApplicable"],
-        "empty": list(coverage["empty"]),
-        "unread": list(coverage.get("unread") or []),
-        "note": coverage["note"],
+        "covered": coverage.covered,
+        "empty_count": coverage.empty_count,
+        "not_applicable": coverage.not_applicable,
+        "empty": list(coverage.empty),
+        "unread": [{"condition": u.condition, "reason": u.reason} for u in coverage.unread],
+        "note": coverage.note,
     }
 
 
@@ -849,92 +860,102 @@ COST_NOTE = (
     "time, the same on every rerun; the real durations each run measured are in its events.jsonl "
     "(the run_finished event's wallClockMs) and left out here, since they differ between reruns."
 )
+_SIDE_COLUMNS: tuple[tuple[str, Callable[[SideTotals], int]], ...] = (
+    ("calls", lambda side: side.llm_calls),
+    ("tokens", lambda side: side.prompt_tokens + side.completion_tokens),
+    ("logical", lambda side: side.logical_ms),
+)
+"""The columns the per-condition cost table shows for each side, and how each is counted."""
 
 
-def _segment_rank(name: Any) -> tuple[int, str]:
+def _segment_rank(name: str) -> tuple[int, str]:
     """The SUT first, then the simulation's segments in the order of SEGMENT_LABELS."""
     order = list(SEGMENT_LABELS)
-    text = str(name)
-    return (order.index(text) if text in order else len(order), text)
+    return (order.index(name) if name in order else len(order), name)
 
 
-def _cost_split(cost: Mapping[str, Any], names: Mapping[str, str]) -> dict[str, Any] | None:
-    """audit.json `cost` split by segment and per condition; None for audits written before."""
-    segments = cost.get("segments")
-    if not isinstance(segments, Mapping):
-        return None
+def _side_cells(sides: Mapping[str, SideTotals]) -> dict[str, str]:
+    """A condition's cost columns for the SUT and the simulation (0 for a side it lacks)."""
+    return {
+        f"{key}_{field}": format_number(count(sides[which]) if which in sides else 0)
+        for key, which in (("sut", "sut"), ("sim", "simulation"))
+        for field, count in _SIDE_COLUMNS
+    }
 
-    def number(sides: Mapping[str, Any], which: str, *keys: str) -> str:
-        part = sides.get(which) or {}
-        return format_number(sum(int(part.get(key) or 0) for key in keys))
 
+def _cost_split(cost: CostSection, names: Mapping[str, str]) -> dict[str, Any]:
+    """audit.json `cost` split by segment and per condition."""
     rows = [
         {
-            "segment": SEGMENT_LABELS.get(str(name), str(name)),
-            "side": SIDE_LABELS.get(str(seg.get("side")), _text(seg.get("side"))),
-            "calls": format_number(seg.get("llmCalls")),
-            "prompt": format_number(seg.get("promptTokens")),
-            "completion": format_number(seg.get("completionTokens")),
-            "operations": format_number(seg.get("operations")),
-            "logical": format_number(seg.get("logicalMs")),
+            "segment": SEGMENT_LABELS.get(name, name),
+            "side": SIDE_LABELS.get(seg.side, _text(seg.side)),
+            "calls": format_number(seg.llm_calls),
+            "prompt": format_number(seg.prompt_tokens),
+            "completion": format_number(seg.completion_tokens),
+            "operations": format_number(seg.operations),
+            "logical": format_number(seg.logical_ms),
         }
-        for name, seg in sorted(segments.items(), key=lambda item: _segment_rank(item[0]))
-        if isinstance(seg, Mapping)
+        for name, seg in sorted(cost.segments.items(), key=lambda item: _segment_rank(item[0]))
     ]
-    conditions = []
-    for row in cost.get("conditions") or []:
-        if not isinstance(row, Mapping):
-            continue
-        sides = row.get("sides") or {}
-        conditions.append(
-            {
-                "condition": _name(names, row.get("condition")),
-                "runs": format_number(row.get("runs")),
-                "bytes": format_number(row.get("recordBytes")),
-                **{
-                    f"{key}_{field}": number(sides, which, *quantities)
-                    for key, which in (("sut", "sut"), ("sim", "simulation"))
-                    for field, quantities in (
-                        ("calls", ("llmCalls",)),
-                        ("tokens", ("promptTokens", "completionTokens")),
-                        ("logical", ("logicalMs",)),
-                    )
-                },
-            }
-        )
+    conditions = [
+        {
+            "condition": _name(names, row.condition),
+            "runs": format_number(row.runs),
+            "bytes": format_number(row.record_bytes),
+            **_side_cells(row.sides),
+        }
+        for row in cost.conditions
+    ]
     return {
         "segments": rows,
         "conditions": conditions,
-        "unattributed": format_number(cost.get("unattributedRuns") or 0),
+        "unattributed": format_number(cost.unattributed_runs),
         "note": COST_NOTE,
     }
 
 
+def _purpose(section: PurposeSection) -> dict[str, Any]:
+    """What the report says about why the runs were made (audit.json `purpose`)."""
+    return {
+        "purpose": _text(section.purpose, "exploration"),
+        "exploration_runs": section.exploration_runs,
+        "not_online": [
+            f"{_text(v.name)}@{_text(v.version)} ({_text(v.status)})" for v in section.not_online
+        ],
+    }
+
+
 def _render(
-    audit: Mapping[str, Any], svgs: Mapping[str, str], changes: Mapping[str, Any] | None = None
+    audit: AuditDoc, svgs: Mapping[str, str], changes: Mapping[str, Any] | None = None
 ) -> str:
     return environment().get_template(TEMPLATE).render(context(audit, svgs, changes))
 
 
-def _purpose(audit: Mapping[str, Any]) -> dict[str, Any]:
-    """What the report says about why the runs were made (audit.json `purpose`; audits written
-    before it existed were exploration)."""
-    section = audit.get("purpose") or {}
-    purpose = _text(section.get("purpose"), "exploration")
-    versions = [
-        f"{_text(v.get('name'))}@{_text(v.get('version'))} ({_text(v.get('status'))})"
-        for v in section.get("notOnline") or []
-    ]
-    return {
-        "purpose": purpose,
-        "exploration_runs": int(section.get("explorationRuns") or 0),
-        "not_online": versions,
-    }
+def audit_document(audit: AuditDoc | Mapping[str, Any], *, file: Path | None = None) -> AuditDoc:
+    """The audit the report reads, checked against its model (`AuditDoc`).
+
+    An audit.json of an older schema is refused with what to do instead: the report reads only
+    the current contract, and `simreport analyse` rewrites the audit from its runs. A key the
+    model does not know, or one it lacks, is a SchemaError naming it."""
+    if isinstance(audit, AuditDoc):
+        return audit
+    version = audit.get("schemaVersion")
+    if version != AUDIT_SCHEMA_VERSION:
+        folder = file.parent if file is not None else "<dir>"
+        raise InputError(
+            f"audit.json of schema {version}: the report reads schema {AUDIT_SCHEMA_VERSION}",
+            file=file,
+            path="schemaVersion",
+            expected=f"an audit written by this version; re-run `simreport analyse {folder}`",
+        )
+    return validate_audit(audit, file=file)
 
 
-def render_report(audit: Mapping[str, Any]) -> str:
-    """report.html for an audit (the dict `analyse` returns, or audit.json read back)."""
-    return _render(audit, figures.figure_files(audit))
+def render_report(audit: AuditDoc | Mapping[str, Any]) -> str:
+    """report.html for an audit (an `AuditDoc`, the mapping `analyse` returns, or audit.json read
+    back); a mapping is checked against the model first (`audit_document`)."""
+    doc = audit_document(audit)
+    return _render(doc, figures.figure_files(doc.to_doc()))
 
 
 def write_report(audit_dir: str | Path, *, draw_figures: bool = True) -> Path:
@@ -945,14 +966,15 @@ def write_report(audit_dir: str | Path, *, draw_figures: bool = True) -> Path:
     root = Path(audit_dir)
     audit_file = root / "audit.json"
     # Strings in audit.json may carry control characters: every one printed is made visible.
-    audit = load_document(audit_file, allow_control_characters=True).data
-    if not isinstance(audit, dict) or "plan" not in audit or "schemaVersion" not in audit:
+    data = load_document(audit_file, allow_control_characters=True).data
+    if not isinstance(data, dict) or "plan" not in data or "schemaVersion" not in data:
         raise InputError(
             "not an audit document", file=audit_file, expected="audit.json written by analyse"
         )
+    audit = audit_document(data, file=audit_file)
     figure_dir = root / FIGURE_DIR
     if draw_figures:
-        svgs = figures.figure_files(audit)
+        svgs = figures.figure_files(data)
         for filename, svg in svgs.items():
             write_atomic(figure_dir / filename, svg)
         if figure_dir.is_dir():
@@ -966,10 +988,10 @@ def write_report(audit_dir: str | Path, *, draw_figures: bool = True) -> Path:
             filename: (
                 (figure_dir / filename).read_text(encoding="utf-8")
                 if (figure_dir / filename).is_file()
-                else figures.draw(audit, kind, name)
+                else figures.draw(data, kind, name)
             )
-            for filename, (kind, name) in naming.figure_names(audit).items()
+            for filename, (kind, name) in naming.figure_names(data).items()
         }
     report = root / "report.html"
-    write_atomic(report, _render(audit, svgs, history.changes_since_previous(root, audit)))
+    write_atomic(report, _render(audit, svgs, history.changes_since_previous(root, data)))
     return report
