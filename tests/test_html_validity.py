@@ -46,15 +46,10 @@ def _edited(audit_dir: Path, out: Path) -> Path:
         {"axis": "<never>", "code": None, "rank": None, "rankedBy": None, "isolated": None,
          "anyCell": None}
     )  # fmt: skip
-    audit["power"] = {
-        "power": 0.8,
-        "alphaFamily": 0.05,
-        "method": "a <method>",
-        "metrics": {metric: [{"condition": tested[0]["condition"], "nBase": 2, "nCond": 2,
-                              "alpha": 0.05, "mde": None, "note": "too few <values>"}]},
-    }  # fmt: skip
-    audit["noiseFloor"] = {metric: [{"base": "base", "n": 2, "splits": 0, "flipRate": None,
-                                     "alpha": 0.05, "note": "too few"}]}  # fmt: skip
+    # The audit's own power analysis and noise floor, with hostile text and notes in them.
+    audit["power"]["method"] = "a <method>"
+    audit["power"]["metrics"][metric][0].update(mde=None, note="too few <values>")
+    audit["noiseFloor"][metric][0].update(flipRate=None, note="too <few>")
     write_json(out / "audit.json", audit)
     write_report(out)
     write_methods(out)
