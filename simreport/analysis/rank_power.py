@@ -32,6 +32,8 @@ import numpy as np
 import numpy.typing as npt
 from scipy import stats as _scipy_stats
 
+from .inference import subset_sum_counts
+
 EXACT_LIMIT = 60
 """The tests are exact up to this many pooled values (unpaired) or nonzero differences (paired)."""
 POWER_DRAWS = 4000
@@ -99,32 +101,6 @@ def test_kind(paired: bool) -> str:
 
 
 # ------------------------------------------------------------------------ null distributions
-
-
-def subset_sum_counts(items: IntArray, size: int | None) -> IntArray:
-    """How many subsets of `items` (non-negative integers) have each sum 0..sum(items): all
-    subsets when `size` is None, else only those of `size` items.
-
-    Counts are exact in int64 up to 62 items (at most C(60, 30) or 2^60 here).
-    """
-    total = int(items.sum())
-    if size is None:
-        counts = np.zeros(total + 1, dtype=np.int64)
-        counts[0] = 1
-        for item in items.tolist():
-            if item:
-                counts[item:] = counts[item:] + counts[:-item]
-            else:
-                counts *= 2
-        return counts
-    table = np.zeros((size + 1, total + 1), dtype=np.int64)
-    table[0, 0] = 1
-    for item in items.tolist():
-        shifted = np.zeros_like(table)
-        shifted[1:, item:] = table[:-1, : total + 1 - item]
-        table += shifted
-    counts_of_size: IntArray = table[size]
-    return counts_of_size
 
 
 @lru_cache(maxsize=256)
