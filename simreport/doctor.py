@@ -13,7 +13,7 @@ import argparse
 import json
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -73,16 +73,20 @@ class _Call:
         return f"HTTP {self.status}" + (f": {text}" if text and not self.ok else "")
 
 
-def _call(endpoint: ChatEndpoint, body: Mapping[str, Any]) -> _Call:
+Clock = Callable[[], float]
+"""Seconds from an arbitrary origin (`time.perf_counter`); tests inject their own."""
+
+
+def _call(endpoint: ChatEndpoint, body: Mapping[str, Any], clock: Clock) -> _Call:
     import httpx
 
-    start = time.perf_counter()
+    start = clock()
     try:
         response = endpoint.post(body)
     except httpx.TransportError as exc:
         error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-        return _Call(None, time.perf_counter() - start, error=endpoint.redact(error))
-    return _Call(response.status_code, time.perf_counter() - start, response.content)
+        return _Call(None, clock() - start, error=endpoint.redact(error))
+    return _Call(response.status_code, clock() - start, response.content)
 
 
 def _request(model: str, text: str, *, options: Sequence[str] = (), seed: int = 0) -> ChatRequest:
@@ -116,8 +120,10 @@ def doctor_rows(
     timeout_seconds: float = 30.0,
     transport: httpx.BaseTransport | None = None,
     env: Mapping[str, str] | None = None,
+    clock: Clock = time.perf_counter,
 ) -> list[DoctorRow]:
     """Check one endpoint; never raises for what the endpoint does (that is what the rows say).
+    `clock` times the requests (the concurrency check compares a batch's time with one call's).
     Raises InputError for a base URL that is not an http(s) URL."""
     try:
         root = chat_base_url(base_url)
@@ -141,7 +147,7 @@ def doctor_rows(
     try:
         # Every detail passes the endpoint's redaction: a server may echo the URL, the key or
         # the Basic credentials httpx made of the URL's userinfo.
-        checked = _checks(endpoint, model, parallel)
+        checked = _checks(endpoint, model, parallel, clock)
         return rows + [replace(r, detail=endpoint.redact(r.detail)) for r in checked]
     finally:
         endpoint.close()
@@ -154,10 +160,10 @@ def _skipped(reason: str, checks: Sequence[str] = ("reachable", *_LATER)) -> lis
     return [DoctorRow(check, "skip", reason) for check in checks]
 
 
-def _checks(endpoint: ChatEndpoint, model: str, parallel: int) -> list[DoctorRow]:
+def _checks(endpoint: ChatEndpoint, model: str, parallel: int, clock: Clock) -> list[DoctorRow]:
     rows: list[DoctorRow] = []
     prompt = "Reply with the single word: ok"
-    first = _call(endpoint, _plain_body(model, prompt))
+    first = _call(endpoint, _plain_body(model, prompt), clock)
     if not first.ok:
         rows.append(DoctorRow("reachable", "fail", first.describe(endpoint)))
         return rows + _skipped("the endpoint did not answer", _LATER)
@@ -167,8 +173,8 @@ def _checks(endpoint: ChatEndpoint, model: str, parallel: int) -> list[DoctorRow
         rows.append(DoctorRow("reachable", "fail", f"HTTP {first.status}, but {exc.message}"))
         return rows + _skipped("the endpoint's replies are unreadable", _LATER)
     rows.append(DoctorRow("reachable", "ok", f"HTTP {first.status} in {first.seconds:.2f} s"))
-    rows.append(_structured(endpoint, model))
-    rows.append(_seed(endpoint, model))
+    rows.append(_structured(endpoint, model, clock))
+    rows.append(_seed(endpoint, model, clock))
     if reply.extra.get("usageEstimated"):
         rows.append(
             DoctorRow("usage reporting", "warn", "no usage in replies: token costs are estimated")
@@ -181,14 +187,14 @@ def _checks(endpoint: ChatEndpoint, model: str, parallel: int) -> list[DoctorRow
                 f"{reply.prompt_tokens} prompt + {reply.completion_tokens} completion tokens",
             )
         )
-    rows.append(_concurrency(endpoint, model, parallel, first.seconds))
+    rows.append(_concurrency(endpoint, model, parallel, first.seconds, clock))
     return rows
 
 
-def _structured(endpoint: ChatEndpoint, model: str) -> DoctorRow:
+def _structured(endpoint: ChatEndpoint, model: str, clock: Clock) -> DoctorRow:
     check = "structured output"
     text = f"Pick one. Answer with exactly one of: {', '.join(_OPTIONS)}."
-    call = _call(endpoint, _plain_body(model, text, response_format=answer_schema(_OPTIONS)))
+    call = _call(endpoint, _plain_body(model, text, response_format=answer_schema(_OPTIONS)), clock)
     if call.status == 400:
         return DoctorRow(
             check,
@@ -211,12 +217,12 @@ def _structured(endpoint: ChatEndpoint, model: str) -> DoctorRow:
     return DoctorRow(check, "warn", f"response_format accepted, but the reply was {content[:60]!r}")
 
 
-def _seed(endpoint: ChatEndpoint, model: str) -> DoctorRow:
+def _seed(endpoint: ChatEndpoint, model: str, clock: Clock) -> DoctorRow:
     check = "seed"
     body = _plain_body(
         model, "Write one random English word.", temperature=1.0, seed=1234567, max_tokens=8
     )
-    calls = [_call(endpoint, body) for _ in range(2)]
+    calls = [_call(endpoint, body, clock) for _ in range(2)]
     if calls[0].status == 400:
         return DoctorRow(
             check, "warn", f"seed refused ({calls[0].describe(endpoint)}); it will not be sent"
@@ -239,17 +245,26 @@ def _seed(endpoint: ChatEndpoint, model: str) -> DoctorRow:
     )
 
 
-def _concurrency(endpoint: ChatEndpoint, model: str, parallel: int, single: float) -> DoctorRow:
-    check = "concurrency"
+def _concurrency(
+    endpoint: ChatEndpoint, model: str, parallel: int, single: float, clock: Clock
+) -> DoctorRow:
     body = _plain_body(model, "Reply with the single word: ok")
     # One untimed round opens the connections, so connection set-up is not what gets timed.
     with ThreadPoolExecutor(max_workers=parallel) as pool:
-        list(pool.map(lambda _: _call(endpoint, body), range(parallel)))
-        single = min(single, _call(endpoint, body).seconds)
-        start = time.perf_counter()
-        calls = list(pool.map(lambda _: _call(endpoint, body), range(parallel)))
-        wall = time.perf_counter() - start
-    failed = [c for c in calls if not c.ok]
+        list(pool.map(lambda _: _call(endpoint, body, clock), range(parallel)))
+        single = min(single, _call(endpoint, body, clock).seconds)
+        start = clock()
+        calls = list(pool.map(lambda _: _call(endpoint, body, clock), range(parallel)))
+        wall = clock() - start
+    failed = [c.describe(endpoint) for c in calls if not c.ok]
+    return concurrency_row(parallel, single, wall, failed)
+
+
+def concurrency_row(parallel: int, single: float, wall: float, failed: Sequence[str]) -> DoctorRow:
+    """Judge a concurrency measurement: `parallel` requests fired at once took `wall` seconds,
+    one alone took `single`; `failed` describes the requests that failed. Fewer than half of
+    them served at once is a warning with the concurrency to set."""
+    check = "concurrency"
     in_flight = min(float(parallel), parallel * single / wall) if wall > 0 else float(parallel)
     detail = (
         f"{parallel} parallel requests in {wall:.2f} s (one alone: {single:.2f} s): "
@@ -259,7 +274,7 @@ def _concurrency(endpoint: ChatEndpoint, model: str, parallel: int, single: floa
         return DoctorRow(
             check,
             "fail",
-            f"{len(failed)} of {parallel} failed, e.g. {failed[0].describe(endpoint)}",
+            f"{len(failed)} of {parallel} failed, e.g. {failed[0]}",
         )
     if single < 0.01:
         # Replies this fast are dominated by client overhead: nothing to learn about the server.

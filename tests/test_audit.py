@@ -970,6 +970,8 @@ def test_power_and_noise_floor_recomputed_independently(audit: dict[str, Any]) -
         for floor in audit["noiseFloor"][metric]:
             base = np.sort(_values(records, floor["base"], metric, False))
             assert floor["n"] == len(base)
+            # No condition here changes only the seeds: the base's halves, below the audit's n.
+            assert floor["scope"] == "halves" and floor["companions"] == []
             half = len(base) - len(base) // 2
             if floor["flipRate"] is None:
                 assert 2 / math.comb(len(base), half) >= 0.05 and floor["note"]
@@ -983,3 +985,61 @@ def test_power_and_noise_floor_recomputed_independently(audit: dict[str, Any]) -
             exact = float(np.mean(flips))
             error = math.sqrt(max(exact * (1 - exact), 0.01) / floor["splits"])
             assert abs(floor["flipRate"] - exact) <= 4 * error, (metric, floor, exact)
+
+
+def test_noise_floor_is_at_the_audit_n_when_a_seed_axis_gives_twins() -> None:
+    """A condition that moves only an axis on `seed` is the base under other seeds: the floor
+    pools it with its own model's base and splits into groups of the audit's sizes, checked
+    against every split enumerated here; a condition that moves anything else is no twin."""
+    from itertools import combinations
+
+    plan = json.loads(json.dumps(PLAN))
+    plan["axes"].append(
+        {
+            "id": "seeds",
+            "level": "micro",
+            "kind": "design",
+            "dimension": "seed",
+            "target": "seed",
+            "levels": [99],
+        }
+    )
+    conditions = _conditions() + [
+        {
+            "id": f"seeds=99@{model}",
+            "dir": f"seeds=99~40{model}",
+            "axis": "seeds",
+            "level": 99,
+            "levels": {"seeds": 99},
+            "model": model,
+            "isBase": False,
+            "baseId": f"base@{model}",
+            "identicalToBase": False,
+            "replications": 12,
+        }
+        for model in ("m1", "m2")
+    ]
+    rng = np.random.default_rng(12)
+    records = [r for r in _records() if r.replication < 5]
+    for model in ("m1", "m2"):
+        cid = f"seeds=99@{model}"
+        for r in range(5):
+            result = _result(f"base@{model}", r, rng).model_copy(update={"condition": cid})
+            records.append(RunRecord(cid, r, result, seed=(99, r)))
+    doc = analyse(plan, conditions, records)
+    for metric in doc["metrics"]:
+        for floor in doc["noiseFloor"][metric]:
+            model = floor["base"].split("@")[1]
+            assert floor["scope"] == "audit" and floor["companions"] == [f"seeds=99@{model}"]
+            base = _values(records, floor["base"], metric, False)
+            twin = _values(records, f"seeds=99@{model}", metric, False)
+            assert floor["sizes"] == [len(base), len(twin)] == [5, 5]
+            pooled = np.sort(np.array([*base, *twin]))
+            flips = []
+            for group in combinations(range(10), 5):
+                if 0 not in group:
+                    continue  # a split and its mirror give the same two-sided p
+                rest = [i for i in range(10) if i not in group]
+                flips.append(_ref_rank_sum_p(pooled[rest], pooled[list(group)]) < 0.05)
+            assert floor["splits"] == len(flips) == 126
+            assert floor["flipRate"] == pytest.approx(float(np.mean(flips)), abs=1e-12)

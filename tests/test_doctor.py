@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,13 @@ import pytest
 from llm_server import FakeLLM, Reply
 
 from simreport.core.errors import InputError
-from simreport.doctor import DoctorRow, doctor_rows, format_table, register_cli
+from simreport.doctor import (
+    DoctorRow,
+    concurrency_row,
+    doctor_rows,
+    format_table,
+    register_cli,
+)
 
 KEY_ENV = "SIMREPORT_TEST_DOCTOR_KEY"
 SECRET = "sk-doctor-5a4b3c2d1e"
@@ -30,11 +37,31 @@ def _cli(argv: list[str]) -> int:
     return code
 
 
+class ThreadClock:
+    """A clock that advances `step` seconds at every read, separately in each thread: every
+    request takes one step and so does a batch fired at once, as on a server that answers
+    them all together; the machine's load cannot change what the check measures."""
+
+    def __init__(self, step: float) -> None:
+        self.step = step
+        self.reads = threading.local()
+
+    def __call__(self) -> float:
+        count = getattr(self.reads, "count", 0) + 1
+        self.reads.count = count
+        return count * self.step
+
+
 def test_a_capable_endpoint_passes_every_check() -> None:
-    # Replies slow enough that a loaded machine's scheduling delays stay small beside them: the
-    # overlap the concurrency check measures is the server's, not the test machine's.
-    with FakeLLM(latency=0.25) as server:
-        rows = doctor_rows(server.url, "test", KEY_ENV, parallel=4, env={KEY_ENV: SECRET})
+    with FakeLLM() as server:
+        rows = doctor_rows(
+            server.url,
+            "test",
+            KEY_ENV,
+            parallel=4,
+            env={KEY_ENV: SECRET},
+            clock=ThreadClock(0.25),
+        )
         assert server.headers[0]["authorization"] == f"Bearer {SECRET}"
     assert _status(rows) == {
         "endpoint": "ok",
@@ -74,10 +101,25 @@ def test_an_ignored_seed_and_an_ignored_format_are_noticed() -> None:
 
 
 def test_a_server_that_serves_one_request_at_a_time_is_a_concurrency_warning() -> None:
-    with FakeLLM(latency=0.04, max_parallel=1) as server:
-        rows = doctor_rows(server.url, "test", parallel=4)
-    row = next(r for r in rows if r.check == "concurrency")
+    # Four requests fired at once took four times one alone: one at a time.
+    row = concurrency_row(4, single=0.25, wall=1.0, failed=[])
     assert row.status == "warn" and "SIMREPORT_MAX_CONCURRENCY=1" in row.detail
+    assert concurrency_row(8, single=0.25, wall=1.0, failed=[]).detail.endswith(
+        "SIMREPORT_MAX_CONCURRENCY=2"
+    )
+    assert concurrency_row(4, single=0.25, wall=0.4, failed=[]).status == "ok"
+    assert concurrency_row(1, single=0.25, wall=0.3, failed=[]).status == "ok"
+    assert concurrency_row(4, single=0.001, wall=1.0, failed=[]).status == "ok"
+    failed = concurrency_row(4, single=0.25, wall=0.25, failed=["HTTP 500"])
+    assert failed.status == "fail"
+
+
+def test_the_concurrency_check_fires_its_requests_together() -> None:
+    with FakeLLM(max_parallel=1) as server:
+        rows = doctor_rows(server.url, "test", parallel=4, clock=ThreadClock(0.25))
+    row = next(r for r in rows if r.check == "concurrency")
+    # Every request answered; the batch of 4 is timed on the caller's own clock reads.
+    assert row.status == "ok" and row.detail.startswith("4 parallel requests in 0.25 s")
 
 
 def test_an_unreachable_endpoint_fails_without_a_traceback() -> None:

@@ -471,7 +471,19 @@ def test_power_and_noise_floor_are_stated_when_the_audit_has_them(audit: dict[st
         },
     }
     edited["noiseFloor"] = {
-        metric: [{"base": "base", "n": 12, "splits": 200, "flipRate": 0.045, "alpha": 0.05}]
+        metric: [
+            {
+                "base": "base",
+                "n": 12,
+                "splits": 200,
+                "flipRate": 0.045,
+                "alpha": 0.05,
+                "scope": "halves",
+                "companions": [],
+                "sizes": [6, 6],
+                "note": None,
+            }
+        ]
     }
     stats = _section(methods_markdown(edited), "Statistical analysis")
     assert "at power 0.8 and a family α of 0.05, each at the Holm-adjusted α of its rank" in stats

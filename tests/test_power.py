@@ -20,10 +20,10 @@ from statsmodels.stats.power import NormalIndPower, TTestIndPower
 from tiny_study import PLAN, SCENARIO
 
 import simreport.api as api
+from simreport.analysis import inference, stats
 from simreport.analysis import pilot as pilots
 from simreport.analysis import power as pw
 from simreport.analysis import rank_power as rp
-from simreport.analysis import stats
 from simreport.cli import main
 from simreport.core.errors import InputError
 from simreport.kernel.providers.base import ChatResponse
@@ -286,7 +286,7 @@ def test_normal_approximation_matches_scipy_beyond_60_values() -> None:
 
 def test_rank_sum_null_with_ties_matches_enumeration_and_scipy() -> None:
     # The example where scipy's exact Mann-Whitney ignores ties (0.2) and permutation gives 0.3.
-    null = rp.RankSumNull(np.array([1.0, 2, 2, 2, 3, 4]), 3)
+    null = inference.RankSumNull(np.array([1.0, 2, 2, 2, 3, 4]), 3)
     assert null.pvalue(np.array([3, 4, 5])) == pytest.approx(0.3)
     rng = np.random.default_rng(4)
     for _ in range(20):
@@ -294,14 +294,34 @@ def test_rank_sum_null_with_ties_matches_enumeration_and_scipy() -> None:
         cond = rng.choice(9, size=4, replace=False)
         rest = np.setdiff1d(np.arange(9), cond)
         want = _enumerated_rank_sum_p(pooled[rest], pooled[cond])
-        assert rp.RankSumNull(pooled, 4).pvalue(cond) == pytest.approx(want, abs=1e-12)
+        assert inference.RankSumNull(pooled, 4).pvalue(cond) == pytest.approx(want, abs=1e-12)
     pooled = rng.integers(0, 6, size=70).astype(float)
     cond = np.arange(35, 70)
     theirs = scipy_stats.mannwhitneyu(
         pooled[cond], pooled[:35], alternative="two-sided", method="asymptotic"
     ).pvalue
-    assert rp.RankSumNull(pooled, 35).pvalue(cond) == pytest.approx(theirs, rel=1e-9)
-    assert rp.RankSumNull(np.ones(70), 35).pvalue(cond) == 1.0
+    assert inference.RankSumNull(pooled, 35).pvalue(cond) == pytest.approx(theirs, rel=1e-9)
+    assert inference.RankSumNull(np.ones(70), 35).pvalue(cond) == 1.0
+
+
+def test_rank_sum_null_is_the_rank_sum_test() -> None:
+    """One null for the audit's rows and the noise floor: the same p, statistic and method, in
+    the exact range and beyond it, ties included."""
+    rng = np.random.default_rng(11)
+    for size, n_cond in ((7, 3), (12, 6), (40, 25), (80, 30)):
+        pooled = rng.integers(0, 5, size=size).astype(float)
+        cond = np.arange(size - n_cond, size)
+        null = inference.RankSumNull(pooled, n_cond)
+        test = inference.rank_sum_test(pooled[: size - n_cond], pooled[cond])
+        assert (null.pvalue(cond), null.statistic(cond), null.method) == (
+            test.p,
+            test.statistic,
+            test.method,
+        )
+    with pytest.raises(ValueError):
+        inference.RankSumNull(np.array([1.0, math.nan, 2.0]), 1)
+    with pytest.raises(ValueError):
+        inference.RankSumNull(np.array([1.0, 2.0]), 2)
 
 
 def _scipy_power(d: float, n: int, alpha: float, *, paired: bool, draws: int, seed: int) -> float:
@@ -592,6 +612,8 @@ def test_noise_floor_is_null_with_a_note_for_small_bases() -> None:
     three, seven = out["m"]
     assert three["n"] == 3 and three["flipRate"] is None and three["splits"] == 0
     assert "fewer than 4 usable values" in three["note"]
+    assert three["scope"] == seven["scope"] == "halves" and three["sizes"] is None
+    assert seven["sizes"] == [3, 4] and seven["companions"] == []
     # Halves of 3 and 4: 2 / C(7, 4) = 0.057; halves of 4 and 4 reach 2 / 70.
     assert seven["flipRate"] is None and "cannot give p < 0.05 whatever the data" in seven["note"]
     assert "no flip rate below 8 replications" in seven["note"]
@@ -1047,3 +1069,81 @@ def test_recommended_replications_have_the_target_power_by_independent_simulatio
     simulated = _scipy_power(d, n, alpha, paired=paired, draws=10_000, seed=seed)
     assert simulated >= target - 0.03, (n, stated, simulated)
     assert abs(stated - simulated) <= 0.03, (n, stated, simulated)
+
+
+def test_noise_floor_at_the_audit_n_pools_the_base_with_its_seed_twins() -> None:
+    """With conditions that change only the seeds, the floor is measured at the audit's sizes:
+    every split of the base pooled with one twin into groups of their two sizes, tested with
+    this file's own enumeration; two twins share the split budget."""
+    base = [0.31, 0.52, 0.24, 0.95, 0.77, 0.33]
+    twin = [0.81, 0.47, 0.69, 0.12, 0.58, 0.42]
+    row = pw.noise_floor(
+        {"m": {"base": base}}, "h", companions_by_metric={"m": {"base": [("seed=2", twin)]}}
+    )["m"][0]
+    assert row["scope"] == "audit" and row["companions"] == ["seed=2"]
+    assert row["sizes"] == [6, 6] and row["n"] == 6 and row["note"] is None
+    pooled = np.sort(np.array(base + twin))
+    flips = 0
+    for group in itertools.combinations(range(12), 6):
+        if 0 not in group:
+            continue  # a split and its mirror give the same two-sided p
+        mask = np.zeros(12, dtype=bool)
+        mask[list(group)] = True
+        flips += int(_enumerated_rank_sum_p(pooled[~mask], pooled[mask]) < 0.05)
+    assert row["splits"] == math.comb(12, 6) // 2 and row["flipRate"] == flips / row["splits"]
+    # Unequal sizes: a twin with a lost replication is split into groups of 6 and 5.
+    lost = pw.noise_floor(
+        {"m": {"base": base}},
+        "h",
+        companions_by_metric={"m": {"base": [("seed=2", [*twin[:5], math.nan])]}},
+    )["m"][0]
+    assert lost["sizes"] == [6, 5] and lost["splits"] == math.comb(11, 5)
+    two = pw.noise_floor(
+        {"m": {"base": base}},
+        "h",
+        splits=100,
+        companions_by_metric={"m": {"base": [("seed=2", twin), ("seed=3", list(reversed(twin)))]}},
+    )["m"][0]
+    assert two["companions"] == ["seed=2", "seed=3"] and two["splits"] == 100
+
+
+def test_noise_floor_at_the_audit_n_is_identical_for_identical_pools_and_states_its_limit() -> None:
+    rng = np.random.default_rng(8)
+    base, twin = rng.normal(size=20).tolist(), rng.normal(size=20).tolist()
+    one = pw.noise_floor(
+        {"m": {"base": base}}, "h", companions_by_metric={"m": {"base": [("a", twin)]}}
+    )["m"][0]
+    other = pw.noise_floor(
+        {"k": {"base@x": list(reversed(base))}},
+        "h",
+        companions_by_metric={"k": {"base@x": [("b@x", twin)]}},
+    )["k"][0]
+    assert one["splits"] == other["splits"] == pw.NOISE_FLOOR_SPLITS
+    assert one["flipRate"] == other["flipRate"]
+    # Three against three cannot reach 0.05 (2 / 20): a note, no halves in its place.
+    small = pw.noise_floor(
+        {"m": {"base": [1.0, 2, 3]}},
+        "h",
+        companions_by_metric={"m": {"base": [("a", [4.0, 5, 6])]}},
+    )["m"][0]
+    assert small["scope"] == "audit" and small["flipRate"] is None and small["splits"] == 0
+    assert small["sizes"] == [3, 3] and "cannot give p < 0.05" in small["note"]
+    # A twin with fewer than 2 usable values is no twin: the halves are used.
+    halves = pw.noise_floor(
+        {"m": {"base": base}}, "h", companions_by_metric={"m": {"base": [("a", [1.0, math.nan])]}}
+    )["m"][0]
+    assert halves["scope"] == "halves" and halves["sizes"] == [10, 10]
+
+
+def test_noise_floor_at_the_audit_n_is_at_most_alpha_for_exchangeable_replications() -> None:
+    rng = np.random.default_rng(9)
+    rates = [
+        pw.noise_floor(
+            {"m": {"base": rng.normal(size=10)}},
+            f"h{i}",
+            splits=40,
+            companions_by_metric={"m": {"base": [("a", rng.normal(size=10))]}},
+        )["m"][0]["flipRate"]
+        for i in range(25)
+    ]
+    assert 0.01 < float(np.mean(rates)) <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / 1000)

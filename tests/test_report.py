@@ -683,9 +683,10 @@ def _with_power(audit: dict[str, Any]) -> dict[str, Any]:
     edited["noiseFloor"] = {
         "cooperation": [
             {"base": "base@model-b", "n": 4, "splits": 35, "flipRate": 0.0, "alpha": 0.05,
-             "note": "a constant base never differs from itself"},
+             "note": "a constant base never differs from itself", "scope": "halves",
+             "companions": [], "sizes": [2, 2]},
             {"base": "base@model-a", "n": 4, "splits": 35, "flipRate": 0.0571, "alpha": 0.05,
-             "note": None},
+             "note": None, "scope": "audit", "companions": ["seed=9@model-a"], "sizes": [4, 4]},
         ]
     }  # fmt: skip
     return edited
@@ -710,8 +711,10 @@ def test_power_and_noise_floor_are_shown_when_the_audit_has_them(audit: dict[str
         "detectable effect to state</p>" in section
     )
     noise = _section_of(section, "<caption>Noise floor", "</table>")
-    assert "the flip rate is the share of those splits that differ at α" in section
     assert '<td class="num">5.7%</td>' in noise and '<td class="num">0.0%</td>' in noise
+    # Where the base was measured against: its twins at the audit's sizes, or its own halves.
+    assert '<td class="num">4 vs 4</td>' in noise and '<td class="num">2 vs 2</td>' in noise
+    assert "with seed=9@model-a" in noise and "the base&#39;s halves" in noise
     assert "a constant base never differs from itself" in noise
     # The contract requires both sections: an audit without them is refused, naming the key.
     without = {k: v for k, v in audit.items() if k not in ("power", "noiseFloor")}

@@ -324,7 +324,11 @@ def analyse(
         m: {row["id"]: samples[row["id"]][m] for row in condition_rows if row["isBase"]}
         for m in metrics
     }
-    noise_floor = power.noise_floor(base_samples, plan_hash)
+    noise_floor = power.noise_floor(
+        base_samples,
+        plan_hash,
+        companions_by_metric=_seed_companions(condition_rows, axes, moved, samples, metrics),
+    )
     sensitivity = _sensitivity(axes, moved, tests)
     # A full factorial's axes are compared by main effects over the grid, not by single cells
     # against the base (which confound the axes a cell moves together): analysis/factorial.py.
@@ -556,6 +560,40 @@ def _metric_note(rows: Sequence[Mapping[str, Any]], used_runs: int, reported: in
         f"fewer than {stats.MIN_REPLICATIONS} replications with a finite value in the base or "
         "the condition of every comparison: nothing tested"
     )
+
+
+SEED_TARGETS = frozenset({"seed", "execution.seed"})
+"""Scenario paths that only choose the seed: a condition that moves nothing else is the base
+again under other seeds, an A/A comparison at the audit's n."""
+
+
+def _seed_companions(
+    condition_rows: Sequence[Mapping[str, Any]],
+    axes: Sequence[Mapping[str, Any]],
+    moved: Mapping[str, Sequence[str]],
+    samples: Mapping[str, Mapping[str, Sequence[float]]],
+    metrics: Sequence[str],
+) -> dict[str, dict[str, list[tuple[str, Sequence[float]]]]]:
+    """Per metric and base, the conditions that differ from the base only in their seeds, with
+    their samples, in plan order (the noise floor pools them with the base)."""
+    seed_axes = {str(a["id"]) for a in axes if str(a.get("target", "")) in SEED_TARGETS}
+    twins = [
+        row
+        for row in condition_rows
+        if not row["isBase"]
+        and not row["identicalToBase"]
+        and moved[row["id"]]
+        and set(moved[row["id"]]) <= seed_axes
+    ]
+    return {
+        m: {
+            base: [
+                (str(row["id"]), samples[row["id"]][m]) for row in twins if row["baseId"] == base
+            ]
+            for base in {str(row["baseId"]) for row in twins}
+        }
+        for m in metrics
+    }
 
 
 def _moved_axes(

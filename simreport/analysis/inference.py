@@ -165,13 +165,74 @@ def _no_spread(d: FloatArray, slack: FloatArray) -> bool:
 # ----------------------------------------------------------------------------------- rank tests
 
 
+class RankSumNull:
+    """The permutation null of the rank-sum test for one pooled sample and one condition size.
+
+    Every split of the same pooled values into groups of these sizes shares it, so a caller
+    testing many splits (the A/A noise floor) counts it once. Ties get midranks (values within
+    `TIE_RTOL` of their magnitude tie). Up to `EXACT_MAX_POOLED` pooled values the counts of all
+    C(N, n_c) rearrangements are exact (doubled midranks are integers, counted by subset sums);
+    beyond, the normal approximation with the permutation (tie-corrected) variance and a 0.5
+    continuity correction. All values equal: p = 1.
+    """
+
+    def __init__(self, pooled: Sample, n_cond: int) -> None:
+        values = np.asarray(pooled, dtype=np.float64)
+        size = int(values.size)
+        if values.ndim != 1 or not np.all(np.isfinite(values)):
+            raise ValueError("the pooled sample must be one-dimensional and finite")
+        if not 1 <= n_cond < size:
+            raise ValueError(f"the condition needs 1 to {size - 1} of {size} values, got {n_cond}")
+        self.n_cond = n_cond
+        self.exact = size <= EXACT_MAX_POOLED
+        self.method = RANK_SUM_EXACT if self.exact else RANK_SUM_NORMAL
+        self.doubled_ranks = _doubled_midranks(values, TIE_RTOL * np.abs(values))
+        self._constant = bool(np.all(self.doubled_ranks == self.doubled_ranks[0]))
+        # Twice E[W]: n_c times the mean doubled midrank, N + 1.
+        self._centre = n_cond * (size + 1)
+        self._tails: IntArray | None = None
+        self._variance = 0.0
+        if self._constant:
+            return
+        if self.exact:
+            # The smaller group's sum lies as far from its centre as the other group's: count
+            # the smaller one's subsets.
+            k = min(n_cond, size - n_cond)
+            counts = subset_sum_counts(self.doubled_ranks, k)
+            distance = np.abs(np.arange(counts.size, dtype=np.int64) - k * (size + 1))
+            at_distance = np.zeros(int(distance.max()) + 1, dtype=np.int64)
+            np.add.at(at_distance, distance, counts)
+            self._tails = np.cumsum(at_distance[::-1])[::-1]
+        else:
+            ranks = self.doubled_ranks / 2.0
+            n_base = size - n_cond
+            self._variance = (
+                n_base * n_cond / (size * (size - 1.0)) * float(np.sum((ranks - ranks.mean()) ** 2))
+            )
+
+    def statistic(self, cond_index: npt.NDArray[np.intp]) -> float:
+        """W: the condition group's midrank sum."""
+        return int(self.doubled_ranks[cond_index].sum()) / 2.0
+
+    def pvalue(self, cond_index: npt.NDArray[np.intp]) -> float:
+        """Two-sided p of the split whose condition group is `cond_index` into the pooled values:
+        P(|W − E[W]| ≥ |w − E[W]|)."""
+        if self._constant:
+            return 1.0
+        distance = abs(int(self.doubled_ranks[cond_index].sum()) - self._centre)
+        if self._tails is not None:
+            # Integers throughout: sums at the same distance count as equal without a tolerance.
+            return int(self._tails[distance]) / int(self._tails[0])
+        return _normal_p(distance / 2.0, self._variance, 0.5)
+
+
 def rank_sum_test(base: Sample, cond: Sample) -> TestResult:
     """Two-sided rank-sum (Mann-Whitney) test of the condition against its base, unpaired.
 
-    W is the sum of the condition's midranks in the pooled sample. Up to `EXACT_MAX_POOLED`
-    pooled values, p = P(|W − E[W]| ≥ |w − E[W]|) over all equally likely assignments of the
-    pooled values to the groups, exact with ties; beyond, the normal approximation with the
-    tie-corrected variance and a 0.5 continuity correction. All pooled values equal gives 1.
+    W is the sum of the condition's midranks in the pooled sample; p comes from `RankSumNull`:
+    exact over all equally likely assignments of the pooled values to the groups up to
+    `EXACT_MAX_POOLED` pooled values, with ties; beyond, the normal approximation. All pooled
+    values equal gives 1.
 
     Raises:
         ValueError: when either group has no finite value.
@@ -179,28 +240,16 @@ def rank_sum_test(base: Sample, cond: Sample) -> TestResult:
     b, c = finite(base), finite(cond)
     if b.size == 0 or c.size == 0:
         raise ValueError(f"both groups need a finite value, got {b.size} and {c.size}")
-    pooled = np.concatenate([b, c])
-    n, m = pooled.size, c.size
-    doubled = _doubled_midranks(pooled, TIE_RTOL * np.abs(pooled))
-    observed = int(doubled[b.size :].sum())
-    centre = m * (n + 1)  # twice E[W]
-    exact = n <= EXACT_MAX_POOLED
-    method = RANK_SUM_EXACT if exact else RANK_SUM_NORMAL
-    statistic, sizes = observed / 2.0, (int(b.size), int(m))
-    if np.all(doubled == doubled[0]):
-        return TestResult(1.0, method, statistic, False, *sizes)
-    if exact:
-        # The smaller group's sum has the same distance from its centre as the other's.
-        k = min(m, b.size)
-        if k != m:
-            observed, centre = int(doubled[: b.size].sum()), k * (n + 1)
-        p = _exact_share(subset_sum_counts(doubled, k), centre, observed)
-    else:
-        ranks = doubled / 2.0
-        # The permutation variance of W, which is the tie-corrected one.
-        variance = b.size * m / (n * (n - 1.0)) * float(np.sum((ranks - ranks.mean()) ** 2))
-        p = _normal_p((observed - centre) / 2.0, variance, 0.5)
-    return TestResult(p, method, statistic, False, *sizes)
+    null = RankSumNull(np.concatenate([b, c]), int(c.size))
+    cond_index = np.arange(b.size, b.size + c.size, dtype=np.intp)
+    return TestResult(
+        null.pvalue(cond_index),
+        null.method,
+        null.statistic(cond_index),
+        False,
+        int(b.size),
+        int(c.size),
+    )
 
 
 def signed_rank_test(base: Sample, cond: Sample) -> TestResult:

@@ -24,15 +24,19 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
+import numpy.typing as npt
 from scipy import integrate, optimize, special
 from scipy import stats as _scipy_stats
 
 from ..core.canonical import parse_number
-from . import rank_power, stats
+from . import inference, rank_power, stats
 from .rank_power import RankDesign
+from .stats import FloatArray
+
+IndexArray: TypeAlias = npt.NDArray[np.intp]
 
 DEFAULT_POWER = 0.8
 DEFAULT_ALPHA = 0.05
@@ -386,7 +390,7 @@ def _row_sizes(row: Mapping[str, Any], paired: bool) -> tuple[int, int]:
 def _method(tests_used: Sequence[str], family_size: int, scope: str, draws: int) -> str:
     used = ", ".join(sorted(set(tests_used))) or "no test"
     return (
-        f"power of the test that runs ({used}; exact up to {rank_power.EXACT_LIMIT} values, "
+        f"power of the test that runs ({used}; exact up to {inference.EXACT_MAX_POOLED} values, "
         "normal approximation beyond), simulated on "
         f"{draws} normal data sets per point with seeded draws, against a shift in pooled SDs "
         "(paired rows: in SDs of the paired differences); each row at the Holm threshold of its "
@@ -501,17 +505,16 @@ def noise_floor_seed(plan_hash: str, values: stats.Sample) -> int:
     return int.from_bytes(digest[:16], "big")
 
 
-def _halves(n: int, splits: int, rng: np.random.Generator) -> list[np.ndarray[Any, Any]]:
-    """Index sets of the second half (n - n // 2 values) of each split: every distinct split
-    when there are at most `splits` of them, else `splits` random ones."""
-    half = n - n // 2
-    # With even n, a split and its mirror give the same two-sided p: count each pair once.
-    distinct = math.comb(n, half) // (2 if n % 2 == 0 else 1)
-    if distinct <= splits:
-        combos = itertools.combinations(range(n), half)
-        chosen = [c for c in combos if n % 2 or c[0] == 0]
-        return [np.array(c, dtype=np.intp) for c in chosen]
-    return [np.sort(rng.permutation(n)[:half]) for _ in range(splits)]
+def _splits(size: int, group: int, budget: int, rng: np.random.Generator) -> list[IndexArray]:
+    """Index sets of the condition group (`group` of `size` values) of each split: every distinct
+    split when there are at most `budget` of them, else `budget` random ones."""
+    # With equal groups, a split and its mirror give the same two-sided p: count each pair once.
+    mirrored = 2 * group == size
+    distinct = math.comb(size, group) // (2 if mirrored else 1)
+    if distinct <= budget:
+        combos = itertools.combinations(range(size), group)
+        return [np.array(c, dtype=np.intp) for c in combos if not mirrored or c[0] == 0]
+    return [np.sort(rng.permutation(size)[:group]) for _ in range(budget)]
 
 
 def _smallest_reachable_n(alpha: float) -> int:
@@ -521,69 +524,117 @@ def _smallest_reachable_n(alpha: float) -> int:
     return n
 
 
+def _flips(
+    pooled: FloatArray, group: int, budget: int, seed_material: str, alpha: float
+) -> tuple[int, int]:
+    """(splits with p < alpha, splits tested) over splits of `pooled` into a condition group of
+    `group` values and the rest, the generator seeded from the sorted pooled values."""
+    pooled = np.sort(pooled)
+    rng = np.random.default_rng(noise_floor_seed(seed_material, pooled))
+    chosen = _splits(int(pooled.size), group, budget, rng)
+    null = inference.RankSumNull(pooled, group)
+    return sum(int(null.pvalue(index) < alpha) for index in chosen), len(chosen)
+
+
+def _floor_at_audit_n(
+    x: FloatArray,
+    companions: Sequence[tuple[str, stats.Sample]],
+    seed_material: str,
+    alpha: float,
+    splits: int,
+) -> dict[str, Any] | None:
+    """The flip rate at the audit's own sizes: the base pooled with each condition that differs
+    from it only in its seeds, split again and again into groups of the two sizes. None when no
+    such condition has at least 2 usable values."""
+    usable = [(cid, stats.finite(sample)) for cid, sample in companions]
+    usable = [(cid, c) for cid, c in usable if c.size >= stats.MIN_REPLICATIONS]
+    n = int(x.size)
+    if n < stats.MIN_REPLICATIONS or not usable:
+        return None
+    ids = [cid for cid, _ in usable]
+    sizes = sorted({int(c.size) for _, c in usable})
+    row: dict[str, Any] = {"scope": "audit", "companions": ids, "sizes": [n, max(sizes)]}
+    if all(smallest_rank_p(n, size) >= alpha for size in sizes):
+        floor = min(smallest_rank_p(n, size) for size in sizes)
+        return row | {
+            "note": f"groups of {n} and {max(sizes)} values cannot give p < {alpha:.3g} whatever "
+            f"the data (smallest possible p: {floor:.3g})"
+        }
+    flips = tested = 0
+    budget = max(1, splits // len(usable))
+    for _, c in usable:
+        hit, count = _flips(np.concatenate([x, c]), int(c.size), budget, seed_material, alpha)
+        flips, tested = flips + hit, tested + count
+    return row | {"splits": tested, "flipRate": flips / tested}
+
+
+def _floor_of_halves(
+    x: FloatArray, seed_material: str, alpha: float, splits: int
+) -> dict[str, Any]:
+    """The flip rate between halves of the base: below the audit's n, for plans without a
+    condition that changes only the seeds."""
+    n = int(x.size)
+    row: dict[str, Any] = {"scope": "halves", "companions": [], "sizes": [n // 2, n - n // 2]}
+    if n < NOISE_FLOOR_MIN_VALUES:
+        return row | {
+            "sizes": None,
+            "note": f"fewer than {NOISE_FLOOR_MIN_VALUES} usable values in the base ({n}) and "
+            "no condition that changes only the seeds: no split to compare",
+        }
+    if (floor := smallest_rank_p(n // 2, n - n // 2)) >= alpha:
+        return row | {
+            "note": f"halves of {n // 2} and {n - n // 2} values cannot give p < {alpha:.3g} "
+            f"whatever the data (smallest possible p: {floor:.3g}): no flip rate below "
+            f"{_smallest_reachable_n(alpha)} replications"
+        }
+    flips, tested = _flips(x, n - n // 2, splits, seed_material, alpha)
+    return row | {"splits": tested, "flipRate": flips / tested}
+
+
 def noise_floor(
     base_samples_by_metric: Mapping[str, Mapping[str, stats.Sample]],
     seed_material: str,
     alpha: float = DEFAULT_ALPHA,
     splits: int = NOISE_FLOOR_SPLITS,
+    companions_by_metric: Mapping[str, Mapping[str, Sequence[tuple[str, stats.Sample]]]]
+    | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
     """audit.json `noiseFloor`: per metric and base, how often the audit's unpaired rank-sum
-    test calls two halves of the same condition different.
+    test calls two groups of the same condition different.
 
-    Each base's usable replications, sorted, are split into halves of n // 2 and n - n // 2
-    values (every distinct split when there are at most `splits`, else `splits` random ones,
-    the generator seeded by `noise_floor_seed` from `seed_material` (the plan's meaning hash)
-    and the values), and each split is tested with the exact permutation rank-sum test (normal
-    approximation beyond 60 values) at `alpha`. The flip rate is the share of splits with p <
-    alpha: how often a condition identical to its base comes out "different" with data shaped
-    like the base's (its ties, discreteness and outliers) at the halves' n, which is below the
-    audit's n (a base holds one condition's replications, not two). Identical bases give
-    identical floors whatever their metric or id. Exact permutation p values keep the rate at
-    or below alpha; further below it when ties leave few distinct rank sums.
+    At the audit's n (`scope: "audit"`) when the base has companions: conditions that differ
+    from it only in their seeds (a seed axis), given per metric and base id in
+    `companions_by_metric`. The base and each companion are pooled and split into groups of
+    their two sizes, `splits` in all. Otherwise (`scope: "halves"`) the base's own values are
+    split into halves of n // 2 and n - n // 2, below the audit's n. Each split is tested with
+    the exact permutation rank-sum test (normal approximation beyond 60 values) at `alpha`; the
+    flip rate is the share of splits with p < alpha.
 
-    Paired designs have no split to make: a condition identical to its base shares its seeds
-    and runs byte-identically, so its paired differences are all 0 and p = 1. The halves are
-    drawn at random, so the rate says nothing about dependence between replications.
+    Every distinct split is tested when there are at most `splits`, else `splits` random ones,
+    the generator seeded by `noise_floor_seed` from `seed_material` (the plan's meaning hash) and
+    the pooled values, so identical bases (and companions) give identical floors whatever their
+    metric or id. Paired rows have no floor to measure: a condition identical to its base
+    shares its seeds and runs byte-identically, so its paired p is 1.
 
-    Null with a note when the base has fewer than 4 usable values, or when halves of its size
-    cannot reach p < alpha whatever the data (a rate of 0 would then say nothing).
+    Null with a note when the groups are too small to split, or cannot reach p < alpha whatever
+    the data (a rate of 0 would then say nothing).
     """
     _check_levels(alpha)
     if splits < 1:
         raise ValueError(f"splits must be positive, got {splits}")
     out: dict[str, list[dict[str, Any]]] = {}
     for metric, by_base in base_samples_by_metric.items():
+        companions = (companions_by_metric or {}).get(metric, {})
         rows = []
         for base, sample in by_base.items():
             x = np.sort(stats.finite(sample))
-            n = int(x.size)
-            row: dict[str, Any] = {
-                "base": base,
-                "n": n,
-                "splits": 0,
-                "flipRate": None,
-                "alpha": alpha,
-                "note": None,
-            }
-            if n < NOISE_FLOOR_MIN_VALUES:
-                row["note"] = (
-                    f"fewer than {NOISE_FLOOR_MIN_VALUES} usable values in the base ({n}): "
-                    "no split halves to compare"
-                )
-            elif (floor := smallest_rank_p(n // 2, n - n // 2)) >= alpha:
-                row["note"] = (
-                    f"halves of {n // 2} and {n - n // 2} values cannot give p < {alpha:.3g} "
-                    f"whatever the data (smallest possible p: {floor:.3g}): no flip rate below "
-                    f"{_smallest_reachable_n(alpha)} replications"
-                )
-            else:
-                rng = np.random.default_rng(noise_floor_seed(seed_material, x))
-                halves = _halves(n, splits, rng)
-                null = rank_power.RankSumNull(x, n - n // 2)
-                flips = sum(int(null.pvalue(second) < alpha) for second in halves)
-                row["splits"] = len(halves)
-                row["flipRate"] = flips / len(halves)
-            rows.append(row)
+            found = _floor_at_audit_n(x, companions.get(base, ()), seed_material, alpha, splits)
+            floor = found or _floor_of_halves(x, seed_material, alpha, splits)
+            rows.append(
+                {"base": base, "n": int(x.size), "splits": 0, "flipRate": None, "alpha": alpha}
+                | {"note": None}
+                | floor
+            )
         out[metric] = rows
     return out
 
@@ -684,7 +735,7 @@ def size_replications(
         )
     reach = _smallest_reaching_n(alpha, paired)
     n = max(t_n, reach)
-    exact_end = rank_power.EXACT_LIMIT if paired else rank_power.EXACT_LIMIT // 2
+    exact_end = inference.EXACT_MAX_PAIRS if paired else inference.EXACT_MAX_POOLED // 2
     while n <= exact_end and rank_power_at(n) < power:
         n += 1
     if n > exact_end:

@@ -2,11 +2,13 @@
 
 The tests:
 - unpaired: the permutation test of the condition's rank sum W in the pooled sample, two-sided
-  p = P(|W - E W| >= |w - E W|); exact up to `EXACT_LIMIT` pooled values, beyond that the normal
-  approximation with the tie-corrected variance and a 0.5 continuity correction;
+  p = P(|W - E W| >= |w - E W|); exact up to `inference.EXACT_MAX_POOLED` pooled values,
+  beyond that the normal approximation with the tie-corrected variance and a 0.5 continuity
+  correction;
 - paired: the sign-flip test of the Wilcoxon signed-rank statistic S = sum sign(d_i) rank|d_i|,
-  two-sided p = P(|S| >= |s|) over the 2^n flips; exact up to `EXACT_LIMIT` nonzero differences,
-  beyond that the normal approximation (continuity correction 0.5 on the positive-rank sum).
+  two-sided p = P(|S| >= |s|) over the 2^n flips; exact up to `inference.EXACT_MAX_PAIRS`
+  nonzero differences, beyond that the normal approximation (continuity correction 0.5 on the
+  positive-rank sum).
 A row rejects when p < α (the audit calls a row significant when its Holm p is below α).
 
 Both statistics are a count X on 0..M that is symmetric about M/2 under the null (unpaired: the
@@ -32,10 +34,8 @@ import numpy as np
 import numpy.typing as npt
 from scipy import stats as _scipy_stats
 
-from .inference import subset_sum_counts
+from .inference import EXACT_MAX_PAIRS, EXACT_MAX_POOLED, subset_sum_counts
 
-EXACT_LIMIT = 60
-"""The tests are exact up to this many pooled values (unpaired) or nonzero differences (paired)."""
 POWER_DRAWS = 4000
 """Simulated data sets per power estimate: at power 0.8 the standard error is 0.0063, so a
 stated power is within ±0.013 of the test's true power 95 times in 100."""
@@ -86,8 +86,9 @@ class RankDesign:
     @property
     def exact(self) -> bool:
         """Whether the test that runs on continuous data of these sizes is the exact one."""
-        size = self.n_base if self.paired else self.n_base + self.n_cond
-        return size <= EXACT_LIMIT
+        if self.paired:
+            return self.n_base <= EXACT_MAX_PAIRS
+        return self.n_base + self.n_cond <= EXACT_MAX_POOLED
 
     @property
     def test_name(self) -> str:
@@ -321,50 +322,3 @@ def _bisected_mde(
         else:
             lo = mid
     return hi
-
-
-# ------------------------------------------------------------- the rank-sum test on real data
-
-
-class RankSumNull:
-    """The permutation null of the unpaired rank-sum test for one pooled sample (ties allowed,
-    midranks) and one condition size: every split of the same pooled values into groups of
-    these sizes shares it, so the A/A noise floor builds it once per base.
-
-    Exact (doubled midranks are integers, so the rank sums of all C(N, n_c) rearrangements are
-    counted by subset sums) up to `EXACT_LIMIT` pooled values; beyond, the normal approximation
-    with the tie-corrected variance and a 0.5 continuity correction. All values equal: p = 1.
-    """
-
-    def __init__(self, pooled: FloatArray, n_cond: int) -> None:
-        size = int(pooled.size)
-        if not 1 <= n_cond < size:
-            raise ValueError(f"the condition needs 1 to {size - 1} of {size} values, got {n_cond}")
-        self.n_cond = n_cond
-        self.doubled_ranks = np.rint(2.0 * _scipy_stats.rankdata(pooled)).astype(np.int64)
-        # Twice the expected rank sum: n_c times the mean doubled midrank, N + 1.
-        self._centre = n_cond * (size + 1)
-        self._tails: IntArray | None = None
-        self._sd = 0.0
-        if size <= EXACT_LIMIT:
-            counts = subset_sum_counts(self.doubled_ranks, n_cond)
-            distance = np.abs(np.arange(counts.size, dtype=np.int64) - self._centre)
-            at = np.zeros(int(distance.max()) + 1, dtype=np.int64)
-            np.add.at(at, distance, counts)
-            self._tails = np.cumsum(at[::-1])[::-1]
-        else:
-            _, ties = np.unique(pooled, return_counts=True)
-            correction = float(np.sum(ties.astype(np.float64) ** 3 - ties)) / (size * (size - 1))
-            n_base = size - n_cond
-            self._sd = math.sqrt(max(n_base * n_cond / 12.0 * (size + 1 - correction), 0.0))
-
-    def pvalue(self, cond_index: npt.NDArray[np.intp]) -> float:
-        """Two-sided p of the split whose condition group is `cond_index` into the pooled values."""
-        doubled = int(self.doubled_ranks[cond_index].sum())
-        distance = abs(doubled - self._centre)
-        if self._tails is not None:
-            return float(self._tails[distance] / self._tails[0])
-        if self._sd == 0.0:
-            return 1.0
-        z = (distance / 2.0 - 0.5) / self._sd
-        return min(2.0 * float(_scipy_stats.norm.sf(z)), 1.0)

@@ -433,6 +433,10 @@ def _noise_floor(
             "metric": metric,
             "base": _name(names, row.base),
             "n": format_number(row.n),
+            "groups": MISSING if row.sizes is None else " vs ".join(str(s) for s in row.sizes),
+            "compared": "the base's halves"
+            if row.scope == "halves"
+            else "with " + ", ".join(names.get(c, c) for c in row.companions),
             "splits": format_number(row.splits),
             "flip_rate": MISSING
             if row.flip_rate is None or not math.isfinite(row.flip_rate)

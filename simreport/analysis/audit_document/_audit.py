@@ -320,10 +320,22 @@ class PowerSection(AuditModel):
 
 
 class NoiseFloorRow(AuditModel):
-    """How often the rank-sum test calls two halves of one base different."""
+    """How often the rank-sum test calls two groups of one condition different."""
 
     base: str = Field(description="Base condition id.")
     n: Count = Field(description="Usable finite values of the base.")
+    scope: Literal["audit", "halves"] = Field(
+        description="`audit`: the base pooled with the conditions that change only its seeds, "
+        "split into groups of the audit's sizes; `halves`: the base's own values split in two "
+        "halves, below the audit's n."
+    )
+    companions: list[str] = Field(
+        description="Conditions pooled with the base (scope `audit`): they differ from it only "
+        "in their seeds."
+    )
+    sizes: list[Count] | None = Field(
+        description="The two group sizes each split compares; null when nothing was split."
+    )
     splits: Count = Field(description="Splits tested.")
     flip_rate: Number | None = Field(description="Share of splits with p < alpha.")
     alpha: Number = Field(description="The level each split is tested at.")
