@@ -27,13 +27,13 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from .core.canonical import content_hash, pretty_json, sha256_text
-from .core.errors import InputError, SchemaError, ValidationIssue, join_path
-from .core.files import Document, check_output_dir, load_document, write_atomic
-from .core.fingerprint import code_fingerprint, package_files
-from .core.schema import RunResult
-from .core.versions import run_document
-from .harness import (
+from ..core.canonical import content_hash, pretty_json, sha256_text
+from ..core.errors import InputError, SchemaError, ValidationIssue, join_path
+from ..core.files import Document, check_output_dir, load_document, write_atomic
+from ..core.fingerprint import code_fingerprint, package_files
+from ..core.schema import RunResult
+from ..core.versions import run_document
+from ..harness import (
     Condition,
     LoadedPlan,
     RunJob,
@@ -45,19 +45,19 @@ from .harness import (
     plan_document,
     plan_jobs,
 )
-from .harness.plan import bounded_workers, plan_id_of
-from .harness.runner import (
+from ..harness.plan import bounded_workers, plan_id_of
+from ..harness.runner import (
     check_llm_access,
     tell_workers_to_stop,
     validate_llm_override,
     worker_pool,
 )
-from .harness.store import RUN_KEY_VERSION
-from .kernel import input_hashes, kernel_fingerprint
-from .kernel.interrupt import Interrupted, request_stop
+from ..harness.store import RUN_KEY_VERSION
+from ..kernel import input_hashes, kernel_fingerprint
+from ..kernel.interrupt import Interrupted, request_stop
 
 if TYPE_CHECKING:
-    from .ledger.recording import LedgerRecorder
+    from ..ledger.recording import LedgerRecorder
 
 DEFAULT_STORE = ".store"
 CONFIG_FILE = "config/config.yaml"
@@ -130,7 +130,7 @@ class ConditionTarget:
     def evaluation(self) -> str:
         """The evaluation job's output: `<audit dir>/evaluations/<condition dir>.json`, the
         summary written once each run of the condition has its evaluation.json."""
-        from .evaluation import CONDITION_SUMMARIES
+        from ..evaluation import CONDITION_SUMMARIES
 
         audit_dir = Path(self.state).parent.parent
         return str(audit_dir / CONDITION_SUMMARIES / f"{self.condition.dir}.json")
@@ -300,7 +300,7 @@ def ledger_of(config: Mapping[str, Any], results_dir: Path, config_file: str | P
     """The ledger the workflow records in: $SIMREPORT_LEDGER_URL, else the config's `ledger`
     (a URL or a SQLite file path; null turns recording off), else
     `sqlite:///<results>/ledger.sqlite`. A config value that cannot be one names the file."""
-    from .ledger.db import UNSET, ledger_url, normalise_url
+    from ..ledger.db import UNSET, ledger_url, normalise_url
 
     configured = config.get("ledger", UNSET)
     if isinstance(configured, str):
@@ -517,7 +517,7 @@ def _plan_target(
     targets_dist = sorted(
         (loaded.hypothesis.target_distribution or {}) if loaded.hypothesis else {}
     )
-    from .report.naming import figure_names
+    from ..report.naming import figure_names
 
     figures = list(
         figure_names(
@@ -656,9 +656,9 @@ def _condition_jobs(
     taken from the run store (or, with `reuse`, from the run folders). The runs check what the
     ledger pins and holds as review status; a regression whose condition records a scenario
     version that is not online is refused before any run."""
-    from .api import refuse_unpublished
-    from .harness.conditions import recorded_versions
-    from .ledger.recording import LedgerRecorder
+    from ..api import refuse_unpublished
+    from ..harness.conditions import recorded_versions
+    from ..ledger.recording import LedgerRecorder
 
     loaded = plan.loaded
     recorder = LedgerRecorder(workflow.ledger, say=_say, shared=True)
@@ -741,7 +741,7 @@ def run_condition(
 def _ledger_recorder(workflow: Workflow) -> LedgerRecorder | None:
     if workflow.ledger is None:
         return None
-    from .ledger.recording import LedgerRecorder
+    from ..ledger.recording import LedgerRecorder
 
     return LedgerRecorder(workflow.ledger, say=_say, shared=True)
 
@@ -987,7 +987,7 @@ def analyse_plan(workflow: Workflow, plan_id: str) -> None:
     """audit.json and runs.parquet of one plan, from runs checked first: a result.json that is
     missing or not the one its condition job left (its sha256 differs from the state file's) is
     copied again from the verified run store, or run again, before the analysis reads it."""
-    from .analysis.audit import analyse_dir
+    from ..analysis.audit import analyse_dir
 
     plan = workflow.plan(plan_id)
     for target in plan.conditions:
@@ -998,7 +998,7 @@ def analyse_plan(workflow: Workflow, plan_id: str) -> None:
                 # A run put back is a new run folder: it is judged again before it is read.
                 evaluate_condition(workflow, plan_id, target.condition.dir)
     if plan.evaluations:
-        from .evaluation import write_audit_summary
+        from ..evaluation import write_audit_summary
 
         write_audit_summary(plan.out_dir)
     analyse_dir(plan.out_dir, include_incomplete=plan.include_incomplete)
@@ -1019,7 +1019,7 @@ def evaluate_condition(
     job links the evaluations in the workflow's ledger, all in one transaction). A run that
     could not be evaluated (its manifest altered, its evaluation spec changed since it ran) fails
     the job, naming the run."""
-    from .evaluation import evaluate_batch, evaluator_named
+    from ..evaluation import evaluate_batch, evaluator_named
 
     plan = workflow.plan(plan_id)
     target = next((t for t in plan.conditions if t.condition.dir == condition_dir), None)
@@ -1047,7 +1047,7 @@ def evaluate_condition(
 def evaluation_fingerprint() -> str:
     """The default evaluator's sha256 (a `params` of the evaluation rule): a change to the code
     that makes the verdicts reruns the evaluations and what follows them, never a run."""
-    from .evaluation import evaluator_named
+    from ..evaluation import evaluator_named
 
     return evaluator_named(None).sha256[:16]
 
@@ -1148,8 +1148,8 @@ def run_replication(
 
 
 def write_figures(workflow: Workflow, plan_id: str, outputs: Sequence[str]) -> None:
-    from .core.files import read_json
-    from .report.figures import figure_files
+    from ..core.files import read_json
+    from ..report.figures import figure_files
 
     plan = workflow.plan(plan_id)
     files = figure_files(read_json(plan.out_dir / "audit.json"))
@@ -1158,19 +1158,19 @@ def write_figures(workflow: Workflow, plan_id: str, outputs: Sequence[str]) -> N
 
 
 def write_pages(workflow: Workflow, plan_id: str) -> None:
-    from .report import write_report
+    from ..report import write_report
 
     write_report(workflow.plan(plan_id).out_dir, draw_figures=False)
 
 
 def write_methods_pages(workflow: Workflow, plan_id: str) -> None:
-    from .report.methods import write_methods
+    from ..report.methods import write_methods
 
     write_methods(workflow.plan(plan_id).out_dir)
 
 
 def build_site(workflow: Workflow) -> None:
-    from .report.site import write_site
+    from ..report.site import write_site
 
     write_site(
         workflow.site_dir,
