@@ -122,9 +122,15 @@ def build_site(workflow: Workflow) -> None:
 
 # --------------------------------------------------------------------------- code fingerprints
 
-ANALYSIS_CODE = ("analysis/*.py", "core/*.py")
-"""The sources (under the package) that make audit.json and runs.parquet."""
-REPORT_CODE = ("report/*.py", "report/templates/*", "harness/conditions.py", "core/*.py")
+ANALYSIS_CODE = ("analysis/**/*.py", "core/**/*.py")
+"""The sources (under the package) that make audit.json and runs.parquet: whole folders,
+subpackages included, so a module split into a package stays covered."""
+REPORT_CODE = (
+    "report/**/*.py",
+    "report/templates/**/*",
+    "harness/conditions.py",
+    "core/**/*.py",
+)
 """The sources that make the figures, the pages and the site, templates and styles included."""
 
 
