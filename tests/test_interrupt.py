@@ -344,11 +344,11 @@ def test_workers_die_with_a_killed_audit(tmp_path: Path, slow_server: FakeLLM) -
 
 WORKFLOW_POOL = """\
 import threading, time
-from simreport import workflow
+from simreport.workflow.pool import shared_pool
 
 def job():
     # Like a Snakemake job thread: it starts the shared pool, then ends long before the pool.
-    pool = workflow._shared_pool(2)
+    pool = shared_pool(2)
     for _ in range(4):
         pool.submit(time.sleep, 60)
 

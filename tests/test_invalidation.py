@@ -12,11 +12,17 @@ import pytest
 import yaml
 from test_workflow import ROOT, SNAKEMAKE, _copy, snakemake
 
-from simreport.core.fingerprint import code_fingerprint, normalised_source
+from simreport.core.fingerprint import (
+    PACKAGE_ROOT,
+    code_fingerprint,
+    normalised_source,
+    package_files,
+)
 from simreport.harness import build_conditions, load_plan, plan_jobs
 from simreport.kernel import input_hashes, load_scenario, run_scenario
 from simreport.kernel.testbed.assets import resolved_asset_files
 from simreport.workflow import ConditionTarget, load_workflow, remove_obsolete_runs
+from simreport.workflow.outputs import ANALYSIS_CODE, REPORT_CODE
 
 EXAMPLES = ROOT / "examples"
 PROMPT_2 = Path("assets") / "refund-prompt" / "2.0.0.yaml"
@@ -73,6 +79,21 @@ def test_templates_count_by_their_bytes(tmp_path: Path) -> None:
 
 def test_a_file_that_does_not_parse_still_has_a_fingerprint(tmp_path: Path) -> None:
     assert _fingerprint(tmp_path, "def broken(:\n") != _fingerprint(tmp_path, "def broken(:\n\n")
+
+
+def test_the_analysis_and_report_fingerprints_cover_their_whole_folders() -> None:
+    """Every module of the analysis, the report and core, subpackages included, and every
+    template: a module split into a package keeps its code in the fingerprint."""
+    analysis = set(package_files(*ANALYSIS_CODE))
+    report = set(package_files(*REPORT_CODE))
+    for folder, covered in (("analysis", analysis), ("report", report)):
+        for layer in (folder, "core"):
+            modules = set((PACKAGE_ROOT / layer).rglob("*.py"))
+            assert modules and modules <= covered, sorted(map(str, modules - covered))
+    templates = {
+        path for path in (PACKAGE_ROOT / "report" / "templates").rglob("*") if path.is_file()
+    }
+    assert templates and templates <= report
 
 
 # --------------------------------------------------------------------------- asset inputs

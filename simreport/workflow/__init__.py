@@ -1,0 +1,57 @@
+"""What the Snakemake workflow calls: the Snakefile and rules/*.smk call these names, one per rule
+step, and the logic behind them is tested here. Parse time: `load_workflow` expands the config's
+plans into targets (targets). Jobs: condition jobs and their state files (conditions), run in a
+pool shared by the jobs of one Snakemake process (pool); the evaluation, analysis, pages and site
+(outputs); ledger recording (ledger); the end-of-build report of failed runs (failures) and the
+terminal (terminal). docs/workflow.md describes the design."""
+
+from .conditions import (
+    failure_lines,
+    remove_obsolete_runs,
+    retry_token,
+    run_condition,
+    run_replication,
+    write_plan_spec,
+)
+from .failures import report_run_failures
+from .outputs import (
+    analyse_plan,
+    analysis_fingerprint,
+    build_site,
+    evaluate_condition,
+    evaluation_fingerprint,
+    report_fingerprint,
+    site_outputs,
+    write_figures,
+    write_methods_pages,
+    write_pages,
+)
+from .pool import forward_stop_signals
+from .targets import ConditionTarget, load_workflow, retype_command_line, validate_config
+from .terminal import keep_terminal_short
+
+__all__ = [
+    "ConditionTarget",
+    "analyse_plan",
+    "analysis_fingerprint",
+    "build_site",
+    "evaluate_condition",
+    "evaluation_fingerprint",
+    "failure_lines",
+    "forward_stop_signals",
+    "keep_terminal_short",
+    "load_workflow",
+    "remove_obsolete_runs",
+    "report_fingerprint",
+    "report_run_failures",
+    "retry_token",
+    "retype_command_line",
+    "run_condition",
+    "run_replication",
+    "site_outputs",
+    "validate_config",
+    "write_figures",
+    "write_methods_pages",
+    "write_pages",
+    "write_plan_spec",
+]

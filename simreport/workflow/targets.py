@@ -1,0 +1,498 @@
+"""Plans from the config, checked and expanded at parse time into the targets of the DAG: a
+`Workflow` of `PlanTarget`s, each with a `ConditionTarget` per condition whose `key` changes
+exactly when that condition's runs must be redone (its scenario, replications, overrides, the
+kernel's fingerprint, the files its runs read, its retry generation). `retype_command_line` and
+`validate_config` check a config as a build does before anything is expanded."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections import Counter
+from collections.abc import Mapping, MutableMapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..core.canonical import content_hash, sha256_text
+from ..core.errors import InputError, SchemaError, ValidationIssue, join_path
+from ..core.files import Document, check_output_dir, load_document
+from ..core.versions import run_document
+from ..harness import (
+    Condition,
+    LoadedPlan,
+    RunStore,
+    build_conditions,
+    conditions_document,
+    load_plan,
+    plan_document,
+)
+from ..harness.plan import bounded_workers, plan_id_of
+from ..harness.runner import check_llm_access, validate_llm_override
+from ..harness.store import RUN_KEY_VERSION
+from ..kernel import input_hashes, kernel_fingerprint
+from .conditions import read_state, retry_token, runs_changed, state_file
+from .ledger import ledger_of
+
+DEFAULT_STORE = ".store"
+CONFIG_FILE = "config/config.yaml"
+"""Where the Snakefile reads the config from; errors about the config name it."""
+CONFIG_SCHEMA = "config/schema.yaml"
+"""The JSON Schema the Snakefile validates the config against, in the workflow's folder."""
+
+
+@dataclass(frozen=True)
+class LLMOverride:
+    """Config overrides of every run's model access."""
+
+    provider: str | None = None
+    model: str | None = None
+    base_url: str | None = None
+
+    def llm_fields(self) -> dict[str, Any]:
+        """The scenario `llm` keys every run gets (document form)."""
+        fields: dict[str, Any] = {}
+        if self.model is not None:
+            fields["model"] = self.model
+        if self.base_url is not None:
+            fields["baseUrl"] = self.base_url
+        return fields
+
+
+RULE_NAME_LIMIT = 72
+"""Longest readable run-rule name; a longer one is cut and ends in a short hash of the id."""
+
+
+def _slug(text: str) -> str:
+    """`linguistic_framing=moralised` → `linguistic_framing_moralised` (ASCII letters, digits,
+    single underscores)."""
+    return re.sub(r"[^A-Za-z0-9]+", "_", text).strip("_")
+
+
+@dataclass
+class ConditionTarget:
+    plan_id: str
+    condition: Condition
+    outputs: list[str]
+    """One result.json per replication."""
+    key: str
+    """Changes exactly when this condition's runs must be redone (Snakemake `params`)."""
+    state: str
+    """The state file the condition's job ends with."""
+    slug_shared: bool = False
+    """Another condition of the plan has the same slug: the rule name carries a hash."""
+    retry: int = 0
+    """The retry generation this build runs the condition as (part of `key`; see `retry_token`)."""
+
+    @property
+    def requested(self) -> str:
+        """What the analysis asks of this condition's job, and the job's one declared output:
+        its state file, the job's last write. Every result.json of the condition is written by
+        the job too, but declaring them would cost Snakemake a metadata read and more per run at
+        every start (a no-op build of 10,000 runs took 4.3 s, 2.8 s of it Snakemake's own cost
+        for 10,000 declared outputs; see bench/bench_workflow.py). A run deleted or rewritten
+        after the job is caught by the retry token instead (see `runs_changed`), and a single
+        run can be asked for by its path (the `run_replication` rule)."""
+        return self.state
+
+    @property
+    def evaluated(self) -> bool:
+        """Whether the condition's runs are judged by an evaluator (an agent-testbed scenario
+        with an `evaluationRef`): then an evaluation job follows its run job."""
+        return self.condition.scenario.evaluation_ref is not None
+
+    @property
+    def evaluation(self) -> str:
+        """The evaluation job's output: `<audit dir>/evaluations/<condition dir>.json`, the
+        summary written once each run of the condition has its evaluation.json."""
+        from ..evaluation import CONDITION_SUMMARIES
+
+        audit_dir = Path(self.state).parent.parent
+        return str(audit_dir / CONDITION_SUMMARIES / f"{self.condition.dir}.json")
+
+    @property
+    def rule_name(self) -> str:
+        """`run_<plan>_<condition slug>`: a Python identifier that depends on this condition
+        alone, unless its slug is shared with another condition of the plan or too long; then
+        the slug is cut and ends in a short hash of the condition id."""
+        slug = _slug(self.condition.id)
+        name = f"run_{_slug(self.plan_id) or 'plan'}_{slug}"
+        if slug and not self.slug_shared and len(name) <= RULE_NAME_LIMIT:
+            return name
+        digest = sha256_text(self.condition.id)[:8]
+        return f"{name[: RULE_NAME_LIMIT - len(digest) - 1].rstrip('_')}_{digest}"
+
+
+@dataclass
+class PlanTarget:
+    id: str
+    plan_file: Path
+    out_dir: Path
+    loaded: LoadedPlan
+    conditions: list[ConditionTarget]
+    figures: list[str]
+    spec: str
+    """Hash of plan.json and conditions.json: the plan-spec job reruns exactly when it changes."""
+    provider: str | None
+    llm: dict[str, Any]
+    include_incomplete: bool
+    plan_doc: dict[str, Any] = field(repr=False, default_factory=dict)
+    conditions_doc: list[dict[str, Any]] = field(repr=False, default_factory=list)
+
+    @property
+    def results(self) -> list[str]:
+        return [path for target in self.conditions for path in target.outputs]
+
+    @property
+    def requested(self) -> list[str]:
+        """What the analysis asks of the condition jobs (see `ConditionTarget.requested`)."""
+        return [target.requested for target in self.conditions]
+
+    @property
+    def evaluations(self) -> list[str]:
+        """What the analysis asks of the evaluation jobs: one summary per evaluated condition
+        (none for a plan without an evaluator)."""
+        return [target.evaluation for target in self.conditions if target.evaluated]
+
+
+@dataclass
+class Workflow:
+    plans: list[PlanTarget]
+    results_dir: Path
+    site_dir: Path
+    store: RunStore
+    title: str
+    workers: int | None
+    ledger: str | None = None
+    """The ledger's URL (None: `ledger: null`, nothing is recorded); see `ledger_of`."""
+
+    def plan(self, plan_id: str) -> PlanTarget:
+        for plan in self.plans:
+            if plan.id == plan_id:
+                return plan
+        raise KeyError(plan_id)
+
+
+def load_workflow(
+    config: Mapping[str, Any], root: str | Path = ".", *, config_file: str | Path = CONFIG_FILE
+) -> Workflow:
+    """Every plan the config lists, validated and expanded into targets. What the config itself
+    sets (overrides, limits, workers) is checked before any plan is expanded; errors about it
+    name `config_file` and the key."""
+    base = Path(root)
+    results_dir = Path(config.get("results", "results"))
+    site_dir = Path(config.get("site", "site"))
+    store_dir = Path(config.get("store") or results_dir / DEFAULT_STORE)
+    shared = _globals(config, config_file)
+    for key, folder in (("results", results_dir), ("site", site_dir), ("store", store_dir)):
+        _check_folder(key, folder, config_file)
+    plan_files = [base / str(entry) for entry in config.get("plans") or []]
+    plan_ids = [plan_id_of(plan_file) for plan_file in plan_files]
+    per_plan = _per_plan(config, config_file, plan_ids)
+    plans: list[PlanTarget] = []
+    seen: dict[str, Path] = {}
+    for plan_file, plan_id in zip(plan_files, plan_ids, strict=True):
+        local = {**shared, **per_plan.get(plan_id, {})}
+        loaded = load_plan(
+            plan_file, replications=local.get("replications"), max_runs=local.get("maxRuns")
+        )
+        if loaded.plan_id in seen:
+            raise InputError(
+                f"two plans have the id {loaded.plan_id!r} ({seen[loaded.plan_id]} and "
+                f"{plan_file}); give one an `id`",
+                file=plan_file,
+                path="id",
+                expected="unique plan ids",
+            )
+        seen[loaded.plan_id] = plan_file
+        llm = LLMOverride(local.get("provider"), local.get("model"), local.get("baseUrl"))
+        fields = validate_llm_override(loaded, llm.llm_fields()) or {}
+        include = local.get("includeIncomplete")
+        plans.append(
+            _plan_target(
+                loaded,
+                results_dir / loaded.plan_id,
+                provider=llm.provider,
+                llm=fields,
+                # Unset in the config: the plan's own setting holds.
+                include_incomplete=(
+                    loaded.plan.include_incomplete if include is None else bool(include)
+                ),
+            )
+        )
+    return Workflow(
+        plans=plans,
+        results_dir=results_dir,
+        site_dir=site_dir,
+        store=RunStore(store_dir),
+        title=str(config.get("title") or "simreport audits"),
+        workers=_workers(config.get("workers"), config_file),
+        ledger=ledger_of(config, results_dir, config_file),
+    )
+
+
+def _check_folder(key: str, folder: Path, config_file: str | Path) -> None:
+    """Refuse a config folder that cannot be one (a file, a path under a file), naming the key.
+    Nothing is made to try it: other build processes may be writing there."""
+    try:
+        check_output_dir(folder, name=key, try_making=False)
+    except InputError as exc:
+        raise InputError(
+            f"{folder}: {exc.message}", file=config_file, path=key, expected=exc.expected
+        ) from None
+
+
+def validate_config(document: Document, root: str | Path = ".") -> Workflow:
+    """Check a workflow config file as a build would before its first job (`simreport validate`
+    on a config from elsewhere): against the workflow's JSON Schema (`CONFIG_SCHEMA` under
+    `root`, the workflow's folder, where its plan paths resolve too), then every plan it names,
+    loaded and expanded. Raises SchemaError or InputError naming the file, its line and key."""
+    import jsonschema
+
+    schema_file = Path(root) / CONFIG_SCHEMA
+    if not schema_file.is_file():
+        raise InputError(
+            "no workflow here to check the config against",
+            file=schema_file,
+            expected="the workflow's folder as the current folder: its Snakefile and "
+            f"{CONFIG_SCHEMA} are there, and the config's plan paths resolve there",
+        )
+    schema = load_document(schema_file).data
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    problems = sorted(
+        validator.iter_errors(document.data), key=lambda e: [str(p) for p in e.absolute_path]
+    )
+    if problems:
+        issues = [
+            ValidationIssue(join_path(*problem.absolute_path), problem.message)
+            for problem in problems
+        ]
+        raise SchemaError(issues, file=document.path, line=document.line_of(issues[0].path))
+    return load_workflow(document.data, root, config_file=document.path)
+
+
+_OVERRIDES = ("replications", "maxRuns", "provider", "model", "baseUrl", "includeIncomplete")
+"""The config keys that apply to every plan, and to one plan under `overrides.<plan id>`."""
+
+
+_TYPED = (
+    "replications",
+    "maxRuns",
+    "workers",
+    "runThreads",
+    "includeIncomplete",
+    "failOnRunFailure",
+    "verbose",
+)
+"""Config keys whose values are numbers, switches or null, never text."""
+
+
+def retype_command_line(config: MutableMapping[str, Any]) -> None:
+    """Give `--config` values their types back before the config is validated. Snakemake reads
+    `key=value` as text unless it is a number or `True`/`False`, and a mapping's leaves always as
+    text: `--config failOnRunFailure=true overrides='{echo_chamber: {replications: 5}}'` arrive
+    as "true" and "5". Only the keys that are never text are converted, at the top level and
+    in each plan's `overrides`; a value that still does not fit is left for the schema to refuse."""
+    _retype(config)
+    if isinstance(config.get("ledger"), str) and config["ledger"].strip().lower() in _NULL:
+        config["ledger"] = None  # `--config ledger=null`: no ledger
+    overrides = config.get("overrides")
+    if isinstance(overrides, MutableMapping):
+        for entry in overrides.values():
+            if isinstance(entry, MutableMapping):
+                _retype(entry)
+
+
+def _retype(values: MutableMapping[str, Any]) -> None:
+    for key in _TYPED:
+        text = values.get(key)
+        if not isinstance(text, str):
+            continue
+        word = text.strip()
+        if word.lower() in ("true", "false"):
+            values[key] = word.lower() == "true"
+        elif word.lower() in _NULL:
+            values[key] = None
+        elif re.fullmatch(r"[+-]?[0-9]+", word):
+            values[key] = int(word)
+
+
+_NULL = ("null", "~", "")
+
+
+def _globals(config: Mapping[str, Any], config_file: str | Path = CONFIG_FILE) -> dict[str, Any]:
+    """The overrides the config sets for every plan, checked."""
+    values = {k: config[k] for k in _OVERRIDES if config.get(k) is not None}
+    _check_overrides(values, config_file, "")
+    return values
+
+
+def _per_plan(
+    config: Mapping[str, Any], config_file: str | Path, plan_ids: Sequence[str]
+) -> dict[str, dict[str, Any]]:
+    """`overrides`, keyed by plan id, checked: each names a listed plan and sets known keys."""
+    raw = config.get("overrides") or {}
+    if not isinstance(raw, Mapping):
+        raise InputError(
+            "overrides must be a mapping", file=config_file, path="overrides", expected=_BY_ID
+        )
+    known = ", ".join(plan_ids) or "none: no plans are listed"
+    out: dict[str, dict[str, Any]] = {}
+    for plan_id, entry in raw.items():
+        path = f"overrides.{plan_id}"
+        if plan_id not in plan_ids:
+            raise InputError(
+                f"overrides for unknown plan id {plan_id!r}",
+                file=config_file,
+                path=path,
+                expected=f"the id of a plan in `plans` ({known})",
+            )
+        if not isinstance(entry, Mapping):
+            raise InputError(
+                "a plan's overrides must be a mapping", file=config_file, path=path, expected=_BY_ID
+            )
+        unknown = sorted(str(k) for k in entry if k not in _OVERRIDES)
+        if unknown:
+            raise InputError(
+                f"unknown override {unknown[0]!r}",
+                file=config_file,
+                path=f"{path}.{unknown[0]}",
+                expected="one of " + ", ".join(_OVERRIDES),
+            )
+        values = {k: v for k, v in entry.items() if v is not None}
+        _check_overrides(values, config_file, f"{path}.")
+        out[plan_id] = values
+    return out
+
+
+_BY_ID = "plan id → {replications: 5, …}"
+
+
+def _check_overrides(values: Mapping[str, Any], config_file: str | Path, prefix: str) -> None:
+    """Refuse values every run would fail on, before any plan is expanded."""
+    check_llm_access(
+        values.get("provider"),
+        values.get("baseUrl"),
+        provider_at=f"{prefix}provider",
+        base_url_at=f"{prefix}baseUrl",
+        file=config_file,
+    )
+    for key in ("replications", "maxRuns"):
+        value = values.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise InputError(
+                f"{key} must be a whole number, not {value!r}",
+                file=config_file,
+                path=f"{prefix}{key}",
+                expected="an integer ≥ 1",
+            )
+        if value is not None and value < 1:
+            raise InputError(
+                f"{key} must be at least 1, not {value}",
+                file=config_file,
+                path=f"{prefix}{key}",
+                expected="an integer ≥ 1",
+            )
+
+
+def _workers(value: Any, config_file: str | Path) -> int | None:
+    """`workers`, checked and capped at the machine's worker limit (with a note on stderr)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InputError(
+            f"workers must be a whole number, not {value!r}",
+            file=config_file,
+            path="workers",
+            expected="an integer ≥ 1, or null for the cores given",
+        )
+    try:
+        workers, note = bounded_workers(value, name="workers")
+    except InputError as exc:
+        raise exc.located(file=config_file) from None
+    if note is not None:
+        print(f"simreport: note: {note}", file=sys.stderr)
+    return workers
+
+
+def _plan_target(
+    loaded: LoadedPlan,
+    out_dir: Path,
+    *,
+    provider: str | None,
+    llm: dict[str, Any],
+    include_incomplete: bool,
+) -> PlanTarget:
+    conditions = build_conditions(loaded)
+    fingerprints: dict[str | None, str] = {}
+    targets = []
+    reps = loaded.plan.replications
+    for condition in conditions:
+        world = condition.scenario.world
+        if world not in fingerprints:
+            fingerprints[world] = kernel_fingerprint(world)
+        key = content_hash(
+            {
+                "keyVersion": RUN_KEY_VERSION,
+                # What the runs read: a description edit or a reordered mapping reruns nothing.
+                "scenario": run_document(condition.scenario.to_doc()),
+                "id": condition.id,
+                "replications": reps,
+                "provider": provider,
+                "llm": llm,
+                "kernel": fingerprints[world],
+                # Only the files this condition's runs read (for an agent scenario, the asset
+                # versions its own manifest resolves), as in the run store's keys.
+                "inputs": input_hashes(condition.scenario, loaded.asset_root),
+            }
+        )
+        # Text, not Path objects: a plan of 100,000 runs builds this many paths at every start.
+        folder = os.path.join(out_dir, "runs", condition.dir)
+        outputs = [f"{folder}{os.sep}{r}{os.sep}result.json" for r in range(reps)]
+        # Failed runs left by the condition's last job, or a result.json deleted or rewritten
+        # since, rerun it once per build. (Snakemake itself does not rerun a job for a deleted
+        # or edited intermediate file while what depends on it is up to date; one stat per run
+        # here is cheap.)
+        state_path = state_file(out_dir, condition.dir)
+        state = read_state(state_path)
+        retry = retry_token(state, deleted=runs_changed(outputs, state_path, state))
+        if retry:
+            key = f"{key}.retry{retry}"
+        targets.append(
+            ConditionTarget(loaded.plan_id, condition, outputs, key, str(state_path), retry=retry)
+        )
+    slugs = Counter(_slug(t.condition.id) for t in targets)
+    for target in targets:
+        target.slug_shared = slugs[_slug(target.condition.id)] > 1
+    plan_doc = plan_document(loaded, provider, llm)
+    conditions_doc = conditions_document(loaded, conditions)
+    metrics = list(loaded.plan.metrics) or sorted(loaded.metrics_available)
+    targets_dist = sorted(
+        (loaded.hypothesis.target_distribution or {}) if loaded.hypothesis else {}
+    )
+    from ..report.naming import figure_names
+
+    figures = list(
+        figure_names(
+            {
+                "metrics": metrics,
+                "distribution": dict.fromkeys(targets_dist),
+                "plan": {"design": loaded.plan.design},
+            }
+        )
+    )
+    return PlanTarget(
+        id=loaded.plan_id,
+        plan_file=loaded.plan_file,
+        out_dir=out_dir,
+        loaded=loaded,
+        conditions=targets,
+        figures=figures,
+        spec=content_hash({"plan": plan_doc, "conditions": conditions_doc}),
+        provider=provider,
+        llm=llm,
+        include_incomplete=include_incomplete,
+        plan_doc=plan_doc,
+        conditions_doc=conditions_doc,
+    )
