@@ -74,6 +74,7 @@ from ..ledger.run_content import (
     record_rows,
     task_and_session_rows,
 )
+from ..ledger.run_evidence import evidence_package
 from ..ledger.run_rows import terminal_reason
 from ..ledger.rundir import RunDirectory, read_run_dir, wall_time
 
@@ -2066,77 +2067,40 @@ def evidence(
                 "ask again once it has ended",
                 code="not_converged",
             )
-        query = sa.select(t.evidence).where(t.evidence.c.run_id == run_id)
-        if criterion is not None:
-            query = query.where(t.evidence.c.criterion_key == criterion)
-        found = conn.execute(query.order_by(t.evidence.c.criterion_key)).all()
-        if criterion is not None and not found:
-            raise NotFound(
-                f"run {run_id} has no evidence for criterion {criterion!r}",
-                code="unknown_criterion",
-            )
-        observations = conn.execute(
-            sa.select(t.observation)
-            .where(t.observation.c.run_id == run_id)
-            .order_by(t.observation.c.observation_id)
-        ).all()
-        missing = conn.execute(
-            sa.select(t.observation_missing)
-            .where(t.observation_missing.c.run_id == run_id)
-            .order_by(t.observation_missing.c.fact_key)
-        ).all()
-        records = conn.execute(
-            sa.select(t.record.c.record_id, t.record.c.body)
-            .where(t.record.c.run_id == run_id)
-            .order_by(t.record.c.seq)
-        ).all()
-        completeness = conn.execute(
-            sa.select(t.completeness)
-            .where(t.completeness.c.run_id == run_id)
-            .order_by(t.completeness.c.check_key)
-        ).all()
-    prefix = run_id + "/"
-
-    def local(text: str) -> str:
-        return text[len(prefix) :] if text.startswith(prefix) else text
-
-    package_observations = [
-        {
-            "observation_id": local(o.observation_id),
-            "fact_key": o.fact_key,
-            "value": o.fact_value,
-            "derived_from": o.derived_from,
-            "extractor": o.extractor,
-        }
-        for o in observations
-    ]
-    package_records = [{"record_id": local(r.record_id), **dict(r.body)} for r in records]
-    if criterion is not None:
-        cited = {str(i) for e in found for i in (e.observation_ids or [])}
-        package_observations = [o for o in package_observations if o["observation_id"] in cited]
-        refs = {str(i) for e in found for i in (e.evidence_refs or [])}
-        refs |= {str(i) for o in package_observations for i in (o["derived_from"] or [])}
-        package_records = [r for r in package_records if r["record_id"] in refs]
-        missing = []
+        package = evidence_package(conn, run_id, criterion=criterion)
+    if criterion is not None and not package.evidence:
+        raise NotFound(
+            f"run {run_id} has no evidence for criterion {criterion!r}",
+            code="unknown_criterion",
+        )
     return {
-        "records": package_records,
-        "observations": package_observations
+        "records": [{"record_id": r.record_id, **r.body} for r in package.records],
+        "observations": [
+            {
+                "observation_id": o.observation_id,
+                "fact_key": o.fact_key,
+                "value": o.value,
+                "derived_from": o.derived_from,
+                "extractor": o.extractor,
+            }
+            for o in package.observations
+        ]
         + [
             {"fact_key": m.fact_key, "missing": True, "reason": m.reason, "extractor": m.extractor}
-            for m in missing
+            for m in package.missing
         ],
         "evidence": [
             {
-                "criterion": e.criterion_key,
+                "criterion": e.criterion,
                 "sufficient": e.sufficient,
                 "observation_ids": e.observation_ids,
                 "evidence_refs": e.evidence_refs,
                 "detail": e.detail,
             }
-            for e in found
+            for e in package.evidence
         ],
         "completeness": [
-            {"check": c.check_key, "status": c.status, "detail": c.detail} for c in completeness
+            {"check": c.check, "status": c.status, "detail": c.detail} for c in package.completeness
         ],
     }
 
