@@ -722,9 +722,9 @@ def _ledger_failed(exc: Exception) -> str | None:
     errors = sys.modules.get("sqlalchemy.exc")
     if errors is None or not isinstance(exc, errors.OperationalError):
         return None
-    from .ledger.ingest import _first_line
+    from .ledger.db import database_message
 
-    return f"the ledger's database failed: {_first_line(exc)}"
+    return f"the ledger's database failed: {database_message(exc)}"
 
 
 def _internal_error(args: argparse.Namespace, exc: Exception) -> int:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from .core.arguments import count, positive_int
 from .core.errors import EXIT_OK, InputError
 from .core.versions import DEFAULT_PURPOSE, PURPOSES
-from .ledger.cli import _print_json, _short, _table
+from .ledger.output import print_json, print_table, shortened
 
 if TYPE_CHECKING:
     from .client import EventPage, SimClient
@@ -188,7 +188,7 @@ def cmd_scenario(args: argparse.Namespace) -> int:
             idempotency_key=args.idempotency_key,
         )
     if args.json:
-        _print_json({"scenario_id": scenario_id})
+        print_json({"scenario_id": scenario_id})
     else:
         print(scenario_id)
     return EXIT_OK
@@ -218,7 +218,7 @@ def cmd_version(args: argparse.Namespace) -> int:
             idempotency_key=args.idempotency_key,
         )
     if args.json:
-        _print_json({"scenario_id": args.scenario_id, "version": version, "status": status})
+        print_json({"scenario_id": args.scenario_id, "version": version, "status": status})
     else:
         print(f"{args.scenario_id}@{version}: {status}")
     return EXIT_OK
@@ -243,9 +243,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             idempotency_key=args.idempotency_key,
         )
     if args.json:
-        _print_json({"run_id": started.run_id, "manifest_id": started.manifest_id})
+        print_json({"run_id": started.run_id, "manifest_id": started.manifest_id})
         return EXIT_OK
-    _table(
+    print_table(
         ["run", "manifest", "state"],
         [[started.run_id, started.manifest_id, "accepted: queued, not started yet"]],
     )
@@ -257,7 +257,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     with _client(args) as client:
         status = client.run_status(args.run_id)
     if args.json:
-        _print_json(status)
+        print_json(status)
         return EXIT_OK
     _print_status(args.run_id, status)
     return EXIT_OK
@@ -270,7 +270,7 @@ def cmd_events(args: argparse.Namespace) -> int:
             if page.snapshot is not None:
                 _gap_note(page)
             if args.json:
-                _print_json(page.as_dict())
+                print_json(page.as_dict())
             else:
                 _event_table(page.events)
             return EXIT_OK
@@ -293,7 +293,7 @@ def cmd_evidence(args: argparse.Namespace) -> int:
     with _client(args) as client:
         package = client.evidence(args.run_id, args.criterion)
     if args.json:
-        _print_json(package)
+        print_json(package)
         return EXIT_OK
     records = _items(package, "records")
     observations = _items(package, "observations")
@@ -309,7 +309,7 @@ def cmd_evidence(args: argparse.Namespace) -> int:
     evidence = _items(package, "evidence")
     print(f"\nevidence: {len(evidence)}")
     if evidence:
-        _table(
+        print_table(
             ["criterion", "sufficient", "observations", "refs"],
             [
                 [
@@ -324,13 +324,13 @@ def cmd_evidence(args: argparse.Namespace) -> int:
     completeness = _items(package, "completeness")
     print(f"\ncompleteness: {len(completeness)}")
     if completeness:
-        _table(
+        print_table(
             ["check", "status", "detail"],
             [
                 [
                     c.get("check", c.get("check_key")),
                     c.get("status"),
-                    _short(_compact(c.get("detail")), 60),
+                    shortened(_compact(c.get("detail")), 60),
                 ]
                 for c in completeness
             ],
@@ -344,7 +344,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
             args.run_id, reason=args.reason, idempotency_key=args.idempotency_key
         )
     if args.json:
-        _print_json(answer)
+        print_json(answer)
         return EXIT_OK
     state = answer.get("execution_status", "cancelled")
     print(f"run {args.run_id}: {state} (a running run stops at its next step)")
@@ -395,7 +395,7 @@ def _print_status(run_id: str, status: dict[str, Any]) -> None:
     rows = [[name.removesuffix("_status"), status.get(name)] for name in names]
     rows += [[k, v] for k, v in sorted(status.items()) if k not in names and k != "run_id"]
     print(f"run {run_id}")
-    _table(["status", "value"], rows)
+    print_table(["status", "value"], rows)
 
 
 _EVENT_HEADERS = ["seq", "t", "type", "actor", "payload"]
@@ -408,7 +408,7 @@ def _event_row(event: dict[str, Any]) -> list[Any]:
         event.get("t", event.get("logical_time")),
         event.get("type"),
         event.get("actor"),
-        _short(_compact(_payload_data(event.get("payload"))), 80),
+        shortened(_compact(_payload_data(event.get("payload"))), 80),
     ]
 
 

@@ -471,9 +471,10 @@ def test_rows_written_together_keep_every_row_once(engine: sa.Engine) -> None:
     than one INSERT takes are all written, and those ignoring duplicates keep the first."""
     from datetime import UTC, datetime
 
-    from simreport.ledger.ingest import COPY_ROWS, VALUES_PARAMETERS, _insert_rows, _prepare
+    from simreport.ledger.bulk import COPY_ROWS, VALUES_PARAMETERS, insert_rows
+    from simreport.ledger.migrate import prepare_once
 
-    _prepare(engine)
+    prepare_once(engine)
     keys = ("scenario_id", "tenant_id", "namespace", "name", "owner", "risk_level", "created_at")
     when = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 
@@ -482,9 +483,9 @@ def test_rows_written_together_keep_every_row_once(engine: sa.Engine) -> None:
 
     many = VALUES_PARAMETERS // len(keys) * 2 + 5  # three INSERTs on PostgreSQL
     with engine.begin() as conn:
-        assert _insert_rows(conn, t.scenario, keys, rows(0, many, "first")) == many
-        _insert_rows(conn, t.scenario, keys, rows(0, many + 7, "again"), ignore_duplicates=True)
-        _insert_rows(conn, t.scenario, keys, rows(5000, 5000 + COPY_ROWS - 1, "few"))
+        assert insert_rows(conn, t.scenario, keys, rows(0, many, "first")) == many
+        insert_rows(conn, t.scenario, keys, rows(0, many + 7, "again"), ignore_duplicates=True)
+        insert_rows(conn, t.scenario, keys, rows(5000, 5000 + COPY_ROWS - 1, "few"))
     with engine.connect() as conn:
         owners = dict(conn.execute(sa.select(t.scenario.c.name, t.scenario.c.owner)).all())
     assert len(owners) == many + 7 + COPY_ROWS - 1
@@ -500,9 +501,10 @@ def test_rows_sent_together_arrive_whole_or_not_at_all(engine: sa.Engine) -> Non
     end of the block, with the transaction's rows rolled back."""
     from datetime import UTC, datetime
 
-    from simreport.ledger.ingest import COPY_ROWS, _insert_rows, _prepare, pipelined
+    from simreport.ledger.bulk import COPY_ROWS, insert_rows, pipelined
+    from simreport.ledger.migrate import prepare_once
 
-    _prepare(engine)
+    prepare_once(engine)
     keys = ("scenario_id", "tenant_id", "namespace", "name", "owner", "risk_level", "created_at")
     when = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 
@@ -510,8 +512,8 @@ def test_rows_sent_together_arrive_whole_or_not_at_all(engine: sa.Engine) -> Non
         return [(f"s{i}", "default", "n", f"s{i}", "o", "low", when) for i in range(first, last)]
 
     with engine.begin() as conn, pipelined(conn):
-        _insert_rows(conn, t.scenario, keys, rows(0, COPY_ROWS * 3))
-        _insert_rows(conn, t.scenario, keys, rows(1000, 1002))
+        insert_rows(conn, t.scenario, keys, rows(0, COPY_ROWS * 3))
+        insert_rows(conn, t.scenario, keys, rows(1000, 1002))
         conn.execute(t.scenario.update().where(t.scenario.c.name == "s1001").values(owner="x"))
 
     def names() -> dict[str, str]:
@@ -520,9 +522,9 @@ def test_rows_sent_together_arrive_whole_or_not_at_all(engine: sa.Engine) -> Non
 
     assert len(names()) == COPY_ROWS * 3 + 2 and names()["s1001"] == "x"
     with pytest.raises(sa.exc.IntegrityError), engine.begin() as conn, pipelined(conn):
-        _insert_rows(conn, t.scenario, keys, rows(2000, 2003))
-        _insert_rows(conn, t.scenario, keys, rows(0, 1))  # recorded already
-        _insert_rows(conn, t.scenario, keys, rows(3000, 3003))
+        insert_rows(conn, t.scenario, keys, rows(2000, 2003))
+        insert_rows(conn, t.scenario, keys, rows(0, 1))  # recorded already
+        insert_rows(conn, t.scenario, keys, rows(3000, 3003))
     assert len(names()) == COPY_ROWS * 3 + 2  # nothing of the refused transaction
 
 
@@ -533,9 +535,9 @@ def test_reads_leave_the_next_write_a_transaction(engine: sa.Engine) -> None:
     from datetime import UTC, datetime
 
     from simreport.ledger.db import reading
-    from simreport.ledger.ingest import _prepare
+    from simreport.ledger.migrate import prepare_once
 
-    _prepare(engine)
+    prepare_once(engine)
     row = {
         "scenario_id": "s1",
         "tenant_id": "default",
@@ -722,10 +724,11 @@ KILLED_INGEST = """\
 import sys, time
 from pathlib import Path
 import simreport.ledger.ingest as ingest
+import simreport.ledger.run_rows as run_rows
 from simreport.ledger import connect
 
 url, run_dir, marker = sys.argv[1:]
-original = ingest._write_rows
+original = run_rows.write_table_rows
 
 def write_then_wait(conn, rows):
     written = original(conn, rows)
@@ -734,7 +737,7 @@ def write_then_wait(conn, rows):
         time.sleep(120)                        # … and the transaction is still open
     return written
 
-ingest._write_rows = write_then_wait
+run_rows.write_table_rows = write_then_wait
 ingest.ingest_run(connect(url), run_dir)
 """
 

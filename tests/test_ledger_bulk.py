@@ -25,8 +25,9 @@ from simreport.cli import main
 from simreport.core.errors import InputError
 from simreport.ledger import RunConflict, connect, ingest_run
 from simreport.ledger import tables as t
+from simreport.ledger.bulk import datetime_text, epoch_text
 from simreport.ledger.db import as_utc
-from simreport.ledger.ingest import RunIngest, _datetime_text, epoch_text, ingest_runs
+from simreport.ledger.ingest import RunIngest, ingest_runs
 from simreport.ledger.migrate import upgrade
 from simreport.ledger.queries import counts
 from simreport.ledger.rundir import record_digest, wall_time
@@ -193,10 +194,11 @@ KILLED_GROUP = """\
 import sys, time
 from pathlib import Path
 import simreport.ledger.ingest as ingest
+import simreport.ledger.run_rows as run_rows
 from simreport.ledger import connect
 
 url, marker, *runs = sys.argv[1:]
-original = ingest._write_rows
+original = run_rows.write_table_rows
 written = []
 
 def write_then_wait(conn, rows):
@@ -208,7 +210,7 @@ def write_then_wait(conn, rows):
             time.sleep(120)
     return done
 
-ingest._write_rows = write_then_wait
+run_rows.write_table_rows = write_then_wait
 ingest.ingest_runs(
     connect(url), runs, on_run=lambda done: None, on_refused=lambda path, exc: None, group=8
 )
@@ -341,9 +343,9 @@ def test_an_observation_names_the_criterion_it_is_evidence_for(
 
 @given(st.floats(min_value=0, max_value=4e9, allow_nan=False, allow_infinity=False))
 def test_an_event_time_is_stored_as_the_datetime_path_stores_it(seconds: float) -> None:
-    assert epoch_text(seconds) == _datetime_text(wall_time(seconds))
+    assert epoch_text(seconds) == datetime_text(wall_time(seconds))
 
 
 @pytest.mark.parametrize("seconds", [0.0, 0.5e-6, 1.5e-6, 2.5e-6, 1796078747.9999995, 1e9 + 5e-7])
 def test_event_times_round_their_microseconds_half_to_even(seconds: float) -> None:
-    assert epoch_text(seconds) == _datetime_text(wall_time(seconds))
+    assert epoch_text(seconds) == datetime_text(wall_time(seconds))

@@ -19,6 +19,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .builds import BuildIngest
     from .db import connect, ledger_url
     from .errors import (
         AssetVersionChanged,
@@ -28,7 +29,6 @@ if TYPE_CHECKING:
         RunConflict,
     )
     from .ingest import (
-        BuildIngest,
         IngestSummary,
         RunIngest,
         ingest_build,
@@ -47,7 +47,7 @@ _WHERE = {
     "LedgerUnavailable": "errors",
     "NotRecorded": "errors",
     "RunConflict": "errors",
-    "BuildIngest": "ingest",
+    "BuildIngest": "builds",
     "IngestSummary": "ingest",
     "RunIngest": "ingest",
     "ingest_build": "ingest",

@@ -13,7 +13,8 @@ from sqlalchemy.engine import Engine
 from ..core.versions import Purpose, RunChecks, VersionState, version_key
 from . import tables as t
 from .db import describe, reading
-from .ingest import DEFAULT_TENANT, _prepare
+from .migrate import prepare_once
+from .tables import DEFAULT_TENANT
 
 
 def read_checks(
@@ -26,7 +27,7 @@ def read_checks(
     """Every version of scenario `scenario_id` and every asset version of `tenant` the ledger
     holds, with its pinned digest and review status. A new ledger is created (and an older
     one upgraded) first, as by any writer: the runs asked about are recorded next."""
-    _prepare(engine)
+    prepare_once(engine)
     scenarios: dict[str, VersionState] = {}
     assets: dict[str, VersionState] = {}
     with reading(engine) as conn:

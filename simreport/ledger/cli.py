@@ -7,15 +7,15 @@ Database libraries are imported when a ledger command runs, not when the CLI sta
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from ..core.arguments import int64, positive_int
 from ..core.errors import EXIT_INPUT, EXIT_OK
+from .output import print_json, print_table, short_time, shortened
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -108,7 +108,8 @@ def register_cli(sub: Any) -> None:
 # --------------------------------------------------------------------------- plumbing
 
 
-def _url(args: argparse.Namespace) -> str:
+def ledger_url_from(args: argparse.Namespace) -> str:
+    """The ledger a command's `--ledger` and `--results` name."""
     from .db import ledger_url
 
     url = ledger_url(args.ledger, results_dir=args.results)
@@ -117,48 +118,16 @@ def _url(args: argparse.Namespace) -> str:
 
 
 @contextmanager
-def _engine(args: argparse.Namespace, *, must_exist: bool) -> Iterator[Engine]:
+def open_ledger(args: argparse.Namespace, *, must_exist: bool) -> Iterator[Engine]:
+    """An engine on the command's ledger (see `ledger_url_from`), disposed when the block ends;
+    `must_exist`: a SQLite file that is not there is refused rather than created."""
     from .db import connect
 
-    engine = connect(_url(args), must_exist=must_exist)
+    engine = connect(ledger_url_from(args), must_exist=must_exist)
     try:
         yield engine
     finally:
         engine.dispose()
-
-
-def _print_json(value: Any) -> None:
-    sys.stdout.write(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
-
-
-def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    cells = [[_cell(v) for v in row] for row in rows]
-    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
-    print("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
-    for row in cells:
-        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    return " ".join(str(value).split())
-
-
-def _when(iso: str | None) -> str:
-    """2026-11-30T17:01:49.237188Z → 2026-11-30 17:01:49Z"""
-    if not iso:
-        return "-"
-    return iso.replace("T", " ")[:19] + "Z"
-
-
-def _short(text: str | None, width: int = 48) -> str:
-    if not text:
-        return "-"
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 # --------------------------------------------------------------------------- commands
@@ -168,9 +137,9 @@ def cmd_upgrade(args: argparse.Namespace) -> int:
     from .db import describe
     from .migrate import upgrade
 
-    with _engine(args, must_exist=False) as engine:
+    with open_ledger(args, must_exist=False) as engine:
         done = upgrade(engine)
-    where = describe(_url(args))
+    where = describe(ledger_url_from(args))
     if not done.changed:
         print(f"ledger {where}: already at schema revision {done.after}")
     elif done.before is None:
@@ -185,7 +154,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     from .ingest import BULK_GROUP, ingest_paths
 
     jobs = args.jobs if args.jobs is not None else max(1, os.cpu_count() or 1)
-    with _engine(args, must_exist=False) as engine:
+    with open_ledger(args, must_exist=False) as engine:
         summary = ingest_paths(engine, args.paths, jobs=jobs, group=BULK_GROUP)
     rows = summary.rows
     print(
@@ -196,7 +165,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     if rows:
         listed = ", ".join(f"{count} {table}" for table, count in sorted(rows.items()))
         print(f"rows written: {listed}")
-    print(f"ledger: {describe(_url(args))}")
+    print(f"ledger: {describe(ledger_url_from(args))}")
     for path, reason in summary.refused:
         print(f"simreport: refused {path}: {reason}", file=sys.stderr)
     return EXIT_INPUT if summary.refused else EXIT_OK
@@ -206,7 +175,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
     from .queries import list_runs, parse_since
 
     since = parse_since(args.since) if args.since else None
-    with _engine(args, must_exist=True) as engine:
+    with open_ledger(args, must_exist=True) as engine:
         runs = list_runs(
             engine,
             scenario=args.scenario,
@@ -216,12 +185,12 @@ def cmd_runs(args: argparse.Namespace) -> int:
             purpose=args.purpose,
         )
     if args.json:
-        _print_json(runs)
+        print_json(runs)
         return EXIT_OK
     if not runs:
         print("no runs match")
         return EXIT_OK
-    _table(
+    print_table(
         (
             "run",
             "scenario",
@@ -238,14 +207,14 @@ def cmd_runs(args: argparse.Namespace) -> int:
             (
                 r["runId"],
                 r["scenario"],
-                _short(r["condition"], 40),
+                shortened(r["condition"], 40),
                 r["replication"],
                 r["status"]["execution"],
                 r["status"]["validity"],
                 r["status"]["evidence"],
                 r["purpose"],
-                _when(r["startedAt"] or r["recordedAt"]),
-                _short(r["terminalReason"], 40),
+                short_time(r["startedAt"] or r["recordedAt"]),
+                shortened(r["terminalReason"], 40),
             )
             for r in runs
         ],
@@ -257,10 +226,10 @@ def cmd_runs(args: argparse.Namespace) -> int:
 def cmd_show(args: argparse.Namespace) -> int:
     from .queries import show_run
 
-    with _engine(args, must_exist=True) as engine:
+    with open_ledger(args, must_exist=True) as engine:
         run = show_run(engine, args.run_id)
     if args.json:
-        _print_json(run)
+        print_json(run)
         return EXIT_OK
     status, manifest = run["status"], run["manifest"]
     print(
@@ -271,9 +240,10 @@ def cmd_show(args: argparse.Namespace) -> int:
         f"  status       execution {status['execution']} · validity {status['validity']} · "
         f"evidence {status['evidence']} · quality {status['quality'] or '-'}"
     )
+    started, ended = short_time(run["startedAt"]), short_time(run["endedAt"])
     print(
-        f"  time         started {_when(run['startedAt'])} · ended {_when(run['endedAt'])} · "
-        f"recorded {_when(run['recordedAt'])}"
+        f"  time         started {started} · ended {ended} · "
+        f"recorded {short_time(run['recordedAt'])}"
     )
     print(f"  ended by     {run['terminalReason'] or '-'}")
     not_online = manifest.get("notOnline") or []
@@ -313,7 +283,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         )
     if run["assets"]:
         print("\nassets")
-        _table(
+        print_table(
             ("slot", "asset", "type", "status", "sha256"),
             [
                 (a["slot"], f"{a['name']}@{a['version']}", a["type"], a["status"], a["sha256"][:16])
@@ -322,7 +292,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         )
     if run["evidence"]:
         print("\nevidence")
-        _table(
+        print_table(
             ("criterion", "sufficient", "observations", "records", "missing"),
             [
                 (
@@ -337,7 +307,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         )
     if run["completeness"]:
         print("\ncompleteness")
-        _table(("check", "status"), [(c["check"], c["status"]) for c in run["completeness"]])
+        print_table(("check", "status"), [(c["check"], c["status"]) for c in run["completeness"]])
     if run["faults"]:
         print("\nfaults")
         for fault in run["faults"]:
@@ -349,9 +319,12 @@ def cmd_show(args: argparse.Namespace) -> int:
             )
     if run["builds"]:
         print("\nbuilds")
-        _table(
+        print_table(
             ("build", "plan", "recorded", "used"),
-            [(b["buildId"], b["plan"], _when(b["recordedAt"]), b["used"]) for b in run["builds"]],
+            [
+                (b["buildId"], b["plan"], short_time(b["recordedAt"]), b["used"])
+                for b in run["builds"]
+            ],
         )
     return EXIT_OK
 
@@ -363,10 +336,10 @@ def _number(value: Any) -> str:
 def cmd_history(args: argparse.Namespace) -> int:
     from .queries import plan_history
 
-    with _engine(args, must_exist=True) as engine:
+    with open_ledger(args, must_exist=True) as engine:
         history = plan_history(engine, args.plan_id)
     if args.json:
-        _print_json(history)
+        print_json(history)
         return EXIT_OK
     title = f" — {history['title']}" if history["title"] else ""
     print(f"plan {history['planId']}{title}")
@@ -374,11 +347,11 @@ def cmd_history(args: argparse.Namespace) -> int:
     if not builds:
         print("no builds recorded")
         return EXIT_OK
-    _table(
+    print_table(
         ("recorded", "build", "grade", "plan hash", "audit sha256", "runs", "failed", "changed"),
         [
             (
-                _when(b["recordedAt"]),
+                short_time(b["recordedAt"]),
                 b["buildId"],
                 b["grade"],
                 b["planHash"][:12],
@@ -402,15 +375,15 @@ def cmd_history(args: argparse.Namespace) -> int:
 def cmd_assets(args: argparse.Namespace) -> int:
     from .queries import list_assets
 
-    with _engine(args, must_exist=True) as engine:
+    with open_ledger(args, must_exist=True) as engine:
         assets = list_assets(engine)
     if args.json:
-        _print_json(assets)
+        print_json(assets)
         return EXIT_OK
     if not assets:
         print("no asset versions recorded")
         return EXIT_OK
-    _table(
+    print_table(
         ("asset", "type", "version", "status", "sha256", "owner", "runs"),
         [
             (

@@ -182,7 +182,7 @@ def _ping_when_idle(engine: Engine) -> None:
     and replace it when the server does not answer (a restarted server, a dropped connection).
     One used within the last second was in use while the server answered; should the server
     have gone since, its first statement fails with a disconnection, which replaces every
-    pooled connection: writers try their transaction again (`ingest.worth_retrying`), and a
+    pooled connection: writers try their transaction again (`worth_retrying`), and a
     read fails once (the run service answers 503, which its clients retry)."""
     import time
 
@@ -322,6 +322,31 @@ def unavailability(exc: BaseException) -> str | None:
     ):
         return UNAVAILABLE
     return None
+
+
+ATTEMPTS: Final = 3
+"""How many times a writer tries a transaction that `worth_retrying` says may be tried again."""
+RETRY_SQLSTATES: Final = frozenset({"40P01", "40001"})  # deadlock_detected, serialization_failure
+
+
+def worth_retrying(exc: sa.exc.DBAPIError) -> bool:
+    """Whether a transaction that failed with `exc` was rolled back whole and may simply be
+    tried again: PostgreSQL chose it to break a deadlock (or a serialisation conflict), or its
+    connection was lost (a server restarted since the connection was last used; the pool then
+    replaces every connection). A commit lost with its connection is tried again too: what
+    records runs and queues them finds then what the first try wrote."""
+    return bool(exc.connection_invalidated) or _sqlstate(exc) in RETRY_SQLSTATES
+
+
+def _sqlstate(exc: sa.exc.DBAPIError) -> str | None:
+    state = getattr(exc.orig, "sqlstate", None)
+    return state if isinstance(state, str) else None
+
+
+def database_message(exc: sa.exc.DBAPIError) -> str:
+    """The first line of what the database answered (its error's name when it said nothing)."""
+    lines = str(exc.orig if exc.orig is not None else exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
 
 
 def as_utc(value: datetime | None) -> datetime | None:

@@ -1,5 +1,6 @@
 """Questions asked of the ledger: which runs, what one run recorded, how a plan's builds went,
-which asset versions exist and which runs used them. Each answer is plain JSON-ready data."""
+which asset versions exist and which runs used them. Each answer is plain JSON-ready data; a
+run's evidence and completeness are read through run_evidence.py, as the run service reads them."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from . import tables as t
 from .db import as_utc, reading, utc_now
 from .errors import NotRecorded
 from .migrate import check_for_reading
+from .run_evidence import completeness_checks, criterion_evidence
 
 STATUS_KINDS = {
     "execution": t.EXECUTION_STATUSES,
@@ -220,16 +222,8 @@ def show_run(engine: Engine, run_id: str) -> dict[str, Any]:
                 ("missingObservations", t.observation_missing),
             )
         }
-        evidence = conn.execute(
-            sa.select(t.evidence)
-            .where(t.evidence.c.run_id == rid)
-            .order_by(t.evidence.c.criterion_key)
-        ).all()
-        completeness = conn.execute(
-            sa.select(t.completeness)
-            .where(t.completeness.c.run_id == rid)
-            .order_by(t.completeness.c.check_key)
-        ).all()
+        evidence = criterion_evidence(conn, rid)
+        completeness = completeness_checks(conn, rid)
         plans = conn.execute(
             sa.select(t.fault_plan)
             .where(t.fault_plan.c.run_id == rid)
@@ -330,7 +324,7 @@ def show_run(engine: Engine, run_id: str) -> dict[str, Any]:
         "counts": counts,
         "evidence": [
             {
-                "criterion": e.criterion_key,
+                "criterion": e.criterion,
                 "sufficient": e.sufficient,
                 "observations": len(e.observation_ids or []),
                 "refs": list(e.evidence_refs or []),
@@ -339,7 +333,7 @@ def show_run(engine: Engine, run_id: str) -> dict[str, Any]:
             for e in evidence
         ],
         "completeness": [
-            {"check": c.check_key, "status": c.status, "detail": c.detail} for c in completeness
+            {"check": c.check, "status": c.status, "detail": c.detail} for c in completeness
         ],
         "faults": faults,
         "tasks": [

@@ -41,8 +41,9 @@ from .errors import (
     UnknownVersion,
     WrongStatus,
 )
-from .ingest import DEFAULT_TENANT, UNKNOWN_OWNER
 from .migrate import check_for_reading, prepare_for_writing
+from .run_rows import scenario_row
+from .tables import DEFAULT_TENANT, UNKNOWN_OWNER
 
 if TYPE_CHECKING:
     from ..core.schema import Scenario
@@ -179,19 +180,7 @@ def import_loaded(
     prepare_for_writing(engine)
     now = utc_now()
     with engine.begin() as conn:
-        insert_new(
-            conn,
-            t.scenario,
-            {
-                "scenario_id": identity.id,
-                "tenant_id": tenant,
-                "namespace": "default",
-                "name": identity.id,
-                "owner": identity.owner or UNKNOWN_OWNER,
-                "risk_level": identity.risk_level,
-                "created_at": now,
-            },
-        )
+        insert_new(conn, t.scenario, scenario_row(identity, tenant, now))
         new = insert_new(
             conn,
             t.scenario_version,
@@ -222,7 +211,7 @@ def import_loaded(
                 found=sha,
             )
         if new:
-            _record(
+            record_transition(
                 conn,
                 "scenario",
                 identity.id,
@@ -246,13 +235,16 @@ def import_loaded(
                 source,
             )
         ]
-        done += [_import_asset(conn, asset, tenant, reviewer, now) for asset in library]
+        done += [import_asset(conn, asset, tenant, reviewer, now) for asset in library]
     return ScenarioImport(source, tuple(done))
 
 
-def _import_asset(
+def import_asset(
     conn: Connection, asset: AssetFile, tenant: str, reviewer: str, now: datetime
 ) -> ImportedVersion:
+    """Register the asset version of `asset`'s file in `tenant`, pinning its sha256 the first
+    time (the review transition that records it names `reviewer`), inside the caller's
+    transaction. Raises AssetVersionChanged for a version pinned with other content."""
     asset_id = f"{tenant}:{asset.asset_type}:{asset.name}"
     insert_new(
         conn,
@@ -293,7 +285,7 @@ def _import_asset(
             found=asset.sha256,
         )
     if new:
-        _record(
+        record_transition(
             conn,
             "asset",
             asset_id,
@@ -340,7 +332,7 @@ def library_assets(library: Path, *, where: Path | None = None) -> list[AssetFil
             continue
         name = path.parent.relative_to(library).as_posix()
         chosen.setdefault((name, path.stem), path)
-    return [_asset_file(path, name, version) for (name, version), path in sorted(chosen.items())]
+    return [read_asset_file(path, name, ver) for (name, ver), path in sorted(chosen.items())]
 
 
 def _preference(path: Path) -> tuple[str, int, str]:
@@ -348,7 +340,10 @@ def _preference(path: Path) -> tuple[str, int, str]:
     return (path.with_suffix("").as_posix(), suffix, path.name)
 
 
-def _asset_file(path: Path, name: str, version: str) -> AssetFile:
+def read_asset_file(path: Path, name: str, version: str) -> AssetFile:
+    """The asset version in the library file `path`, whose place in the library makes it
+    `name`@`version`. Raises DocumentError naming the file for a header that does not say
+    what its place says, or an unknown kind or status."""
     data = path.read_bytes()
     try:
         text = data.decode("utf-8")
@@ -497,7 +492,7 @@ def transition_in(
         now_status = _locate(conn, kind, name, version, tenant, UnknownVersion).status
         raise _wrong_status(label, now_status, action)
     at = utc_now()
-    _record(
+    record_transition(
         conn,
         kind,
         found.object_id,
@@ -538,7 +533,7 @@ def _wrong_status(label: str, status: str, action: str) -> WrongStatus:
     )
 
 
-def _record(
+def record_transition(
     conn: Connection,
     kind: str,
     object_id: str,
@@ -551,6 +546,8 @@ def _record(
     note: str | None,
     at: datetime,
 ) -> None:
+    """Add a review transition of a version (`from_status` None: the version's first) inside
+    the caller's transaction."""
     conn.execute(
         t.review_transition.insert().values(
             version_kind=kind,

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..core.errors import EXIT_OK, InputError
 from ..core.versions import REVIEW_STATUSES
-from .cli import _engine, _print_json, _table, _url, _when, command_group
+from .cli import command_group, ledger_url_from, open_ledger
+from .output import print_json, print_table, short_time
 
 if TYPE_CHECKING:
     from .review import LoadedScenario
@@ -113,15 +114,15 @@ def _split_ref(ref: str) -> tuple[str, str]:
 def cmd_list(args: argparse.Namespace) -> int:
     from .review import list_versions
 
-    with _engine(args, must_exist=True) as engine:
+    with open_ledger(args, must_exist=True) as engine:
         versions = list_versions(engine, kind=args.kind, status=args.status, name=args.name)
     if args.json:
-        _print_json(versions)
+        print_json(versions)
         return EXIT_OK
     if not versions:
         print("no versions match")
         return EXIT_OK
-    _table(
+    print_table(
         ("kind", "type", "name", "version", "status", "risk", "sha256", "last step"),
         [
             (
@@ -144,21 +145,21 @@ def cmd_list(args: argparse.Namespace) -> int:
 def _last_step(step: dict[str, Any] | None) -> str:
     if step is None:
         return "-"
-    return f"{step['to']} by {step['reviewer']}, {_when(step['at'])}"
+    return f"{step['to']} by {step['reviewer']}, {short_time(step['at'])}"
 
 
 def cmd_import(args: argparse.Namespace) -> int:
     from .db import describe
     from .review import import_scenario
 
-    with _engine(args, must_exist=False) as engine:
+    with open_ledger(args, must_exist=False) as engine:
         done = [
             import_scenario(engine, path, load=args.kernel.load_scenario, reviewer=args.reviewer)
             for path in args.paths
         ]
     for imported in done:
         print(f"{imported.path}: {imported.recorded} of {len(imported.versions)} versions new")
-        _table(
+        print_table(
             ("kind", "type", "name", "version", "status", "sha256", "ledger"),
             [
                 (
@@ -173,7 +174,7 @@ def cmd_import(args: argparse.Namespace) -> int:
                 for v in imported.versions
             ],
         )
-    print(f"ledger: {describe(_url(args))}")
+    print(f"ledger: {describe(ledger_url_from(args))}")
     return EXIT_OK
 
 
@@ -181,7 +182,7 @@ def cmd_transition(args: argparse.Namespace) -> int:
     from .review import transition
 
     name, version = _split_ref(args.ref)
-    with _engine(args, must_exist=True) as engine:
+    with open_ledger(args, must_exist=True) as engine:
         step = transition(
             engine,
             args.kind,
@@ -204,20 +205,20 @@ def cmd_history(args: argparse.Namespace) -> int:
     from .review import history
 
     name, version = _split_ref(args.ref)
-    with _engine(args, must_exist=True) as engine:
+    with open_ledger(args, must_exist=True) as engine:
         found = history(engine, args.kind, name, version)
     if args.json:
-        _print_json(found)
+        print_json(found)
         return EXIT_OK
     risk = f", {found['riskLevel']} risk" if found["riskLevel"] else ""
     print(f"{found['kind']} {found['name']}@{found['version']}: {found['status']}{risk}")
     if not found["transitions"]:
         print("no review steps recorded")
         return EXIT_OK
-    _table(
+    print_table(
         ("at", "from", "to", "reviewer", "risk sign-off", "note"),
         [
-            (_when(s["at"]), s["from"], s["to"], s["reviewer"], s["riskSignoff"], s["note"])
+            (short_time(s["at"]), s["from"], s["to"], s["reviewer"], s["riskSignoff"], s["note"])
             for s in found["transitions"]
         ],
     )

@@ -18,6 +18,12 @@ from sqlalchemy.dialects import postgresql
 
 SCHEMA = "sim"
 
+DEFAULT_TENANT = "local"
+"""The tenant of everything a local simreport records (the run service sets its own)."""
+
+UNKNOWN_OWNER = "unknown"
+"""The owner recorded for a scenario or an asset whose file names none."""
+
 metadata = sa.MetaData(
     schema=SCHEMA,
     naming_convention={

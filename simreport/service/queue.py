@@ -44,29 +44,38 @@ from ..core.testbed import SEMVER
 from ..core.values import refused_in_json
 from ..core.versions import RunChecks, VersionState, design_document, design_sha256, version_key
 from ..ledger import tables as t
-from ..ledger.db import as_utc, describe, insert_new, reading, utc_now
-from ..ledger.errors import AssetVersionChanged
-from ..ledger.ingest import (
-    ATTEMPTS,
+from ..ledger.asset_pins import pinned_versions
+from ..ledger.bulk import (
     TableRows,
-    _bind_mappings,
-    _faults,
-    _insert_ignoring_duplicates,
-    _layer_rows,
-    _pinned,
-    _prepare,
-    _task_and_session_rows,
-    _terminal_reason,
-    _write_rows,
-    event_rows,
-    few_collections,
-    insert_events,
+    bind_mappings,
+    insert_ignoring_duplicates,
     pipelined,
-    record_rows,
-    worth_retrying,
     write_bulk,
+    write_table_rows,
 )
-from ..ledger.review import _asset_file, _import_asset, _record
+from ..ledger.db import (
+    ATTEMPTS,
+    as_utc,
+    describe,
+    insert_new,
+    reading,
+    utc_now,
+    worth_retrying,
+)
+from ..ledger.errors import AssetVersionChanged
+from ..ledger.migrate import prepare_once
+from ..ledger.parallel import few_collections
+from ..ledger.review import import_asset, read_asset_file, record_transition
+from ..ledger.run_content import (
+    event_rows,
+    fault_rows,
+    insert_events,
+    layer_rows,
+    record_rows,
+    task_and_session_rows,
+)
+from ..ledger.run_evidence import evidence_package
+from ..ledger.run_rows import terminal_reason
 from ..ledger.rundir import RunDirectory, read_run_dir, wall_time
 
 if TYPE_CHECKING:
@@ -247,7 +256,7 @@ def _write(engine: Engine, work: Callable[[Connection], T]) -> T:
     """`work` in one write transaction (SQLite: BEGIN IMMEDIATE), tried again when PostgreSQL
     broke a deadlock by rolling it back or the connection turned out lost (see
     `worth_retrying`)."""
-    _prepare(engine)
+    prepare_once(engine)
     for attempt in range(ATTEMPTS):
         try:
             with engine.begin() as conn:
@@ -463,7 +472,7 @@ def submit_version(
             f"version {version!r} is not a version",
             issues=[_issue("version", f"{version!r} is not a version", "SemVer: 1.2.0")],
         )
-    _prepare(engine)
+    prepare_once(engine)
     with reading(engine) as conn:
         _scenario_row(conn, scenario_id, tenant)  # 404 before anything about the spec
     scenario = _validated(spec, lambda path: join_path("spec", path))
@@ -508,7 +517,7 @@ def submit_version(
                 code="version_exists",
             )
         note = "submitted to the run service" + (f" from {source}" if source else "")
-        _record(
+        record_transition(
             conn,
             "scenario",
             scenario_id,
@@ -691,15 +700,15 @@ def _pin(engine: Engine, resolved: Sequence[_Resolved], tenant: str) -> dict[str
     held = _PINS.setdefault(engine, {})
     if any((ids[r.slot], r.version) not in held for r in resolved):
         with reading(engine) as conn:
-            held.update(_pinned(conn, list(ids.values())))
+            held.update(pinned_versions(conn, list(ids.values())))
     unseen = [r for r in resolved if (ids[r.slot], r.version) not in held]
 
     def write(conn: Connection) -> dict[tuple[str, str], str]:
         now, pinned = utc_now(), {}
         for r in unseen:
             try:
-                asset = _asset_file(r.path, r.name, r.version)
-                done = _import_asset(conn, asset, tenant, SERVICE_REVIEWER, now)
+                asset = read_asset_file(r.path, r.name, r.version)
+                done = import_asset(conn, asset, tenant, SERVICE_REVIEWER, now)
             except AssetVersionChanged as exc:
                 raise _changed(r, exc.message) from None
             pinned[(ids[r.slot], r.version)] = done.sha256
@@ -833,7 +842,7 @@ def start_run(
         issues.append(_issue("budget", "not a mapping", "maxTurns, maxToolCalls, wallClock"))
     if issues:
         raise Unprocessable(f"{issues[0]['path']}: {issues[0]['message']}", issues=issues)
-    _prepare(engine)
+    prepare_once(engine)
     spec, spec_sha = _frozen_spec(engine, scenario_id, version, tenant)
     doc = run_document(spec, seed=seed, budget=budget, mode=mode)
     scenario = _validated(doc, _request_path)
@@ -942,8 +951,8 @@ def start_run(
         # These read nothing back: on PostgreSQL they go in one round trip (a round trip each
         # was most of queueing's cost), the manifest's assets in one statement.
         with pipelined(conn):
-            _insert_ignoring_duplicates(conn, t.manifest, [manifest_row])
-            _insert_ignoring_duplicates(conn, t.manifest_asset, asset_rows)
+            insert_ignoring_duplicates(conn, t.manifest, [manifest_row])
+            insert_ignoring_duplicates(conn, t.manifest_asset, asset_rows)
             conn.execute(_QUEUED, run_row)
             _store(conn, idempotency, 202, {"run_id": run_id, "manifest_id": manifest_id})
         return run_id, manifest_id
@@ -1061,7 +1070,7 @@ def _check_capacity(conn: Connection, capacity: Capacity, principal: str | None)
 
 def count_active(engine: Engine, *, principal: str | None = None) -> int:
     """Runs pending or running (of `principal` only, when given): for quotas and a full queue."""
-    _prepare(engine)
+    prepare_once(engine)
     with reading(engine) as conn:
         return _active(conn, principal)
 
@@ -1110,7 +1119,7 @@ _QUEUE_STATE: Final = sa.select(
 
 
 def queue_state(engine: Engine) -> QueueState:
-    _prepare(engine)
+    prepare_once(engine)
     with reading(engine) as conn:
         pending, running, oldest = conn.execute(_QUEUE_STATE).one()
     return QueueState(int(pending), int(running), as_utc(oldest))
@@ -1172,7 +1181,7 @@ def _run_statistics_query(dialect: str) -> sa.Select[Any]:
 def run_statistics(engine: Engine) -> RunStatistics:
     """One aggregate over the run table (for /metrics: it reads every run the service queued,
     so its cost grows with the ledger's history)."""
-    _prepare(engine)
+    prepare_once(engine)
     by_status = dict.fromkeys(t.EXECUTION_STATUSES, 0)
     durations = {
         status: Durations(0, 0.0, (0,) * len(CLAIM_TO_FINISH_BUCKETS)) for status in TERMINAL
@@ -1232,7 +1241,7 @@ def claim(
     (None when nothing is pending). Two workers never claim the same run. `look_first`: see
     whether any run is pending before taking the write lock (an idle worker's poll, which on
     SQLite then costs no write lock; a worker that has just claimed one expects more)."""
-    _prepare(engine)
+    prepare_once(engine)
     if look_first:
         with reading(engine) as conn:
             if conn.execute(_ANY_PENDING).first() is None:
@@ -1414,7 +1423,7 @@ def append_events(
     def write(conn: Connection) -> None:
         row = _locked_run_to_append(conn, run_id, worker_id)
         base, last = int(row.event_seq_base), row.last_seq
-        _write_rows(conn, _fresh_events(conn, run_id, ordered, base=base, last=last))
+        write_table_rows(conn, _fresh_events(conn, run_id, ordered, base=base, last=last))
 
     _write(engine, write)
 
@@ -1547,19 +1556,19 @@ def _finish(
             )
         ]
         if run.records is not None:
-            plans, steps = _faults(run_id, run.records, now)
+            plans, steps = fault_rows(run_id, run.records, now)
             tables += [
                 record_rows(dialect, run_id, run.records, now, run.record_lines),
-                _bind_mappings(dialect, t.fault_plan, plans),
-                _bind_mappings(dialect, t.fault_record, steps),
+                bind_mappings(dialect, t.fault_plan, plans),
+                bind_mappings(dialect, t.fault_record, steps),
             ]
-        tables += _task_and_session_rows(dialect, run)
-        tables += _layer_rows(dialect, run, now)
+        tables += task_and_session_rows(dialect, run)
+        tables += layer_rows(dialect, run, now)
         rest = write_bulk(conn, tables)
         # The rest reads nothing back: on PostgreSQL it goes in one round trip.
         with pipelined(conn):
             for rows in rest:
-                _write_rows(conn, rows)
+                write_table_rows(conn, rows)
             conn.execute(
                 _FINISHED,
                 {
@@ -1569,7 +1578,7 @@ def _finish(
                     "validity_status": status.validity,
                     "evidence_status": status.evidence,
                     "ended_at": wall_time(float(finished[-1]["wall"])) if finished else now,
-                    "terminal_reason": terminal or _terminal_reason(run),
+                    "terminal_reason": terminal or terminal_reason(run),
                     "result": run.result_doc,
                     "content_sha256": run.content_sha256,
                     "lease_expires_at": None,
@@ -1662,7 +1671,7 @@ def reclaim_expired(engine: Engine, *, now: datetime | None = None) -> list[Recl
     moment = now if now is not None else utc_now()
     r = t.run.c
     expired = (r.execution_status == "running") & (r.lease_expires_at < moment)
-    _prepare(engine)
+    prepare_once(engine)
     with reading(engine) as conn:
         if conn.execute(_ANY_EXPIRED, {"p_moment": moment}).first() is None:
             return []
@@ -1896,7 +1905,7 @@ def _known_run(conn: Connection, query: sa.Select[Any], run_id: str, tenant: str
 def get_run(engine: Engine, run_id: str, *, tenant: str) -> dict[str, Any]:
     """The run's four statuses, and the attempt it is on: 1, or 2 once it was queued again
     after its worker was lost."""
-    _prepare(engine)
+    prepare_once(engine)
     with reading(engine) as conn:
         row = _known_run(conn, _RUN_STATUSES, run_id, tenant)
     return {
@@ -1911,7 +1920,7 @@ def get_run(engine: Engine, run_id: str, *, tenant: str) -> dict[str, Any]:
 def run_detail(engine: Engine, run_id: str, *, tenant: str) -> dict[str, Any]:
     """The run's statuses with its times, terminal reason, lease, attempt (`attempts`: how
     many times it was claimed) and retries allowed, and request."""
-    _prepare(engine)
+    prepare_once(engine)
     with reading(engine) as conn:
         row = _run_row(conn, run_id, tenant)
     return {
@@ -2004,7 +2013,7 @@ def events_page(
 ) -> bytes:
     """`events_after` as the JSON the service answers, each payload the text the ledger holds
     (a page of events is not decoded only to be encoded again)."""
-    _prepare(engine)
+    prepare_once(engine)
     with reading(engine) as conn:
         _known_run(conn, _RUN_SEEN, run_id, tenant)
         if retention_seconds is not None:
@@ -2049,7 +2058,7 @@ def evidence(
     observed, `missing`), evidence per criterion and completeness checks. With `criterion`,
     that criterion's evidence with only the observations and records it cites (404 for a
     criterion the run has no evidence for). 409 while the run has not ended."""
-    _prepare(engine)
+    prepare_once(engine)
     with reading(engine) as conn:
         row = _run_row(conn, run_id, tenant)
         if row.execution_status not in TERMINAL:
@@ -2058,77 +2067,40 @@ def evidence(
                 "ask again once it has ended",
                 code="not_converged",
             )
-        query = sa.select(t.evidence).where(t.evidence.c.run_id == run_id)
-        if criterion is not None:
-            query = query.where(t.evidence.c.criterion_key == criterion)
-        found = conn.execute(query.order_by(t.evidence.c.criterion_key)).all()
-        if criterion is not None and not found:
-            raise NotFound(
-                f"run {run_id} has no evidence for criterion {criterion!r}",
-                code="unknown_criterion",
-            )
-        observations = conn.execute(
-            sa.select(t.observation)
-            .where(t.observation.c.run_id == run_id)
-            .order_by(t.observation.c.observation_id)
-        ).all()
-        missing = conn.execute(
-            sa.select(t.observation_missing)
-            .where(t.observation_missing.c.run_id == run_id)
-            .order_by(t.observation_missing.c.fact_key)
-        ).all()
-        records = conn.execute(
-            sa.select(t.record.c.record_id, t.record.c.body)
-            .where(t.record.c.run_id == run_id)
-            .order_by(t.record.c.seq)
-        ).all()
-        completeness = conn.execute(
-            sa.select(t.completeness)
-            .where(t.completeness.c.run_id == run_id)
-            .order_by(t.completeness.c.check_key)
-        ).all()
-    prefix = run_id + "/"
-
-    def local(text: str) -> str:
-        return text[len(prefix) :] if text.startswith(prefix) else text
-
-    package_observations = [
-        {
-            "observation_id": local(o.observation_id),
-            "fact_key": o.fact_key,
-            "value": o.fact_value,
-            "derived_from": o.derived_from,
-            "extractor": o.extractor,
-        }
-        for o in observations
-    ]
-    package_records = [{"record_id": local(r.record_id), **dict(r.body)} for r in records]
-    if criterion is not None:
-        cited = {str(i) for e in found for i in (e.observation_ids or [])}
-        package_observations = [o for o in package_observations if o["observation_id"] in cited]
-        refs = {str(i) for e in found for i in (e.evidence_refs or [])}
-        refs |= {str(i) for o in package_observations for i in (o["derived_from"] or [])}
-        package_records = [r for r in package_records if r["record_id"] in refs]
-        missing = []
+        package = evidence_package(conn, run_id, criterion=criterion)
+    if criterion is not None and not package.evidence:
+        raise NotFound(
+            f"run {run_id} has no evidence for criterion {criterion!r}",
+            code="unknown_criterion",
+        )
     return {
-        "records": package_records,
-        "observations": package_observations
+        "records": [{"record_id": r.record_id, **r.body} for r in package.records],
+        "observations": [
+            {
+                "observation_id": o.observation_id,
+                "fact_key": o.fact_key,
+                "value": o.value,
+                "derived_from": o.derived_from,
+                "extractor": o.extractor,
+            }
+            for o in package.observations
+        ]
         + [
             {"fact_key": m.fact_key, "missing": True, "reason": m.reason, "extractor": m.extractor}
-            for m in missing
+            for m in package.missing
         ],
         "evidence": [
             {
-                "criterion": e.criterion_key,
+                "criterion": e.criterion,
                 "sufficient": e.sufficient,
                 "observation_ids": e.observation_ids,
                 "evidence_refs": e.evidence_refs,
                 "detail": e.detail,
             }
-            for e in found
+            for e in package.evidence
         ],
         "completeness": [
-            {"check": c.check_key, "status": c.status, "detail": c.detail} for c in completeness
+            {"check": c.check, "status": c.status, "detail": c.detail} for c in package.completeness
         ],
     }
 
@@ -2136,7 +2108,7 @@ def evidence(
 def get_manifest(engine: Engine, manifest_id: str, *, tenant: str) -> dict[str, Any]:
     """The frozen manifest: every asset version it resolved (slot → kind, name, version,
     sha256, file) and its sha256."""
-    _prepare(engine)
+    prepare_once(engine)
     m = t.manifest.c
     with reading(engine) as conn:
         row = conn.execute(
@@ -2157,7 +2129,7 @@ def idempotent(
 ) -> Stored | None:
     """The answer stored for `principal`'s `key`, or None when the key is new. 409 when the
     key was used with another request (its sha256 differs)."""
-    _prepare(engine)
+    prepare_once(engine)
     with reading(engine) as conn:
         stored = _stored(conn, principal, key, tenant, request_sha256)
     # A key whose request is still being written is not visible (its transaction has not
