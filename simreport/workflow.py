@@ -517,17 +517,9 @@ def _plan_target(
     targets_dist = sorted(
         (loaded.hypothesis.target_distribution or {}) if loaded.hypothesis else {}
     )
-    from .report.naming import figure_names
+    from .report.naming import planned_figure_names
 
-    figures = list(
-        figure_names(
-            {
-                "metrics": metrics,
-                "distribution": dict.fromkeys(targets_dist),
-                "plan": {"design": loaded.plan.design},
-            }
-        )
-    )
+    figures = list(planned_figure_names(metrics, loaded.plan.design, targets_dist))
     return PlanTarget(
         id=loaded.plan_id,
         plan_file=loaded.plan_file,
@@ -1148,11 +1140,11 @@ def run_replication(
 
 
 def write_figures(workflow: Workflow, plan_id: str, outputs: Sequence[str]) -> None:
-    from .core.files import read_json
+    from .report.document import read_audit_document
     from .report.figures import figure_files
 
     plan = workflow.plan(plan_id)
-    files = figure_files(read_json(plan.out_dir / "audit.json"))
+    files = figure_files(read_audit_document(plan.out_dir / "audit.json"))
     for path in outputs:
         write_atomic(path, files[Path(path).name])
 
