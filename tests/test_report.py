@@ -896,3 +896,59 @@ def test_an_audit_of_an_older_schema_is_refused(
     assert refused.value.file == str(audit_dir / "audit.json")
     assert f"simreport analyse {audit_dir}" in str(refused.value.expected)
     assert not (audit_dir / "report.html").exists()
+
+
+def _rename(doc: dict[str, Any], path: str, new: str) -> None:
+    """Rename the key at dotted `path` of `doc` to `new`, keeping its value."""
+    *parents, key = path.split(".")
+    node: Any = doc
+    for part in parents:
+        node = node[int(part)] if isinstance(node, list) else node[part]
+    node[new] = node.pop(key)
+
+
+@pytest.mark.parametrize(
+    ("path", "renamed", "says"),
+    [
+        ("summary", "summery", "summary: missing required key 'summary'"),
+        ("plan.claimType", "claimKind", "plan.claimKind: unknown key 'claimKind'"),
+        ("plan.base.world", "wrld", "plan.base.wrld: unknown key 'wrld'"),
+        ("tests.{metric}.0.holmP", "holmPValue", "tests.{metric}.0.holmP: missing required key"),
+        ("verdict.headline", "headLine", "verdict.headline: missing required key 'headline'"),
+        ("plan", "plans", "not an audit document"),
+    ],
+)
+def test_an_audit_with_a_renamed_key_is_refused_by_report_and_site(
+    audit_dir: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    path: str,
+    renamed: str,
+    says: str,
+) -> None:
+    """A fixed key of audit.json renamed is never read as missing or blank: `simreport report`
+    and `simreport site` refuse the file with one line naming it and the key, exit code 2, and
+    write nothing."""
+    from simreport.cli import main
+
+    folder = tmp_path / "pd"
+    shutil.copytree(audit_dir, folder, ignore=shutil.ignore_patterns("runs"))
+    doc_file = folder / "audit.json"
+    edited = json.loads(doc_file.read_text(encoding="utf-8"))
+    metric = edited["metrics"][0]
+    _rename(edited, path.format(metric=metric), renamed)
+    write_json(doc_file, edited)
+    for page in ("report.html", "methods.md", "methods.html"):
+        (folder / page).unlink()
+    line = f"simreport: {doc_file}: {says.format(metric=metric)}"
+
+    assert main(["report", str(folder)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(line), err
+    assert not (folder / "report.html").exists() and not (folder / "methods.md").exists()
+
+    site = tmp_path / "site"
+    assert main(["site", str(folder), "--out", str(site)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(line), err
+    assert not site.exists()
