@@ -385,8 +385,8 @@ def report(audit_dir: str | Path) -> Path:
 
 def site(audit_dirs: list[str | Path], out: str | Path, *, title: str = "simreport audits") -> Path:
     """Build a static site (index + one folder per audit) from finished audit directories."""
-    from .core.files import read_json
     from .report import write_site
+    from .report.document import read_audit_document
 
     check_output_dir(out)
     entries = []
@@ -398,7 +398,7 @@ def site(audit_dirs: list[str | Path], out: str | Path, *, title: str = "simrepo
                 file=root / "audit.json",
                 expected="an audit directory built by `simreport audit`",
             )
-        plan_id = str(read_json(root / "audit.json")["plan"]["id"])
+        plan_id = read_audit_document(root / "audit.json").plan.id or ""
         entries.append((plan_id, root))
     return write_site(Path(out), entries, title=title)
 

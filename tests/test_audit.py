@@ -29,7 +29,7 @@ PLAN: dict[str, Any] = {
     "metrics": ["score", "rate"],
     "claimType": "exploratory",
     "design": "one_at_a_time",
-    "base": {"params": {"framing": "neutral", "window": 3}},
+    "base": {"world": "prisoners_dilemma", "params": {"framing": "neutral", "window": 3}},
     "hypothesis": {
         "outcomes": {"score": "increase"},
         "targetDistribution": {"choice": {"a": 0.5, "b": 0.3, "c": 0.2}},
@@ -589,7 +589,7 @@ def _factorial_case() -> tuple[dict[str, Any], list[dict[str, Any]], list[RunRec
         "design": "full_factorial",
         "replications": 6,
         "metrics": ["score", "rate", "steady"],
-        "base": {"params": {"framing": "neutral", "window": 3}},
+        "base": {"world": "prisoners_dilemma", "params": {"framing": "neutral", "window": 3}},
         "hypothesis": {
             "outcomes": {"score": "increase", "steady": "decrease"},
             "axes": {"window": {"score": "decrease"}},
@@ -849,7 +849,7 @@ def test_factorial_sensitivity_prefers_cells_that_move_one_axis() -> None:
         **PLAN,
         "models": [],
         "design": "full_factorial",
-        "base": {"params": {"framing": "neutral", "window": 3}},
+        "base": {"world": "prisoners_dilemma", "params": {"framing": "neutral", "window": 3}},
         "axes": [
             {**PLAN["axes"][0], "levels": ["neutral", "moral"]},
             {**PLAN["axes"][1], "levels": [3, 1]},

@@ -90,7 +90,10 @@ def _plan(
         "metrics": list(metrics),
         "claimType": "exploratory",
         "design": design,
-        "base": {"params": {"framing": "neutral", "window": 3, "scale": 1, "tone": "plain"}},
+        "base": {
+            "world": "prisoners_dilemma",
+            "params": {"framing": "neutral", "window": 3, "scale": 1, "tone": "plain"},
+        },
         "hypothesis": dict(hypothesis) if hypothesis is not None else None,
         "axes": axes,
     }

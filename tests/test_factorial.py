@@ -37,7 +37,10 @@ HOMOPHILY = {
     "kind": "design",
     "dimension": "network structure",
 }
-BASE = {"params": {"recommender": "engagement", "homophily": 0.8, "framing": "neutral"}}
+BASE = {
+    "world": "echo_chamber",
+    "params": {"recommender": "engagement", "homophily": 0.8, "framing": "neutral"},
+}
 
 
 def _plan(axes: Sequence[Mapping[str, Any]], **extra: Any) -> dict[str, Any]:
@@ -208,7 +211,7 @@ def test_marginal_contrasts_equal_the_ols_treatment_contrasts(sizes: tuple[int, 
     rng = np.random.default_rng(sum(sizes))
     a = _axis("a", [f"a{i}" for i in range(sizes[0])])
     b = _axis("b", [f"b{j}" for j in range(sizes[1])])
-    plan = {**_plan([a, b]), "base": {"params": {}}}
+    plan = {**_plan([a, b]), "base": {"world": "echo_chamber", "params": {}}}
     conditions = _grid([a, b])
     samples: dict[str, dict[str, list[float]]] = {}
     frame = []

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from simreport.cli import main
-from simreport.core.errors import DocumentError
+from simreport.core.errors import DocumentError, SchemaError
 from simreport.core.files import (
     ALIAS_EXPANSION_LIMIT,
     CONTROL_CHARACTERS,
@@ -355,9 +355,17 @@ def test_pages_print_no_control_character_raw(audit_dir: Path, tmp_path: Path) -
     folder = tmp_path / "pd"
     shutil.copytree(audit_dir, folder)
     audit = json.loads((folder / "audit.json").read_text(encoding="utf-8"))
+    scenario_name = audit["plan"]["base"]["name"]
     audit = _poison(audit, {"title", "name", "description", "message", "dimension"})
     audit["plan"]["axes"][0]["levels"] = [f"moral{CONTROLS}", "risk\x1b[2J"]
     audit["runs"][0]["failure"] = {"message": f"boom{CONTROLS}", "stage": "run", "type": "X"}
+    # The base scenario's name is a name: its contract refuses control characters outright.
+    audit["plan"]["base"]["name"] += CONTROLS
+    (folder / "audit.json").write_text(json.dumps(audit), encoding="utf-8")
+    with pytest.raises(SchemaError) as refused:
+        write_report(folder)
+    assert refused.value.path == "plan.base.name" and refused.value.exit_code == 2
+    audit["plan"]["base"]["name"] = scenario_name
     (folder / "audit.json").write_text(json.dumps(audit), encoding="utf-8")
 
     write_report(folder)

@@ -15,6 +15,8 @@ import pytest
 from browser import needs_chromium, render
 from markdown_it import MarkdownIt
 
+from simreport.analysis.audit_document import AuditDoc
+from simreport.core.canonical import content_hash
 from simreport.core.errors import InputError
 from simreport.core.files import write_json
 from simreport.report.methods import (
@@ -46,9 +48,22 @@ HOSTILE = (
 # conftest.py.
 
 
+def markdown(audit: dict[str, Any]) -> str:
+    """methods.md of a (hand-edited) audit.json, checked against its model first."""
+    return methods_markdown(AuditDoc.model_validate(audit))
+
+
+def title(audit: dict[str, Any]) -> str:
+    return methods_title(AuditDoc.model_validate(audit))
+
+
+def fingerprint(audit: dict[str, Any]) -> str:
+    return audit_fingerprint(AuditDoc.model_validate(audit))
+
+
 @pytest.fixture(scope="module")
 def text(audit: dict[str, Any]) -> str:
-    return methods_markdown(audit)
+    return markdown(audit)
 
 
 def _render(markdown_text: str) -> str:
@@ -118,16 +133,16 @@ def test_hostile_plan_strings_cannot_reach_the_page(audit: dict[str, Any]) -> No
     edited["plan"]["axes"][0]["levels"] = ["<b>bold</b>", "`tick`"]
     edited["plan"]["axes"][0]["dimension"] = "# heading\n* item"
     edited["grade"]["reasons"] = ["<img src=x onerror=alert(1)>"]
-    text = methods_markdown(edited)
+    text = markdown(edited)
     assert text.startswith(r"# Methods: \<script\>alert(1)\</script\> a\|b\*c\_" + "\n")
     assert r"\[click\](javascript:alert(1))" in text
-    page = methods_html(text, methods_title(edited))
+    page = methods_html(text, title(edited))
     for forbidden in ("<script", "<b>", "<img", "<ul>", "<li>"):
         assert forbidden not in page
     # The only links are the page's own navigation.
     assert re.findall(r'href="([^"]*)"', page) == ["report.html", "../index.html", "audit.json"]
     assert page.count("<a ") == 3
-    plain = methods_html(methods_markdown(audit), "plain")
+    plain = methods_html(markdown(audit), "plain")
     for emphasis in (r"<em>.*?</em>", r"<strong>.*?</strong>"):
         assert re.findall(emphasis, page) == re.findall(emphasis, plain)
     assert "&lt;img src=x onerror=alert(1)&gt;" in page
@@ -270,7 +285,7 @@ def test_statistics_name_every_convention(text: str) -> None:
 
 def test_models_override_failures_and_include_incomplete(audit: dict[str, Any]) -> None:
     edited = _with_models(audit)
-    text = methods_markdown(edited)
+    text = markdown(edited)
     assert "varied one at a time" in text
     assert "run under each of the two models" in text
     assert "each of the two models `model-a` and `model-b`" in text
@@ -297,7 +312,7 @@ def test_full_factorial_target_distribution_and_untested_metric(audit: dict[str,
     for row in edited["tests"][last]:
         row.update(mwuP=None, holmP=None, tested=False)
     edited["notes"][last] = "no condition has usable runs with a finite value of this metric"
-    text = methods_markdown(edited)
+    text = markdown(edited)
     assert "full factorial design" in text
     assert "target distribution for `choice`" in text
     assert "SimBench-style normalised total variation distance" in text
@@ -308,18 +323,31 @@ def test_full_factorial_target_distribution_and_untested_metric(audit: dict[str,
 def test_an_audit_without_axes_says_so(audit: dict[str, Any]) -> None:
     edited = copy.deepcopy(audit)
     edited["plan"]["axes"] = []
-    text = methods_markdown(edited)
+    text = markdown(edited)
     assert "The plan perturbs nothing: it has no axes." in text
     assert "runs the base condition only" in text
 
 
-def test_a_sparse_audit_still_reads(audit: dict[str, Any]) -> None:
-    """Missing fields say so in words rather than crash or print None."""
-    text = methods_markdown({"schemaVersion": 1, "plan": {"baseScenario": "s.yaml"}})
+def test_a_plan_without_its_base_scenario_still_reads(audit: dict[str, Any]) -> None:
+    """What a plan leaves out is said in words rather than crash or print None."""
+    edited = copy.deepcopy(audit)
+    del edited["plan"]["base"]
+    edited["plan"].update(baseScenario="s.yaml", title=None)
+    text = markdown(edited)
     assert "None" not in text
     assert "Its base scenario (file `s.yaml`) runs an unnamed world." in text
-    assert "an unrecorded version of simreport" in text
-    assert "**unknown**" in text
+    assert "`s.yaml`) runs an unnamed world. The" in text  # no steps or population to state
+
+
+def test_methods_refuse_an_audit_of_an_older_schema(audit_dir: Path, tmp_path: Path) -> None:
+    old = json.loads((audit_dir / "audit.json").read_text(encoding="utf-8"))
+    old["schemaVersion"] = 1
+    write_json(tmp_path / "audit.json", old)
+    with pytest.raises(InputError) as caught:
+        write_methods(tmp_path)
+    assert caught.value.path == "schemaVersion" and caught.value.exit_code == 2
+    assert f"re-run `simreport analyse {tmp_path}`" in caught.value.one_line()
+    assert not (tmp_path / "methods.md").exists()
 
 
 def test_paragraphs_are_prose_not_lists(text: str) -> None:
@@ -335,7 +363,7 @@ def test_paragraphs_are_prose_not_lists(text: str) -> None:
 def test_methods_html_is_one_self_contained_page(audit: dict[str, Any], text: str) -> None:
     page = methods_html(text, "Methods: <hostile> & co")
     assert page.startswith("<!doctype html>\n")
-    assert f'<html lang="en" data-audit-sha256="{audit_fingerprint(audit)}">' in page
+    assert f'<html lang="en" data-audit-sha256="{fingerprint(audit)}">' in page
     assert '<meta charset="utf-8">' in page
     assert "<title>Methods: &lt;hostile&gt; &amp; co</title>" in page
     assert "<style>" in page
@@ -362,7 +390,7 @@ def test_write_methods_is_atomic_and_deterministic(audit_dir: Path, tmp_path: Pa
     assert not [p for p in audit_dir.iterdir() if p.name.endswith(".tmp")]
     assert first[1].decode("utf-8") == methods_html(
         first[0].decode("utf-8"),
-        methods_title(json.loads((audit_dir / "audit.json").read_text(encoding="utf-8"))),
+        title(json.loads((audit_dir / "audit.json").read_text(encoding="utf-8"))),
     )
 
 
@@ -377,7 +405,7 @@ def test_the_dict_and_its_json_give_the_same_text(audit_dir: Path) -> None:
     read_back = json.loads((audit_dir / "audit.json").read_text(encoding="utf-8"))
     # What the analysis directory adds beside the statistics (its provenance) is not in `fresh`.
     fresh.update({k: v for k, v in read_back.items() if k not in fresh})
-    assert methods_markdown(fresh) == methods_markdown(read_back)
+    assert markdown(fresh) == markdown(read_back)
 
 
 def test_write_methods_rejects_a_directory_without_an_audit(tmp_path: Path) -> None:
@@ -431,22 +459,28 @@ def test_settings_no_axis_touches_are_listed(audit: dict[str, Any], text: str) -
     assert "`name` =" not in fixed and "`hypothesis" not in fixed
 
 
-def test_settings_under_a_targeted_list_are_listed_item_by_item() -> None:
-    audit = {
-        "schemaVersion": 2,
-        "plan": {
-            "axes": [{"id": "c", "target": "executors.0.options.components", "levels": [[]]}],
-            "base": {
-                "executors": [
-                    {"agents": "all", "options": {"components": ["memory"], "params": {}}},
-                    {"agents": "rest", "options": {"components": ["goals"]}},
-                ],
-                "population": {"fields": {"age": {"kind": "uniform", "values": [1, 2]}}},
-                "llm": {"model": "m", "budgetCalls": None},
-            },
-        },
+def test_settings_under_a_targeted_list_are_listed_item_by_item(audit: dict[str, Any]) -> None:
+    edited = copy.deepcopy(audit)
+    edited["plan"]["axes"] = [
+        {
+            "id": "c",
+            "level": "micro",
+            "kind": "design",
+            "dimension": "internal state",
+            "target": "executors.0.options.components",
+            "levels": [[]],
+        }
+    ]
+    edited["plan"]["base"] = {
+        "world": "prisoners_dilemma",
+        "executors": [
+            {"agents": "all", "options": {"components": ["memory"], "params": {}}},
+            {"agents": "rest", "options": {"components": ["goals"]}},
+        ],
+        "population": {"fields": {"age": {"kind": "categorical", "values": [1, 2]}}},
+        "llm": {"model": "m", "budgetCalls": None},
     }
-    fixed = _section(methods_markdown(audit), "Settings held fixed")
+    fixed = _section(markdown(edited), "Settings held fixed")
     assert "`executors.0.agents` = `all`" in fixed
     assert '`executors.1.options.components` = `["goals"]`' in fixed
     assert "`population.fields.age.values` = `[1,2]`" in fixed
@@ -457,19 +491,22 @@ def test_settings_under_a_targeted_list_are_listed_item_by_item() -> None:
 def test_power_and_noise_floor_are_stated_when_the_audit_has_them(audit: dict[str, Any]) -> None:
     edited = copy.deepcopy(audit)
     metric = edited["metrics"][0]
-    edited["power"] = {
-        "power": 0.8,
-        "alphaFamily": 0.05,
-        "method": "normal approximation",
-        "metrics": {
+    cell = {"nBase": 12, "nCond": 12, "paired": False, "test": "Mann-Whitney U"}
+    edited["power"].update(
+        power=0.8,
+        alphaFamily=0.05,
+        method="normal approximation",
+        metrics={
             metric: [
-                {"condition": "a", "alpha": 0.05, "mde": 1.25, "note": None},
-                {"condition": "b", "alpha": 0.025, "mde": "inf", "note": None},
-                {"condition": "c", "alpha": 0.0125, "mde": 2.5, "note": None},
+                {**cell, "condition": "a", "alpha": 0.05, "mde": 1.25, "note": None},
+                {**cell, "condition": "b", "alpha": 0.025, "mde": "inf", "note": None},
+                {**cell, "condition": "c", "alpha": 0.0125, "mde": 2.5, "note": None},
             ],
-            "other": [{"condition": "a", "alpha": 0.05, "mde": None, "note": "not computable"}],
+            "other": [
+                {**cell, "condition": "a", "alpha": 0.05, "mde": None, "note": "not computable"}
+            ],
         },
-    }
+    )
     edited["noiseFloor"] = {
         metric: [
             {
@@ -485,22 +522,33 @@ def test_power_and_noise_floor_are_stated_when_the_audit_has_them(audit: dict[st
             }
         ]
     }
-    stats = _section(methods_markdown(edited), "Statistical analysis")
+    stats = _section(markdown(edited), "Statistical analysis")
     assert "at power 0.8 and a family α of 0.05, each at the Holm-adjusted α of its rank" in stats
     assert "Method: normal approximation." in stats
     assert f"was from 1.25 to 2.5 for `{metric}` and none could be computed for `other`." in stats
     assert (
-        f"The noise floor, the share of splits of a base condition's replications into two halves "
-        f"that differed from each other at α, was 4.5% for `{metric}`, each over 200 splits of 12 "
-        "replications at α = 0.05." in stats
+        f"was 4.5% for `{metric}`, each over 200 splits of 12 replications into two halves at "
+        "α = 0.05." in stats
+    )
+    edited["noiseFloor"][metric][0].update(
+        scope="audit", companions=["seed=9"], sizes=[12, 12], splits=2000
+    )
+    stats = _section(markdown(edited), "Statistical analysis")
+    assert (
+        f"was 4.5% for `{metric}`, each over 2000 splits of the base's 12 replications pooled with "
+        "the condition that changes only the seeds, into groups of 12 and 12 at α = 0.05." in stats
     )
     edited["noiseFloor"][metric][0].update(flipRate=None, note="too few <values> to split")
-    stats = _section(methods_markdown(edited), "Statistical analysis")
+    stats = _section(markdown(edited), "Statistical analysis")
     assert "No noise floor (the share of splits" in stats
     assert "could be computed: too few \\<values\\> to split." in stats
-    bare = {k: v for k, v in audit.items() if k not in ("power", "noiseFloor")}
-    plain = _section(methods_markdown(bare), "Statistical analysis")
-    assert "Minimum detectable" not in plain and "noise floor" not in plain.lower()
+    # An audit whose power analysis has no row and whose noise floor has no base says so.
+    bare = copy.deepcopy(audit)
+    bare["power"]["metrics"] = {}
+    bare["noiseFloor"] = {}
+    plain = _section(markdown(bare), "Statistical analysis")
+    assert "Minimum detectable" not in plain and "noise floor, the share" not in plain
+    assert "could be computed: no base had enough runs." in plain
 
 
 def test_axis_and_level_expectations_are_stated(audit: dict[str, Any]) -> None:
@@ -509,7 +557,7 @@ def test_axis_and_level_expectations_are_stated(audit: dict[str, Any]) -> None:
     axis = edited["plan"]["axes"][0]["id"]
     edited["plan"]["hypothesis"]["axes"] = {axis: {metric: "decrease"}}
     edited["plan"]["hypothesis"]["levels"] = {f"{axis}=x": {metric: "increase"}}
-    design = _section(methods_markdown(edited), "Design")
+    design = _section(markdown(edited), "Design")
     assert (
         f"expects, more specifically, for axis `{axis}`, `{metric}` to decrease and for "
         f"condition `{axis}=x`, `{metric}` to increase; the most specific expectation applies"
@@ -520,14 +568,15 @@ def test_axis_and_level_expectations_are_stated(audit: dict[str, Any]) -> None:
 def test_the_text_names_the_audit_json_it_was_written_from(audit: dict[str, Any]) -> None:
     from simreport.report.methods import AUDIT_HASH_TEXT, audit_hash_of
 
-    text = methods_markdown(audit)
-    assert audit_hash_of(text) == audit_fingerprint(audit)
-    assert f"{AUDIT_HASH_TEXT}`{audit_fingerprint(audit)}`." in _section(
+    text = markdown(audit)
+    # The fingerprint the model gives is the content hash of audit.json as written.
+    assert audit_hash_of(text) == fingerprint(audit) == content_hash(audit)
+    assert f"{AUDIT_HASH_TEXT}`{fingerprint(audit)}`." in _section(
         text, "Software and reproducibility"
     )
     # Plan text cannot forge the sentence: its backticks are escaped, and the text's own
     # sentence comes last.
     edited = copy.deepcopy(audit)
     edited["plan"]["title"] = f"{AUDIT_HASH_TEXT}`{'0' * 64}`"
-    assert audit_hash_of(methods_markdown(edited)) == audit_fingerprint(edited)
+    assert audit_hash_of(markdown(edited)) == fingerprint(edited)
     assert audit_hash_of("no such sentence") is None

@@ -16,7 +16,8 @@ from audits import with_provenance
 from browser import needs_chromium, page_width, render
 
 from simreport.analysis.audit import RunRecord, analyse
-from simreport.core.canonical import pretty_json
+from simreport.analysis.audit_document import AuditDoc
+from simreport.core.canonical import content_hash, pretty_json
 from simreport.core.errors import InputError, SchemaError
 from simreport.core.files import write_json
 from simreport.core.schema import RunResult
@@ -205,6 +206,11 @@ def audit() -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def html(audit: dict[str, Any]) -> str:
     return render_report(audit)
+
+
+def doc(audit: dict[str, Any]) -> AuditDoc:
+    """The audit as the pages read it: checked against its model."""
+    return AuditDoc.model_validate(audit)
 
 
 def reread(audit: dict[str, Any]) -> dict[str, Any]:
@@ -440,9 +446,9 @@ def test_rendering_is_deterministic_and_survives_audit_json(
 
 
 def test_figures_are_byte_identical_and_titled(audit: dict[str, Any]) -> None:
-    first = figures.figure_files(audit)
-    assert first == figures.figure_files(audit)
-    assert first == figures.figure_files(reread(audit))
+    first = figures.figure_files(doc(audit))
+    assert first == figures.figure_files(doc(audit))
+    assert first == figures.figure_files(doc(reread(audit)))
     assert list(first) == [
         "sensitivity.svg",
         "effects-cooperation.svg",
@@ -465,8 +471,9 @@ def test_figures_are_byte_identical_and_titled(audit: dict[str, Any]) -> None:
 
 
 def test_figure_file_names_are_sanitised_and_distinct() -> None:
-    audit = {"metrics": ["a b", "a_b", "ünï/code"], "distribution": {"x:y": []}}
-    names = list(figures.figure_names(audit))
+    from simreport.report.naming import planned_figure_names
+
+    names = list(planned_figure_names(["a b", "a_b", "ünï/code"], "one_at_a_time", ["x:y"]))
     assert names[0] == "sensitivity.svg"
     assert names[1] == "effects-a_b.svg"
     assert names[2].startswith("effects-a_b-") and names[2].endswith(".svg")
@@ -483,8 +490,8 @@ def test_write_report_writes_figures_and_drops_stale_ones(
     (tmp_path / "figures" / "notes.txt").write_text("kept", encoding="utf-8")
     write_report(tmp_path)
     files = sorted(p.name for p in (tmp_path / "figures").iterdir())
-    assert files == sorted([*figures.figure_files(audit), "notes.txt"])
-    for name, svg in figures.figure_files(audit).items():
+    assert files == sorted([*figures.figure_files(doc(audit)), "notes.txt"])
+    for name, svg in figures.figure_files(doc(audit)).items():
         assert (tmp_path / "figures" / name).read_text(encoding="utf-8") == svg
 
 
@@ -578,10 +585,10 @@ def test_the_report_links_to_its_methods_its_audit_json_and_the_index(html: str)
 def test_the_report_names_the_audit_it_was_rendered_from(audit: dict[str, Any], html: str) -> None:
     from simreport.report.naming import audit_fingerprint
 
-    stamp = audit_fingerprint(audit)
+    stamp = audit_fingerprint(doc(audit))
     assert f'<html lang="en" data-audit-sha256="{stamp}">' in html
     assert f"content hash <code>{stamp}</code>" in html
-    assert audit_fingerprint(reread(audit)) == stamp
+    assert audit_fingerprint(doc(reread(audit))) == stamp == content_hash(audit)
 
 
 def test_identical_conditions_are_shown_as_not_tested(audit: dict[str, Any], html: str) -> None:
@@ -756,8 +763,8 @@ def _figure_texts(svg: str) -> list[str]:
 def test_labels_with_a_long_common_prefix_stay_distinct_in_figures(audit: dict[str, Any]) -> None:
     edited, alpha, omega = _long_labels(audit)
     for name in ("effects-cooperation.svg", "distribution-choice.svg"):
-        kind, metric = figures.figure_names(edited)[name]
-        texts = _figure_texts(figures.draw(edited, kind, metric))
+        kind, metric = figures.figure_names(doc(edited))[name]
+        texts = _figure_texts(figures.draw(doc(edited), kind, metric))
         joined = "".join(texts)
         # Broken into lines, never cut: every character of both labels is drawn.
         assert alpha in joined and omega in joined, name
@@ -798,7 +805,7 @@ def test_analyse_rerenders_the_pages_from_the_new_audit_json(
     assert main(["analyse", str(folder)]) == 0
     assert "re-rendered" in capsys.readouterr().out
     new_audit = json.loads((folder / "audit.json").read_text(encoding="utf-8"))
-    stamp = audit_fingerprint(new_audit)
+    stamp = audit_fingerprint(doc(new_audit))
     report = (folder / "report.html").read_text(encoding="utf-8")
     assert report != old_report
     assert f'data-audit-sha256="{stamp}"' in report
@@ -807,7 +814,7 @@ def test_analyse_rerenders_the_pages_from_the_new_audit_json(
     assert audit_hash_of((folder / "methods.md").read_text(encoding="utf-8")) == stamp
     assert f'data-audit-sha256="{stamp}"' in (folder / "methods.html").read_text(encoding="utf-8")
     assert (folder / "figures" / "sensitivity.svg").read_text(encoding="utf-8") == (
-        figures.sensitivity_svg(new_audit)
+        figures.sensitivity_svg(doc(new_audit))
     )
 
 
@@ -892,3 +899,59 @@ def test_an_audit_of_an_older_schema_is_refused(
     assert refused.value.file == str(audit_dir / "audit.json")
     assert f"simreport analyse {audit_dir}" in str(refused.value.expected)
     assert not (audit_dir / "report.html").exists()
+
+
+def _rename(doc: dict[str, Any], path: str, new: str) -> None:
+    """Rename the key at dotted `path` of `doc` to `new`, keeping its value."""
+    *parents, key = path.split(".")
+    node: Any = doc
+    for part in parents:
+        node = node[int(part)] if isinstance(node, list) else node[part]
+    node[new] = node.pop(key)
+
+
+@pytest.mark.parametrize(
+    ("path", "renamed", "says"),
+    [
+        ("summary", "summery", "summary: missing required key 'summary'"),
+        ("plan.claimType", "claimKind", "plan.claimKind: unknown key 'claimKind'"),
+        ("plan.base.world", "wrld", "plan.base.wrld: unknown key 'wrld'"),
+        ("tests.{metric}.0.holmP", "holmPValue", "tests.{metric}.0.holmP: missing required key"),
+        ("verdict.headline", "headLine", "verdict.headline: missing required key 'headline'"),
+        ("plan", "plans", "not an audit document"),
+    ],
+)
+def test_an_audit_with_a_renamed_key_is_refused_by_report_and_site(
+    audit_dir: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    path: str,
+    renamed: str,
+    says: str,
+) -> None:
+    """A fixed key of audit.json renamed is never read as missing or blank: `simreport report`
+    and `simreport site` refuse the file with one line naming it and the key, exit code 2, and
+    write nothing."""
+    from simreport.cli import main
+
+    folder = tmp_path / "pd"
+    shutil.copytree(audit_dir, folder, ignore=shutil.ignore_patterns("runs"))
+    doc_file = folder / "audit.json"
+    edited = json.loads(doc_file.read_text(encoding="utf-8"))
+    metric = edited["metrics"][0]
+    _rename(edited, path.format(metric=metric), renamed)
+    write_json(doc_file, edited)
+    for page in ("report.html", "methods.md", "methods.html"):
+        (folder / page).unlink()
+    line = f"simreport: {doc_file}: {says.format(metric=metric)}"
+
+    assert main(["report", str(folder)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(line), err
+    assert not (folder / "report.html").exists() and not (folder / "methods.md").exists()
+
+    site = tmp_path / "site"
+    assert main(["site", str(folder), "--out", str(site)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(line), err
+    assert not site.exists()

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from browser import needs_chromium, page_width, render
 
+from simreport.analysis.audit_document import AuditDoc
 from simreport.core.errors import InputError
 from simreport.core.files import write_json
 from simreport.report.html import write_report
@@ -64,6 +65,11 @@ def site(audit_dir: Path, edited_dir: Path, tmp_path_factory: pytest.TempPathFac
     return root
 
 
+def entry_of(audit: dict[str, Any], plan_id: str | None = None) -> dict[str, Any]:
+    """The index row of an audit.json (hand-edited or not), checked against its model first."""
+    return site_entry(AuditDoc.model_validate(audit), plan_id)
+
+
 def _hrefs(page: str) -> list[str]:
     return re.findall(r'href="([^"]*)"', page)
 
@@ -72,7 +78,7 @@ def _hrefs(page: str) -> list[str]:
 
 
 def test_site_entry_agrees_with_audit_json(audit: dict[str, Any]) -> None:
-    entry = site_entry(audit)
+    entry = entry_of(audit)
     plan, summary = audit["plan"], audit["summary"]
     top = next(e for e in audit["sensitivity"] if e["rank"] == 1)
     assert entry["id"] == plan["id"] == "prisoners_dilemma"
@@ -98,7 +104,7 @@ def test_site_entry_without_effect_sizes_has_no_top_axis(audit: dict[str, Any]) 
     edited = copy.deepcopy(audit)
     for entry in edited["sensitivity"]:
         entry.update(rank=None, rankedBy=None, isolated=None, anyCell=None)
-    row = site_entry(edited)
+    row = entry_of(edited)
     assert row["topAxis"] is None
     page = render_index([row])
     assert '<td class="none" data-label="Most sensitive axis">—</td>' in page
@@ -107,7 +113,7 @@ def test_site_entry_without_effect_sizes_has_no_top_axis(audit: dict[str, Any]) 
 def test_site_entry_rejects_an_id_that_cannot_name_a_folder(audit: dict[str, Any]) -> None:
     for bad in ("../escape", "a/b", "", ".hidden", "<x>"):
         with pytest.raises(InputError, match="cannot name a site folder"):
-            site_entry(audit, bad)
+            entry_of(audit, bad)
 
 
 # --------------------------------------------------------------------------- index page
@@ -308,13 +314,13 @@ def test_the_index_warns_of_near_zero_spread(audit: dict[str, Any]) -> None:
     for r in edited["tests"][metric]:
         r["smallSpread"] = False
     tested[0]["smallSpread"] = True
-    page = render_index([site_entry(edited)])
+    page = render_index([entry_of(edited)])
     assert (
         '<span class="warning">Warning: 1 tested comparison has its |d| from near-zero spread; '
         "see the report.</span>" in page
     )
     tested[0]["smallSpread"] = False
-    assert 'class="warning"' not in render_index([site_entry(edited)])
+    assert 'class="warning"' not in render_index([entry_of(edited)])
 
 
 def test_the_verdict_in_the_index_is_escaped() -> None:

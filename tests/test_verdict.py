@@ -1,22 +1,32 @@
 """The headline verdict: one sentence from audit.json alone, for every kind of audit — significant
 effects and none, no metric, no axes, no hypothesis, identical conditions, near-zero spread,
-factorial cells, the agent testbed and schema-1 audits — and the sensitivity entries and
-condition names the pages share with it."""
+factorial cells and the agent testbed — and the sensitivity entries and condition names the
+pages share with it. Rows and entries of the schemas before 3 are refused, not read."""
 
 from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Mapping
 from typing import Any
 
+import pytest
+from audits import comparison_row, condition_row, hand_made_audit
+
+from simreport.analysis.audit_document import AuditDoc, validate_audit
 from simreport.core.canonical import pretty_json
+from simreport.core.errors import SchemaError
+from simreport.report import render_report
 from simreport.report.naming import condition_names
-from simreport.report.verdict import Effect, headline, sensitivity
+from simreport.report.verdict import Effect, Sensitivity, sensitivity
+from simreport.report.verdict import headline as read_headline
 
 AXES = [
     {
         "id": "framing",
         "code": "R3",
+        "level": "micro",
+        "kind": "representation",
         "dimension": "linguistic framing",
         "target": "params.framing",
         "levels": ["moral", "risk", "neutral"],
@@ -24,6 +34,8 @@ AXES = [
     {
         "id": "memory",
         "code": "D4",
+        "level": "micro",
+        "kind": "design",
         "dimension": "memory and temporality",
         "target": "params.memoryWindow",
         "levels": [1, 5, 10],
@@ -40,30 +52,33 @@ PERTURBED = [
 
 
 def row(condition: str, holm: float | None, **changes: Any) -> dict[str, Any]:
-    """A schema-2 test row: tested with a Holm p, or (holm None) untested with null statistics."""
-    tested = holm is not None
-    doc: dict[str, Any] = {
-        "condition": condition,
-        "baseId": "base",
-        "nBase": 10,
-        "nCond": 10,
-        "meanBase": 0.5 if tested else None,
-        "meanCond": 0.7 if tested else None,
-        "diff": 0.2 if tested else None,
-        "ci95": [0.1, 0.3] if tested else None,
-        "cohenD": 1.2 if tested else None,
-        "mwuP": holm / 2 if tested else None,
-        "holmP": holm,
-        "directionFlip": False if tested else None,
-        "w1": 0.2 if tested else None,
-        "cliffDelta": 0.5 if tested else None,
-        "tested": tested,
-        "expected": "increase" if tested else None,
-        "smallSpread": False,
-        "note": None if tested else "identical to the base, not tested",
-    }
-    doc.update(changes)
-    return doc
+    """A test row: tested with a Holm p, or (holm None) untested with null statistics."""
+    statistics: dict[str, Any] = (
+        {
+            "meanBase": 0.5,
+            "meanCond": 0.7,
+            "diff": 0.2,
+            "ci95": [0.1, 0.3],
+            "cohenD": 1.2,
+            "mwuP": holm / 2,
+            "holmP": holm,
+            "directionFlip": False,
+            "w1": 0.2,
+            "cliffDelta": 0.5,
+            "tested": True,
+            "expected": "increase",
+            "conclusion": "moved" if holm < 0.05 else "inconclusive",
+            "reason": "the Holm p of its family",
+        }
+        if holm is not None
+        else {"note": "identical to the base, not tested"}
+    )
+    return comparison_row(condition, nBase=10, nCond=10, **{**statistics, **changes})
+
+
+def headline(audit: Mapping[str, Any]) -> str:
+    """The sentence `verdict.headline` reads from a hand-made audit, checked against its model."""
+    return read_headline(AuditDoc.model_validate(audit))
 
 
 def make_audit(
@@ -73,24 +88,20 @@ def make_audit(
     hypothesis: dict[str, Any] | None = None,
     consistent: int = 3,
 ) -> dict[str, Any]:
-    """A hand-made schema-2 audit: base, six perturbed conditions (two identical to the base),
-    one test row per condition and metric, Holm p from `holm` (default 0.5)."""
+    """A hand-made audit: base, six perturbed conditions (two identical to the base), one test
+    row per condition and metric, Holm p from `holm` (default 0.5)."""
     holm = holm or {}
-    conditions: list[dict[str, Any]] = [
-        {"id": "base", "isBase": True, "identicalToBase": False, "levels": {}, "label": "base"}
-    ]
+    conditions: list[dict[str, Any]] = [condition_row("base", isBase=True)]
     for cid, axis, level, identical in PERTURBED:
         conditions.append(
-            {
-                "id": cid,
-                "axis": axis,
-                "level": level,
-                "levels": {axis: level},
-                "isBase": False,
-                "identicalToBase": identical,
-                "baseId": "base",
-                "label": f"{axis} {level}",
-            }
+            condition_row(
+                cid,
+                axis=axis,
+                level=level,
+                levels={axis: level},
+                identicalToBase=identical,
+                label=f"{axis} {level}",
+            )
         )
     tests = {
         m: [
@@ -103,24 +114,30 @@ def make_audit(
         {"outcomes": dict.fromkeys(metrics, "increase")} if hypothesis is None else hypothesis
     )
     direction = {
-        m: {"expected": "increase", "consistent": consistent, "total": 4, "share": consistent / 4}
+        m: {
+            "expected": "increase",
+            "consistent": consistent,
+            "total": 4,
+            "share": consistent / 4,
+            "byAxis": {},
+        }
         for m in metrics
     }
-    return {
-        "schemaVersion": 2,
-        "plan": {
+    return hand_made_audit(
+        {
             "id": "hand-made",
             "axes": copy.deepcopy(AXES),
-            "base": {"params": {"framing": "neutral", "memoryWindow": 5}},
+            "base": {
+                "world": "prisoners_dilemma",
+                "params": {"framing": "neutral", "memoryWindow": 5},
+            },
             "hypothesis": hypothesis,
         },
-        "metrics": list(metrics),
-        "conditions": conditions,
-        "tests": tests,
-        "notes": {},
-        "directionConsistency": direction if hypothesis.get("outcomes") else {},
-        "grade": {"grade": "moderate", "reasons": ["10 replications per condition."]},
-    }
+        metrics=list(metrics),
+        conditions=conditions,
+        tests=tests,
+        directionConsistency=direction if hypothesis.get("outcomes") else {},
+    )
 
 
 # --------------------------------------------------------------------------- the headline
@@ -281,8 +298,7 @@ def test_factorial_cells_are_named_by_the_axes_they_move() -> None:
         "framing=risk|memory=10": {"framing": "risk", "memory": 10},  # moves both
     }
     audit["conditions"] = audit["conditions"][:1] + [
-        {"id": cid, "levels": levels, "isBase": False, "identicalToBase": False, "baseId": "base"}
-        for cid, levels in cells.items()
+        condition_row(cid, levels=levels) for cid, levels in cells.items()
     ]
     audit["tests"] = {"cooperationRate": [row(cid, 0.01) for cid in cells]}
     assert headline(audit).startswith(
@@ -305,6 +321,10 @@ def test_testbed_audits_lead_with_their_verdict_counts() -> None:
         "undecidable": 24,
         "validityExcluded": 2,
         "evidenceExcluded": 1,
+        "evaluators": [],
+        "conditions": [],
+        "totalsNote": "",
+        "note": "",
     }
     assert headline(audit).startswith(
         "Across the testbed's conditions, no_duplicate_refund failed in 14 of 24 decided runs and "
@@ -320,13 +340,18 @@ def test_testbed_audits_lead_with_their_verdict_counts() -> None:
     )
 
 
-def test_schema_1_rows_without_tested_are_read_by_their_p_value() -> None:
+def test_rows_without_tested_are_refused_not_read_by_their_p_value() -> None:
+    """A schema-1 row said whether it was a test by its p value alone; the report reads `tested`
+    and refuses a row without it, naming the key."""
     audit = make_audit({"framing=moral": 0.01})
     for r in audit["tests"]["cooperationRate"]:
         del r["tested"]
-        if r["condition"] in ("framing=neutral", "memory=5"):  # schema 1 tested these too
-            r.update(mwuP=0.001, holmP=0.002)
-    assert "under 1 of 4 tested perturbations" in headline(audit)
+    with pytest.raises(SchemaError) as caught:
+        validate_audit(audit)
+    assert caught.value.path == "tests.cooperationRate.0.tested"
+    assert "missing required key 'tested'" in caught.value.one_line()
+    with pytest.raises(SchemaError):
+        render_report(audit)
 
 
 def test_the_sentence_is_a_pure_function_of_the_audit() -> None:
@@ -342,19 +367,24 @@ def test_the_sentence_is_a_pure_function_of_the_audit() -> None:
 # --------------------------------------------------------------------------- shared readings
 
 
+def _sensitivity(entries: list[dict[str, Any]]) -> list[Sensitivity]:
+    return sensitivity(AuditDoc.model_validate(hand_made_audit({}, sensitivity=entries)))
+
+
 def test_sensitivity_entries_rank_first_and_keep_both_measures() -> None:
-    entries = sensitivity(
-        {
-            "sensitivity": [
-                {"axis": "u", "code": None, "rank": None, "rankedBy": None, "isolated": None,
-                 "anyCell": None},
-                {"axis": "b", "code": "D4", "rank": 2, "rankedBy": "anyCell", "isolated": None,
-                 "anyCell": {"maxAbsD": 0.4, "metric": "m", "condition": "b=1|a=2"}},
-                {"axis": "a", "code": "R3", "rank": 1, "rankedBy": "isolated",
-                 "isolated": {"maxAbsD": "-inf", "metric": "m", "condition": "a=2"},
-                 "anyCell": {"maxAbsD": "inf", "metric": "m", "condition": "a=2"}},
-            ]
-        }
+    entries = _sensitivity(
+        [
+            {"axis": "u", "code": None, "rank": None, "rankedBy": None, "isolated": None,
+             "anyCell": None},
+            {"axis": "b", "code": "D4", "rank": 2, "rankedBy": "anyCell", "isolated": None,
+             "anyCell": {"maxAbsD": 0.4, "metric": "m", "condition": "b=1|a=2",
+                         "smallSpread": False}},
+            {"axis": "a", "code": "R3", "rank": 1, "rankedBy": "isolated",
+             "isolated": {"maxAbsD": "-inf", "metric": "m", "condition": "a=2",
+                          "smallSpread": False},
+             "anyCell": {"maxAbsD": "inf", "metric": "m", "condition": "a=2",
+                         "smallSpread": False}},
+        ]
     )  # fmt: skip
     assert [(e.axis, e.rank) for e in entries] == [("a", 1), ("b", 2), ("u", None)]
     assert entries[0].ranking_effect == Effect(float("inf"), "m", "a=2")
@@ -362,37 +392,30 @@ def test_sensitivity_entries_rank_first_and_keep_both_measures() -> None:
     assert entries[2].ranking_effect is None
 
 
-def test_schema_1_sensitivity_becomes_one_measure() -> None:
-    entries = sensitivity(
-        {
-            "sensitivity": [
-                {"axis": "a", "code": "R3", "rank": 1, "maxAbsD": 2.0, "metric": "m",
-                 "condition": "a=1", "isolated": True},
-                {"axis": "b", "code": "D4", "rank": 2, "maxAbsD": 1.0, "metric": "m",
-                 "condition": "a=1|b=2", "isolated": False},
-                {"axis": "c", "code": None, "rank": 3, "maxAbsD": None, "metric": None,
-                 "condition": None},
-            ]
-        }
-    )  # fmt: skip
-    assert entries[0].isolated == Effect(2.0, "m", "a=1") and entries[0].any_cell is None
-    assert entries[1].any_cell == Effect(1.0, "m", "a=1|b=2") and entries[1].isolated is None
-    assert entries[1].ranked_by == "anyCell"
-    assert entries[2].rank is None and entries[2].ranked_by is None
+def test_schema_1_sensitivity_entries_are_refused() -> None:
+    """A schema-1 entry had one measure and `isolated` true or false; the report reads the
+    two measures of schema 3 and refuses an entry without them."""
+    entry = {"axis": "a", "code": "R3", "rank": 1, "maxAbsD": 2.0, "metric": "m",
+             "condition": "a=1", "isolated": True}  # fmt: skip
+    with pytest.raises(SchemaError) as caught:
+        validate_audit(hand_made_audit({}, sensitivity=[entry]))
+    assert caught.value.path == "sensitivity.0.rankedBy"
+    assert len(caught.value.issues) > 1  # isolated, anyCell and the unknown keys too
 
 
 def test_condition_names_use_labels_and_never_repeat() -> None:
-    audit = {
-        "conditions": [
-            {"id": "base@m1", "label": "base", "model": "m1"},
-            {"id": "base@m2", "label": "base", "model": "m2"},
-            {"id": "x=1@m1", "label": "one", "model": "m1"},
-            {"id": "x=01@m1", "label": "one", "model": "m1"},
-            {"id": "y=2", "label": ""},
-            {"id": "z=3"},
-        ]
-    }
-    assert condition_names(audit) == {
+    audit = hand_made_audit(
+        {},
+        conditions=[
+            condition_row("base@m1", label="base", model="m1", isBase=True),
+            condition_row("base@m2", label="base", model="m2", isBase=True),
+            condition_row("x=1@m1", label="one", model="m1"),
+            condition_row("x=01@m1", label="one", model="m1"),
+            condition_row("y=2", label=""),
+            condition_row("z=3", label="  "),
+        ],
+    )
+    assert condition_names(AuditDoc.model_validate(audit)) == {
         "base@m1": "base @m1",
         "base@m2": "base @m2",
         "x=1@m1": "one @m1 (x=1@m1)",

@@ -23,6 +23,7 @@ matplotlib.use("Agg")
 from matplotlib import rc_context
 from matplotlib.figure import Figure
 
+from ..analysis.audit_document import AuditDoc, ComparisonRow, MainEffectRow
 from ..core.canonical import canonical_json, parse_number
 from ..core.files import visible_control_characters
 from .naming import condition_names, figure_names
@@ -208,7 +209,7 @@ def _axis_label(entry: Sensitivity) -> str:
     return _label(f"{rank}{entry.code} · {entry.axis}" if entry.code else f"{rank}{entry.axis}")
 
 
-def sensitivity_svg(audit: Mapping[str, Any]) -> str:
+def sensitivity_svg(audit: AuditDoc) -> str:
     """Two bars per axis, ranked axes first: the isolated effect (only this axis differs from the
     base) and the largest |d| in any cell that moves the axis. An infinite d is a hatched bar
     capped past the largest finite one and labelled `inf`; an unranked axis says so."""
@@ -307,22 +308,20 @@ def _sensitivity_bar(
     return True
 
 
-def effects_svg(audit: Mapping[str, Any], metric: str) -> str:
+def effects_svg(audit: AuditDoc, metric: str) -> str:
     """Each condition's mean difference from its base for `metric` (condition − base), with the
     bootstrap 95% interval as a horizontal bar and a line at zero; conditions in plan order."""
     title = f"Effects on {metric}: difference from the base with 95% bootstrap intervals"
-    rows = list((audit.get("tests") or {}).get(metric) or [])
+    rows = audit.tests.get(metric, [])
     identical = identical_ids(audit)
     with _DRAWING, rc_context(_RC):
-        if all(as_float(r.get("diff")) is None for r in rows):
-            note = (audit.get("notes") or {}).get(metric) or "no condition has an estimate"
+        if all(r.diff is None for r in rows):
+            note = audit.notes.get(metric) or "no condition has an estimate"
             return _empty(title, f"No effects to show for {metric}: {note}.")
         names = condition_names(audit)
-        labels = [_label(names.get(str(r.get("condition")), str(r.get("condition")))) for r in rows]
+        labels = [_label(names.get(r.condition, r.condition)) for r in rows]
         missing = [
-            "not tested: identical to the base"
-            if str(row.get("condition")) in identical
-            else "no estimate"
+            "not tested: identical to the base" if row.condition in identical else "no estimate"
             for row in rows
         ]
         return _interval_figure(
@@ -335,7 +334,7 @@ def effects_svg(audit: Mapping[str, Any], metric: str) -> str:
 
 def _interval_figure(
     texts: tuple[str, str, str],
-    rows: Sequence[Mapping[str, Any]],
+    rows: Sequence[ComparisonRow | MainEffectRow],
     labels: Sequence[str],
     missing: Sequence[str],
 ) -> str:
@@ -348,10 +347,8 @@ def _interval_figure(
     ys = list(range(len(rows)))
     ax.axvline(0.0, color="#444444", linewidth=0.9, zorder=1)
     for y, row, why in zip(ys, rows, missing, strict=True):
-        diff = as_float(row.get("diff"))
-        ci = row.get("ci95") or None
-        lo = as_float(ci[0]) if ci else None
-        hi = as_float(ci[1]) if ci else None
+        diff = row.diff
+        lo, hi = row.ci95 if row.ci95 else (None, None)
         if lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi):
             ax.hlines(y, lo, hi, color=_BAR_COLOUR, linewidth=1.6, zorder=2)
             ax.plot([lo, hi], [y, y], "|", color=_BAR_COLOUR, markersize=8, zorder=2)
@@ -367,42 +364,46 @@ def _interval_figure(
     return _save(fig, title)
 
 
-def main_effect_label(row: Mapping[str, Any], axis_labels: Mapping[str, Any]) -> str:
-    """How a main-effect row is named: `<axis>: <level> vs <reference>`, with the axis's label
-    and its level labels where the plan gives them, and `@ <model>` when the plan lists models."""
-    axis = str(row.get("axis"))
+def level_contrast(
+    axis: str, level: Any, reference: Any, axis_labels: Mapping[str, Mapping[str, str]]
+) -> str:
+    """`<axis>: <level> vs <reference>`, with the axis's label and its level labels where the
+    plan gives them."""
     labels = axis_labels.get(axis) or {}
-    name = str(labels.get("", axis))
+    name = labels.get("", axis)
 
     def shown(value: Any) -> str:
         text = value if isinstance(value, str) else canonical_json(value)
-        return str(labels.get(text, text))
+        return labels.get(text, text)
 
-    text = f"{name}: {shown(row.get('level'))} vs {shown(row.get('reference'))}"
-    model = row.get("model")
+    return f"{name}: {shown(level)} vs {shown(reference)}"
+
+
+def at_model(text: str, model: str | None) -> str:
+    """`text @ <model>` for an estimate over one model's grid (models vary), else `text`."""
     return text if model is None else f"{text} @ {model}"
 
 
-def axis_labels(audit: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+def main_effect_label(row: MainEffectRow, axis_labels: Mapping[str, Mapping[str, str]]) -> str:
+    """How a main-effect row is named: `<axis>: <level> vs <reference>` (`level_contrast`), and
+    `@ <model>` when the plan lists models."""
+    return at_model(level_contrast(row.axis, row.level, row.reference, axis_labels), row.model)
+
+
+def axis_labels(audit: AuditDoc) -> dict[str, dict[str, str]]:
     """Axis id → its display names: "" → the axis's label (its id without one), each level's
     text → its label."""
-    out: dict[str, dict[str, str]] = {}
-    for axis in (audit.get("plan") or {}).get("axes") or []:
-        if isinstance(axis, Mapping):
-            names = {str(k): str(v) for k, v in (axis.get("labels") or {}).items()}
-            names[""] = str(axis.get("label") or axis.get("id"))
-            out[str(axis.get("id"))] = names
-    return out
+    return {axis.id: {**axis.labels, "": axis.label or axis.id} for axis in audit.plan.axes}
 
 
-def main_effects_svg(audit: Mapping[str, Any], metric: str) -> str:
+def main_effects_svg(audit: AuditDoc, metric: str) -> str:
     """Each axis's main effect on `metric` per non-reference level (the mean of the cell means at
     that level minus that at the reference level), with its bootstrap 95% interval and a line
     at zero; axes in plan order, per model."""
     title = f"Main effects on {metric}: marginal differences with 95% bootstrap intervals"
-    rows = list((audit.get("mainEffects") or {}).get(metric) or [])
+    rows = (audit.main_effects or {}).get(metric, [])
     with _DRAWING, rc_context(_RC):
-        if all(as_float(r.get("diff")) is None for r in rows):
+        if all(r.diff is None for r in rows):
             return _empty(title, f"No main effects to show for {metric}.")
         names = axis_labels(audit)
         labels = [_label(main_effect_label(r, names)) for r in rows]
@@ -418,14 +419,14 @@ def main_effects_svg(audit: Mapping[str, Any], metric: str) -> str:
         )
 
 
-def target_of(audit: Mapping[str, Any], name: str) -> dict[str, float]:
+def target_of(audit: AuditDoc, name: str) -> dict[str, float]:
     """The plan's target distribution `name`, normalised to proportions, its categories in the
     order the plan wrote them (`distributionCategories`; sorted when an audit lacks it)."""
-    hypothesis = (audit.get("plan") or {}).get("hypothesis") or {}
-    target = (hypothesis.get("targetDistribution") or {}).get(name) or {}
-    weights = {str(k): as_float(v) or 0.0 for k, v in target.items()}
+    hypothesis = audit.plan.hypothesis
+    targets = (hypothesis.target_distribution if hypothesis is not None else None) or {}
+    weights = dict(targets.get(name, {}))
     total = sum(w for w in weights.values() if math.isfinite(w))
-    declared = [str(c) for c in (audit.get("distributionCategories") or {}).get(name) or []]
+    declared = audit.distribution_categories.get(name, [])
     order = [c for c in declared if c in weights] + sorted(set(weights) - set(declared))
     return {k: (weights[k] / total if total > 0 else 0.0) for k in order}
 
@@ -439,14 +440,14 @@ def proportions(counts: Mapping[str, Any], categories: Sequence[str]) -> list[fl
     return [v / total for v in values]
 
 
-def distribution_svg(audit: Mapping[str, Any], name: str) -> str:
+def distribution_svg(audit: AuditDoc, name: str) -> str:
     """One panel per target category, each with a bar per condition (bases grey) and the target
     (hatched, and as a dashed line): the pooled proportions over the target's categories."""
     title = f"Distribution {name}: pooled proportions of each condition against the target"
-    rows = list((audit.get("distribution") or {}).get(name) or [])
+    rows = audit.distribution.get(name, [])
     target = target_of(audit, name)
     categories = list(target)
-    bases = {str(c.get("id")) for c in audit.get("conditions") or [] if c.get("isBase")}
+    bases = {c.id for c in audit.conditions if c.is_base}
     with _DRAWING, rc_context(_RC):
         if not categories:
             return _empty(title, f"No target categories for {name}.")
@@ -454,10 +455,9 @@ def distribution_svg(audit: Mapping[str, Any], name: str) -> str:
         labels: list[str] = []
         shares: list[list[float] | None] = []
         for row in rows:
-            values = proportions(row.get("counts") or {}, categories)
+            values = proportions(row.counts, categories)
             suffix = "" if values is not None else " (no observations)"
-            condition = str(row.get("condition"))
-            labels.append(_label(names.get(condition, condition), suffix))
+            labels.append(_label(names.get(row.condition, row.condition), suffix))
             shares.append(values)
         labels.append("target")
         n_cols = min(len(categories), DISTRIBUTION_COLUMNS)
@@ -474,7 +474,7 @@ def distribution_svg(audit: Mapping[str, Any], name: str) -> str:
             for y, row, values in zip(ys, rows, shares, strict=False):
                 if values is None:
                     continue
-                base = str(row.get("condition")) in bases
+                base = row.condition in bases
                 ax.barh(y, values[k], height=0.7, color=_BASE_COLOUR if base else _BAR_COLOUR)
             ax.barh(
                 ys[-1],
@@ -502,7 +502,7 @@ def distribution_svg(audit: Mapping[str, Any], name: str) -> str:
 # --------------------------------------------------------------------------- files
 
 
-def draw(audit: Mapping[str, Any], kind: str, name: str) -> str:
+def draw(audit: AuditDoc, kind: str, name: str) -> str:
     """One figure, named as `figure_names` names it: (kind, name) → standalone SVG document."""
     if kind == "sensitivity":
         return sensitivity_svg(audit)
@@ -513,7 +513,7 @@ def draw(audit: Mapping[str, Any], kind: str, name: str) -> str:
     return distribution_svg(audit, name)
 
 
-def figure_files(audit: Mapping[str, Any]) -> dict[str, str]:
+def figure_files(audit: AuditDoc) -> dict[str, str]:
     """Filename → standalone SVG document for every figure of the audit."""
     return {
         filename: draw(audit, kind, name) for filename, (kind, name) in figure_names(audit).items()

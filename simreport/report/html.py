@@ -8,8 +8,7 @@ lists or from sorting).
 
 The page is built from the audit's model (`AuditDoc`), read by attribute, so a renamed or
 missing key fails at the entry with the key named rather than as a blank cell; an audit of an
-older schema is refused there. The plan inside it stays a mapping of the plan's own keys, as the
-model keeps it.
+older schema is refused there (`document.audit_document`).
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ from typing import Any
 from markupsafe import Markup
 
 from ..analysis.audit_document import (
-    AUDIT_SCHEMA_VERSION,
     AuditDoc,
     ComparisonRow,
     CostSection,
@@ -35,13 +33,13 @@ from ..analysis.audit_document import (
     SideTotals,
     TestbedSection,
     UserQualitySection,
-    validate_audit,
 )
-from ..core.errors import InputError
-from ..core.files import load_document, write_atomic
+from ..core.files import write_atomic
+from ..core.schema import PerturbationAxis
 from ..core.version import __version__
 from ..harness.conditions import level_text
 from . import figures, history, naming, verdict
+from .document import audit_document, read_audit_document
 from .figures import ANY_CELL_CAPTION, ISOLATED_CAPTION, format_number
 from .main_effects import main_effects_section
 from .templating import environment
@@ -122,28 +120,26 @@ def _in_order(keys: Sequence[str], mapping: Mapping[str, Any]) -> list[str]:
 
 
 def _plan_summary(audit: AuditDoc) -> list[tuple[str, str]]:
-    # The plan is the one part of the audit the model keeps as a mapping of the plan's own keys.
     plan = audit.plan
-    base = plan.get("base") or {}
+    base = plan.base
     summary = audit.summary
     options = audit.options
-    world = base.get("world")
-    if world is None and base.get("simulator"):
-        world = "external simulator"
-    hypothesis = plan.get("hypothesis") or {}
-    outcomes = hypothesis.get("outcomes") or {}
+    hypothesis = plan.hypothesis
+    outcomes = hypothesis.outcomes if hypothesis is not None else {}
     metrics = audit.metrics
     directions = "; ".join(
         [f"{m}: {outcomes[m]}" for m in _in_order(metrics, outcomes)]
         + [
             f"{m}: {direction} under {kind} {name}"
-            for key, kind in (("axes", "axis"), ("levels", "condition"))
-            for name, table in sorted((hypothesis.get(key) or {}).items())
-            if isinstance(table, Mapping)
+            for expectations, kind in (
+                (hypothesis.axes if hypothesis is not None else {}, "axis"),
+                (hypothesis.levels if hypothesis is not None else {}, "condition"),
+            )
+            for name, table in sorted(expectations.items())
             for m, direction in sorted(table.items())
         ]
     )
-    models = [str(m) for m in plan.get("models") or []]
+    models = plan.models
     n_bases = sum(1 for c in audit.conditions if c.is_base)
     runs = (
         f"{summary.runs} in all, {summary.used} used in the statistics; "
@@ -151,16 +147,15 @@ def _plan_summary(audit: AuditDoc) -> list[tuple[str, str]]:
         + (f"{summary.violated} invalid or without complete evidence, " if summary.violated else "")
         + f"{summary.excluded} excluded"
     )
-    design = str(plan.get("design", ""))
     return [
-        ("Plan", _text(plan.get("id"))),
-        ("Title", _text(plan.get("title"))),
-        ("Scenario", _text(base.get("name") or plan.get("baseScenario"))),
-        ("Base scenario file", _text(plan.get("baseScenario"), "inline in the plan")),
-        ("World", _text(world)),
-        ("Design", _DESIGNS.get(design, _text(design))),
-        ("Claim type", _text(plan.get("claimType"))),
-        ("Replications per condition", _text(plan.get("replications"))),
+        ("Plan", _text(plan.id)),
+        ("Title", _text(plan.title)),
+        ("Scenario", _text((base.name if base is not None else None) or plan.base_scenario)),
+        ("Base scenario file", _text(plan.base_scenario, "inline in the plan")),
+        ("World", _text(naming.world_name(plan))),
+        ("Design", _DESIGNS.get(plan.design, _text(plan.design))),
+        ("Claim type", _text(plan.claim_type)),
+        ("Replications per condition", _text(plan.replications)),
         ("Conditions", f"{summary.conditions} ({n_bases} baseline)"),
         ("Runs", runs),
         (
@@ -178,35 +173,30 @@ def _plan_summary(audit: AuditDoc) -> list[tuple[str, str]]:
             ", ".join(f"{k}: {v}" for k, v in sorted((options.llm_override or {}).items()))
             or "none",
         ),
-        ("Plan hash", _text(plan.get("hash"))),
+        ("Plan hash", _text(plan.hash)),
     ]
 
 
 def _axes(audit: AuditDoc) -> list[dict[str, Any]]:
     return [
         {
-            "id": _text(axis.get("id")),
-            "code": _text(axis.get("code")),
-            "level": _text(axis.get("level")),
-            "kind": _text(axis.get("kind")),
-            "dimension": _text(axis.get("dimension")),
-            "target": _text(axis.get("target")),
-            "levels": [_level(v, axis.get("labels")) for v in axis.get("levels") or []],
+            "id": _text(axis.id),
+            "code": _text(axis.code),
+            "level": _text(axis.level),
+            "kind": _text(axis.kind),
+            "dimension": _text(axis.dimension),
+            "target": _text(axis.target),
+            "levels": [_level(v, axis) for v in axis.levels],
         }
-        for axis in _plan_axes(audit)
+        for axis in audit.plan.axes
     ]
 
 
-def _plan_axes(audit: AuditDoc) -> list[Mapping[str, Any]]:
-    """The plan's axes, each a mapping of the plan's own keys."""
-    return [axis for axis in audit.plan.get("axes") or [] if isinstance(axis, Mapping)]
-
-
-def _level(value: Any, labels: Any) -> dict[str, str]:
+def _level(value: Any, axis: PerturbationAxis) -> dict[str, str]:
     """A level as written in the plan, with its display label when the axis gives one."""
     text = level_text(value)
-    label = labels.get(text) if isinstance(labels, Mapping) else None
-    return {"value": text, "label": str(label) if label not in (None, "", text) else ""}
+    label = axis.labels.get(text)
+    return {"value": text, "label": label if label not in (None, "", text) else ""}
 
 
 def _name(names: Mapping[str, str], cid: Any) -> dict[str, str]:
@@ -276,16 +266,6 @@ def _has_test(rows: Sequence[ComparisonRow]) -> bool:
     return any(r.mwu_p is not None or r.cohen_d is not None for r in rows)
 
 
-def _identical_ids(audit: AuditDoc) -> set[str]:
-    """The perturbed conditions whose scenario is the base's: run, never tested."""
-    return {c.id for c in audit.conditions if c.identical_to_base and not c.is_base}
-
-
-def _significant(row: ComparisonRow) -> bool:
-    """A tested row whose Holm-adjusted p is below the report's α."""
-    return row.tested and row.holm_p is not None and row.holm_p < verdict.ALPHA
-
-
 def _test_rows(
     rows: Sequence[ComparisonRow], names: Mapping[str, str], identical: set[str]
 ) -> list[dict[str, Any]]:
@@ -308,7 +288,7 @@ def _test_rows(
                 "d": format_number(row.cohen_d),
                 "p": format_p(row.mwu_p),
                 "holm": format_p(row.holm_p),
-                "significant": _significant(row),
+                "significant": verdict.is_significant(row),
                 "conclusion": _text(row.conclusion, "untested" if not row.tested else MISSING),
                 "paired": row.paired,
                 "decisive_p": format_p(row.p),
@@ -346,8 +326,8 @@ _RANKED_BY = {
 }
 
 
-def _sensitivity(document: Mapping[str, Any], names: Mapping[str, str]) -> list[dict[str, Any]]:
-    """The axes ranked, as `verdict.sensitivity` reads them from the audit's mapping form."""
+def _sensitivity(audit: AuditDoc, names: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The axes ranked, as `verdict.sensitivity` reads them."""
     return [
         {
             "rank": "unranked" if e.rank is None else str(e.rank),
@@ -359,13 +339,13 @@ def _sensitivity(document: Mapping[str, Any], names: Mapping[str, str]) -> list[
             "main_effect": _measure(e.main_effect, names),
             "ranked_by": _RANKED_BY.get(str(e.ranked_by), "no effect size"),
         }
-        for e in verdict.sensitivity(document)
+        for e in verdict.sensitivity(audit)
     ]
 
 
 def _direction(audit: AuditDoc, metrics: Sequence[str]) -> list[dict[str, Any]]:
     table = audit.direction_consistency
-    axes = [str(a.get("id")) for a in _plan_axes(audit)]
+    axes = [a.id for a in audit.plan.axes]
     return [
         {
             "metric": metric,
@@ -451,7 +431,7 @@ def _noise_floor(
 
 def _cross_model(audit: AuditDoc, metrics: Sequence[str]) -> list[dict[str, Any]]:
     table = audit.cross_model
-    models = [str(m) for m in audit.plan.get("models") or []]
+    models = audit.plan.models
     return [
         {"model": model, "means": [format_number(table[model].get(m)) for m in metrics]}
         for model in _in_order(models, table)
@@ -488,16 +468,13 @@ def _distribution_effects(
 
 
 def _distributions(
-    audit: AuditDoc,
-    document: Mapping[str, Any],
-    figure_for: Mapping[str, str],
-    names: Mapping[str, str],
+    audit: AuditDoc, figure_for: Mapping[str, str], names: Mapping[str, str]
 ) -> list[dict[str, Any]]:
     out = []
     table = audit.distribution
     bases = {c.id: str(c.base_id) for c in audit.conditions}
     for name in sorted(table):
-        target = figures.target_of(document, name)
+        target = figures.target_of(audit, name)
         categories = list(target)
         rows = []
         notes: list[str] = []
@@ -546,7 +523,7 @@ def _tests(
 ) -> list[dict[str, Any]]:
     """Per metric: its note, its table (only when some row carries a test) and its figure (only
     when some condition has a difference to draw)."""
-    identical = _identical_ids(audit)
+    identical = verdict.identical_ids(audit)
     out = []
     for metric in metrics:
         rows = audit.tests.get(metric, [])
@@ -684,9 +661,7 @@ def _small_spread(audit: AuditDoc, names: Mapping[str, str]) -> dict[str, Any] |
     """The tested comparisons whose |d| comes from near-zero spread, the first few named."""
     rows = [
         f"{metric} · {names.get(row.condition, row.condition)}"
-        for metric in audit.metrics
-        for row in audit.tests.get(metric, [])
-        if row.tested and row.small_spread
+        for metric, row in verdict.small_spread_rows(audit)
     ]
     if not rows:
         return None
@@ -735,32 +710,28 @@ def context(
     audit: AuditDoc, svgs: Mapping[str, str], changes: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
     """Everything the template shows, as display strings (and figure markup) in page order.
-    `changes` is what moved since the previous build of the audit (`history.diff_audits`).
-
-    The sections read the audit's attributes; the verdict, naming, figure and main-effect
-    helpers shared with the other pages still read its mapping form (`AuditDoc.to_doc`)."""
-    document = audit.to_doc()
+    `changes` is what moved since the previous build of the audit (`history.diff_audits`)."""
     plan = audit.plan
     metrics = audit.metrics
-    figure_names = naming.figure_names(document)
+    figure_names = naming.figure_names(audit)
     markup = _figure_markup(svgs)
     by_kind: dict[tuple[str, str], Markup] = {
         key: markup[filename] for filename, key in figure_names.items() if filename in markup
     }
     grade = audit.grade
     cost = audit.cost
-    names = naming.condition_names(document)
+    names = naming.condition_names(audit)
     return {
-        "title": _text(plan.get("title") or plan.get("id"), "untitled audit"),
-        "stamp": naming.audit_fingerprint(document),
-        "verdict": audit.verdict.headline or verdict.headline(document),
+        "title": _text(plan.title or plan.id, "untitled audit"),
+        "stamp": naming.audit_fingerprint(audit),
+        "verdict": verdict.stated_headline(audit),
         "verdict_details": _verdict_details(audit.verdict.details),
-        "decisions": verdict.decisions(document),
+        "decisions": verdict.decisions(audit),
         "purpose": _purpose(audit.purpose),
         "changes": Markup(history.diff_html(changes, level=3)) if changes is not None else None,
         "small_spread": _small_spread(audit, names),
-        "plan_id": _text(plan.get("id")),
-        "plan_hash": _text(plan.get("hash")),
+        "plan_id": _text(plan.id),
+        "plan_hash": _text(plan.hash),
         "version": __version__,
         "audit_version": _text(audit.software.simreport),
         "schema_version": _text(audit.schema_version),
@@ -781,13 +752,13 @@ def context(
         "tests": _tests(audit, metrics, by_kind, names),
         "power": _power(audit.power, metrics, names),
         "noise_floor": _noise_floor(audit, metrics, names),
-        "sensitivity": _sensitivity(document, names),
+        "sensitivity": _sensitivity(audit, names),
         "small_spread_note": SMALL_SPREAD_NOTE,
         "isolated_caption": ISOLATED_CAPTION,
         "any_cell_caption": ANY_CELL_CAPTION,
         "sensitivity_figure": by_kind.get(("sensitivity", ""), ""),
         "factorial": main_effects_section(
-            document,
+            audit,
             {name: fig for (kind, name), fig in by_kind.items() if kind == "mainEffects"},
         ),
         "direction": _direction(audit, metrics),
@@ -795,7 +766,6 @@ def context(
         "distribution_effects": _distribution_effects(audit, metrics, names),
         "distributions": _distributions(
             audit,
-            document,
             {name: fig for (kind, name), fig in by_kind.items() if kind == "distribution"},
             names,
         ),
@@ -935,31 +905,11 @@ def _render(
     return environment().get_template(TEMPLATE).render(context(audit, svgs, changes))
 
 
-def audit_document(audit: AuditDoc | Mapping[str, Any], *, file: Path | None = None) -> AuditDoc:
-    """The audit the report reads, checked against its model (`AuditDoc`).
-
-    An audit.json of an older schema is refused with what to do instead: the report reads only
-    the current contract, and `simreport analyse` rewrites the audit from its runs. A key the
-    model does not know, or one it lacks, is a SchemaError naming it."""
-    if isinstance(audit, AuditDoc):
-        return audit
-    version = audit.get("schemaVersion")
-    if version != AUDIT_SCHEMA_VERSION:
-        folder = file.parent if file is not None else "<dir>"
-        raise InputError(
-            f"audit.json of schema {version}: the report reads schema {AUDIT_SCHEMA_VERSION}",
-            file=file,
-            path="schemaVersion",
-            expected=f"an audit written by this version; re-run `simreport analyse {folder}`",
-        )
-    return validate_audit(audit, file=file)
-
-
 def render_report(audit: AuditDoc | Mapping[str, Any]) -> str:
     """report.html for an audit (an `AuditDoc`, the mapping `analyse` returns, or audit.json read
-    back); a mapping is checked against the model first (`audit_document`)."""
+    back); a mapping is checked against the model first (`document.audit_document`)."""
     doc = audit_document(audit)
-    return _render(doc, figures.figure_files(doc.to_doc()))
+    return _render(doc, figures.figure_files(doc))
 
 
 def write_report(audit_dir: str | Path, *, draw_figures: bool = True) -> Path:
@@ -968,17 +918,10 @@ def write_report(audit_dir: str | Path, *, draw_figures: bool = True) -> Path:
     report's path. With `draw_figures` false the figures already in `figures/` (drawn by the
     workflow's figure job from the same audit.json) are inlined as they are."""
     root = Path(audit_dir)
-    audit_file = root / "audit.json"
-    # Strings in audit.json may carry control characters: every one printed is made visible.
-    data = load_document(audit_file, allow_control_characters=True).data
-    if not isinstance(data, dict) or "plan" not in data or "schemaVersion" not in data:
-        raise InputError(
-            "not an audit document", file=audit_file, expected="audit.json written by analyse"
-        )
-    audit = audit_document(data, file=audit_file)
+    audit = read_audit_document(root / "audit.json")
     figure_dir = root / FIGURE_DIR
     if draw_figures:
-        svgs = figures.figure_files(data)
+        svgs = figures.figure_files(audit)
         for filename, svg in svgs.items():
             write_atomic(figure_dir / filename, svg)
         if figure_dir.is_dir():
@@ -992,10 +935,11 @@ def write_report(audit_dir: str | Path, *, draw_figures: bool = True) -> Path:
             filename: (
                 (figure_dir / filename).read_text(encoding="utf-8")
                 if (figure_dir / filename).is_file()
-                else figures.draw(data, kind, name)
+                else figures.draw(audit, kind, name)
             )
-            for filename, (kind, name) in naming.figure_names(data).items()
+            for filename, (kind, name) in naming.figure_names(audit).items()
         }
     report = root / "report.html"
-    write_atomic(report, _render(audit, svgs, history.changes_since_previous(root, data)))
+    changes = history.changes_since_previous(root, audit.to_doc())
+    write_atomic(report, _render(audit, svgs, changes))
     return report

@@ -11,18 +11,27 @@ from __future__ import annotations
 import html
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from jinja2 import Environment
 from markdown_it import MarkdownIt
 
-from ..core.canonical import canonical_json, parse_number
-from ..core.errors import InputError
-from ..core.files import load_document, visible_control_characters, write_atomic
+from ..analysis.audit_document import (
+    AuditDoc,
+    ComparisonRow,
+    NoiseFloorRow,
+    Options,
+    PlanSection,
+    PowerSection,
+)
+from ..core.canonical import canonical_json
+from ..core.files import visible_control_characters, write_atomic
 from ..core.overrides import lookup
+from ..core.schema import PlanHypothesis, Scenario
 from . import naming, verdict
+from .document import read_audit_document
 from .templating import environment
 
 TEMPLATE = "methods.md.j2"
@@ -121,35 +130,23 @@ def _finalize(value: Any) -> Any:
 # --------------------------------------------------------------------------- audit → context
 
 
-def _int(value: Any) -> int:
-    number = parse_number(value)
-    if (
-        isinstance(number, bool)
-        or not isinstance(number, (int, float))
-        or not math.isfinite(number)
-    ):
-        return 0
-    return int(number)
-
-
 def _value_text(value: Any) -> str:
     return value if isinstance(value, str) else canonical_json(value)
 
 
-def _axes(plan: Mapping[str, Any], base: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _axes(plan: PlanSection, base: Mapping[str, Any]) -> list[dict[str, Any]]:
     rows = []
-    for axis in plan.get("axes") or []:
-        target = str(axis.get("target") or "")
-        found, base_value = lookup(base, target) if target else (False, None)
+    for axis in plan.axes:
+        found, base_value = lookup(base, axis.target)
         rows.append(
             {
-                "id": md_code(str(axis.get("id"))),
-                "code": axis.get("code"),
-                "dimension": str(axis.get("dimension") or "unnamed dimension"),
-                "level": str(axis.get("level") or "unspecified"),
-                "kind": str(axis.get("kind") or "unspecified"),
-                "target": md_code(target) if target else None,
-                "levels": [md_code(_value_text(v)) for v in axis.get("levels") or []],
+                "id": md_code(axis.id),
+                "code": axis.code,
+                "dimension": axis.dimension,
+                "level": axis.level,
+                "kind": axis.kind,
+                "target": md_code(axis.target),
+                "levels": [md_code(_value_text(v)) for v in axis.levels],
                 "base_value": md_code(_value_text(base_value)) if found else None,
             }
         )
@@ -163,53 +160,46 @@ def _axis_groups(axes: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return [{"kind": k, "axes": [a for a in axes if a["kind"] == k]} for k in kinds]
 
 
-def _tests(audit: Mapping[str, Any], metrics: Sequence[str]) -> list[dict[str, Any]]:
+def _tests(audit: AuditDoc, metrics: Sequence[str]) -> list[dict[str, Any]]:
     """Per metric, how many tested rows Holm's correction ran over (a row without a p value, or
     of a condition identical to the base, is not counted)."""
-    notes = audit.get("notes") or {}
     return [
         {
             "metric": md_code(metric),
             "m": len(verdict.tested_rows(audit, metric)),
-            "note": notes.get(metric),
+            "note": audit.notes.get(metric),
         }
         for metric in metrics
     ]
 
 
-def _expectations(metrics: Sequence[str], outcomes: Mapping[str, Any]) -> list[Md]:
+def _expectations(metrics: Sequence[str], outcomes: Mapping[str, str]) -> list[Md]:
     """`a` and `b` to increase, `c` to decrease: metrics grouped by expected direction, in the
     order the directions first appear among the metrics (metrics first, then the rest sorted)."""
     ordered = [m for m in metrics if m in outcomes] + sorted(set(outcomes) - set(metrics))
     groups: dict[str, list[Md]] = {}
     for metric in ordered:
-        groups.setdefault(str(outcomes[metric]), []).append(md_code(metric))
+        groups.setdefault(outcomes[metric], []).append(md_code(metric))
     return [Md(f"{join_words(names)} to {md_escape(d)}") for d, names in groups.items()]
 
 
-def _specific_expectations(hypothesis: Mapping[str, Any], key: str, what: str) -> list[Md]:
+def _specific_expectations(table: Mapping[str, Mapping[str, str]], what: str) -> list[Md]:
     """`for axis `x`, `m` to decrease`: the hypothesis's per-axis or per-level directions."""
-    table = hypothesis.get(key) or {}
-    out = []
-    for name in sorted(table):
-        outcomes = table[name] or {}
-        if isinstance(outcomes, Mapping) and outcomes:
-            out.append(
-                Md(f"for {what} {md_code(str(name))}, {join_words(_expectations([], outcomes))}")
-            )
-    return out
+    return [
+        Md(f"for {what} {md_code(name)}, {join_words(_expectations([], table[name]))}")
+        for name in sorted(table)
+        if table[name]
+    ]
 
 
-def _fixed_settings(
-    plan: Mapping[str, Any], base: Mapping[str, Any], options: Mapping[str, Any]
-) -> list[Md]:
+def _fixed_settings(plan: PlanSection, base: Mapping[str, Any], options: Options) -> list[Md]:
     """`path` = `value` for every setting of the base scenario that no axis targets, in document
     order: what the audit held fixed. Left out: the scenario's name, description and hypothesis
     (not settings), empty settings, and what other sections describe: the seeds, the model, its
     provider and temperature, and whatever the audit's model override replaced."""
-    targets = [str(a.get("target")) for a in plan.get("axes") or [] if a.get("target")]
+    targets = [axis.target for axis in plan.axes]
     skip = {*_PER_RUN, "name", "description", "hypothesis", *_DESCRIBED_BELOW}
-    for key, value in (options.get("llmOverride") or {}).items():
+    for key, value in (options.llm_override or {}).items():
         if value is not None:
             skip.add(f"llm.{key}")
     out: list[Md] = []
@@ -231,19 +221,13 @@ def _fixed_settings(
     return out
 
 
-def _power_sentences(audit: Mapping[str, Any], metrics: Sequence[str]) -> list[Md]:
-    """The minimum detectable |d| per metric (its range over the tested rows), when audit.json
-    has the power analysis."""
-    power = audit.get("power")
-    if not isinstance(power, Mapping):
-        return []
-    table = power.get("metrics") or {}
+def _power_sentences(power: PowerSection, metrics: Sequence[str]) -> list[Md]:
+    """The minimum detectable |d| per metric (its range over the tested rows)."""
+    table = power.metrics
     parts = []
     for metric in [m for m in metrics if m in table] + sorted(set(table) - set(metrics)):
         values = [
-            v
-            for row in table[metric] or []
-            if (v := verdict.as_float(row.get("mde"))) is not None and math.isfinite(v)
+            row.mde for row in table[metric] if row.mde is not None and math.isfinite(row.mde)
         ]
         if not values:
             parts.append(Md(f"none could be computed for {md_code(metric)}"))
@@ -256,23 +240,22 @@ def _power_sentences(audit: Mapping[str, Any], metrics: Sequence[str]) -> list[M
     return parts
 
 
-def _noise_sentences(audit: Mapping[str, Any], metrics: Sequence[str]) -> list[Md]:
-    """The noise floor per metric (and base, with several), when audit.json has it; how it was
-    measured is said once when every row shares it."""
-    table = audit.get("noiseFloor")
-    if not isinstance(table, Mapping):
-        return []
+def _noise_sentences(
+    table: Mapping[str, Sequence[NoiseFloorRow]], metrics: Sequence[str]
+) -> list[Md]:
+    """The noise floor per metric (and base, with several); how it was measured is said once
+    when every row shares it."""
     rows = [
-        (metric, row, rate)
+        (metric, row, row.flip_rate)
         for metric in [m for m in metrics if m in table] + sorted(set(table) - set(metrics))
-        for row in table[metric] or []
-        if (rate := verdict.as_float(row.get("flipRate"))) is not None and math.isfinite(rate)
+        for row in table[metric]
+        if row.flip_rate is not None and math.isfinite(row.flip_rate)
     ]
-    several_bases = len({str(row.get("base")) for _, row, _ in rows}) > 1
+    several_bases = len({row.base for _, row, _ in rows}) > 1
     setups = {_noise_setup(row) for _, row, _ in rows}
     parts = []
     for metric, row, rate in rows:
-        base = f" (base {md_code(str(row.get('base')))})" if several_bases else ""
+        base = f" (base {md_code(row.base)})" if several_bases else ""
         setup = f" over {_noise_setup(row)}" if len(setups) > 1 else ""
         parts.append(Md(f"{_number(100 * rate, 1)}% for {md_code(metric)}{base}{setup}"))
     if parts and len(setups) == 1:
@@ -280,35 +263,36 @@ def _noise_sentences(audit: Mapping[str, Any], metrics: Sequence[str]) -> list[M
     return parts
 
 
-def _noise_missing(audit: Mapping[str, Any]) -> str | None:
-    """Why no noise floor was computed (the first row's note), when audit.json has a noise
-    floor and not one row of it has a flip rate."""
-    table = audit.get("noiseFloor")
-    if not isinstance(table, Mapping):
+def _noise_missing(table: Mapping[str, Sequence[NoiseFloorRow]]) -> str | None:
+    """Why no noise floor was computed (the first row's note), when not one row of it has a
+    flip rate."""
+    rows = [row for rows in table.values() for row in rows]
+    if any(row.flip_rate is not None for row in rows):
         return None
-    rows = [row for rows in table.values() for row in rows or [] if isinstance(row, Mapping)]
-    if any(verdict.as_float(row.get("flipRate")) is not None for row in rows):
-        return None
-    return next((str(row["note"]) for row in rows if row.get("note")), "no base had enough runs")
+    return next((row.note for row in rows if row.note), "no base had enough runs")
 
 
-def _noise_setup(row: Mapping[str, Any]) -> str:
-    alpha = verdict.as_float(row.get("alpha"))
-    at = f" at α = {_number(alpha, 4)}" if alpha is not None else ""
-    return f"{_int(row.get('splits'))} splits of {_int(row.get('n'))} replications{at}"
+def _noise_setup(row: NoiseFloorRow) -> str:
+    at = f"at α = {_number(row.alpha, 4)}"
+    if row.scope == "halves":
+        return f"{row.splits} splits of {row.n} replications into two halves {at}"
+    twins = (
+        "the condition that changes"
+        if len(row.companions) == 1
+        else f"the {len(row.companions)} conditions that change"
+    )
+    sizes = " and ".join(str(s) for s in row.sizes or ())
+    return (
+        f"{row.splits} splits of the base's {row.n} replications pooled with {twins} only the "
+        f"seeds, into groups of {sizes} {at}"
+    )
 
 
-def _power_level(audit: Mapping[str, Any]) -> Md:
+def _power_level(power: PowerSection) -> Md:
     """`power 0.8 and a family α of 0.05`, as the power analysis states them."""
-    power = audit.get("power") or {}
-    level = verdict.as_float(power.get("power"))
-    alpha = verdict.as_float(power.get("alphaFamily"))
-    parts = []
-    if level is not None:
-        parts.append(f"power {_number(level)}")
-    if alpha is not None:
-        parts.append(f"a family α of {_number(alpha, 4)}")
-    return join_words(Md(p) for p in parts)
+    return join_words(
+        [Md(f"power {_number(power.power)}"), Md(f"a family α of {_number(power.alpha_family, 4)}")]
+    )
 
 
 def _number(value: float, digits: int = 2) -> Md:
@@ -316,163 +300,153 @@ def _number(value: float, digits: int = 2) -> Md:
     return Md(text.rstrip("0").rstrip(".") if "." in text else text)
 
 
-def _provider_phrase(provider: Any, override: Any) -> Md:
+def _provider_phrase(provider: str | None, override: str | None) -> Md:
     """` through the X provider`, naming an override and what it replaced; empty when unknown."""
     if override and override != provider:
-        replaced = f"; the scenario names {md_code(str(provider))}" if provider else ""
+        replaced = f"; the scenario names {md_code(provider)}" if provider else ""
         return Md(
-            f" through the {md_code(str(override))} provider (overridden for this audit{replaced})"
+            f" through the {md_code(override)} provider (overridden for this audit{replaced})"
         )
     if provider or override:
-        return Md(f" through the {md_code(str(provider or override))} provider")
+        return Md(f" through the {md_code(provider or override)} provider")
     return Md("")
 
 
-def _engine(base: Mapping[str, Any]) -> Md:
-    world = base.get("world")
-    if world:
-        return Md(f"the built-in {md_code(str(world))} world")
-    simulator = base.get("simulator") or {}
-    command = simulator.get("command") if isinstance(simulator, Mapping) else None
+def _engine(base: Scenario | None) -> Md:
+    if base is not None and base.world:
+        return Md(f"the built-in {md_code(base.world)} world")
+    command = base.simulator.command if base is not None and base.simulator else None
     if command:
-        return Md(f"an external simulator (command {md_code(' '.join(map(str, command)))})")
+        return Md(f"an external simulator (command {md_code(' '.join(command))})")
     return Md("an unnamed world")
 
 
-def context(audit: Mapping[str, Any]) -> dict[str, Any]:
+def context(audit: AuditDoc) -> dict[str, Any]:
     """Everything the methods template says, taken from audit.json."""
-    plan: Mapping[str, Any] = audit.get("plan") or {}
-    base: Mapping[str, Any] = plan.get("base") or {}
-    summary: Mapping[str, Any] = audit.get("summary") or {}
-    options: Mapping[str, Any] = audit.get("options") or {}
-    grade: Mapping[str, Any] = audit.get("grade") or {}
-    llm: Mapping[str, Any] = base.get("llm") or {}
-    population: Mapping[str, Any] = base.get("population") or {}
-    hypothesis: Mapping[str, Any] = plan.get("hypothesis") or base.get("hypothesis") or {}
-    conditions: Sequence[Mapping[str, Any]] = audit.get("conditions") or []
-    metrics = [str(m) for m in audit.get("metrics") or []]
-    outcomes: Mapping[str, Any] = hypothesis.get("outcomes") or {}
-    targets: Mapping[str, Any] = hypothesis.get("targetDistribution") or {}
-    software: Mapping[str, Any] = audit.get("software") or {}
-    cost: Mapping[str, Any] = audit.get("cost") or {}
-    replications = _int(plan.get("replications", 1))
-    temperature = llm.get("temperature")
-    design = str(plan.get("design") or "one_at_a_time")
-    n_bases = sum(1 for c in conditions if c.get("isBase"))
-    title = plan.get("title") or plan.get("id") or "untitled audit"
-    axes = _axes(plan, base)
-    override_model = (options.get("llmOverride") or {}).get("model")
+    plan, summary, options, grade = audit.plan, audit.summary, audit.options, audit.grade
+    base = plan.base
+    base_doc = plan.base_document()
+    llm = base.llm if base is not None else None
+    hypothesis = plan.hypothesis or (base.hypothesis if base is not None else None)
+    conditions = audit.conditions
+    metrics = audit.metrics
+    outcomes = hypothesis.outcomes if hypothesis is not None else {}
+    targets = (hypothesis.target_distribution if hypothesis is not None else None) or {}
+    specific = hypothesis if isinstance(hypothesis, PlanHypothesis) else None
+    replications = plan.replications
+    temperature = llm.temperature if llm is not None else None
+    n_bases = sum(1 for c in conditions if c.is_base)
+    axes = _axes(plan, base_doc)
+    override_model = (options.llm_override or {}).get("model")
+    model = override_model or (llm.model if llm is not None else None)
+    provider = llm.provider if llm is not None else None
+    seed_path = base.seed_path if base is not None else []
     return {
-        "title": str(title),
-        "plan_id": md_code(str(plan.get("id") or "unnamed")),
-        "plan_title": plan.get("title"),
-        "claim_type": str(plan.get("claimType") or "exploratory"),
-        "scenario_name": base.get("name"),
-        "scenario_file": md_code(str(plan["baseScenario"])) if plan.get("baseScenario") else None,
+        "title": plan.title or plan.id or "untitled audit",
+        "plan_id": md_code(plan.id or "unnamed"),
+        "plan_title": plan.title,
+        "claim_type": plan.claim_type,
+        "scenario_name": base.name if base is not None else None,
+        "scenario_file": md_code(plan.base_scenario) if plan.base_scenario else None,
         "engine": _engine(base),
-        "steps": _int(base.get("steps")) if base.get("steps") is not None else None,
-        "population": _int(population.get("n")) if population.get("n") is not None else None,
-        "design": design,
-        "design_words": _DESIGNS.get(design, design),
+        "steps": base.steps if base is not None else None,
+        "population": base.population.n if base is not None else None,
+        "design": plan.design,
+        "design_words": _DESIGNS.get(plan.design, plan.design),
         "axes": axes,
         "axis_groups": _axis_groups(axes),
-        "conditions": _int(summary.get("conditions", len(conditions))),
+        "conditions": summary.conditions,
         "bases": n_bases,
         "perturbed": len(conditions) - n_bases,
-        "identical": [md_code(str(c.get("id"))) for c in conditions if c.get("identicalToBase")],
+        "identical": [md_code(c.id) for c in conditions if c.identical_to_base],
         "metrics": [md_code(m) for m in metrics],
         "outcomes": _expectations(metrics, outcomes),
         "specific_outcomes": [
-            *_specific_expectations(hypothesis, "axes", "axis"),
-            *_specific_expectations(hypothesis, "levels", "condition"),
+            *_specific_expectations(specific.axes if specific else {}, "axis"),
+            *_specific_expectations(specific.levels if specific else {}, "condition"),
         ],
-        "fixed": _fixed_settings(plan, base, options),
-        "targets": [md_code(str(name)) for name in sorted(targets)],
+        "fixed": _fixed_settings(plan, base_doc, options),
+        "targets": [md_code(name) for name in sorted(targets)],
         "replications": replications,
         "last_replication": max(replications - 1, 0),
-        "runs": _int(summary.get("runs")),
-        "seed": base.get("seed", 0),
-        "seed_path": md_code(canonical_json(base.get("seedPath") or [])),
-        "first_seed_path": md_code(canonical_json([*(base.get("seedPath") or []), 0])),
-        "models": [md_code(str(m)) for m in plan.get("models") or []],
-        "model": md_code(str(override_model or llm["model"]))
-        if (override_model or llm.get("model"))
-        else None,
-        "offline": (options.get("providerOverride") or llm.get("provider")) == "offline",
-        "via": _provider_phrase(llm.get("provider"), options.get("providerOverride")),
+        "runs": summary.runs,
+        "seed": base.seed if base is not None else 0,
+        "seed_path": md_code(canonical_json(seed_path)),
+        "first_seed_path": md_code(canonical_json([*seed_path, 0])),
+        "models": [md_code(m) for m in plan.models],
+        "model": md_code(str(model)) if model else None,
+        "offline": (options.provider_override or provider) == "offline",
+        "via": _provider_phrase(provider, options.provider_override),
         "scenario_temperature": md_code(canonical_json(temperature))
-        if temperature is not None and parse_number(temperature) != 0
+        if temperature is not None and temperature != 0
         else None,
         "bootstrap_draws": BOOTSTRAP_DRAWS,
         "exact_below": EXACT_MWU_BELOW,
         "tests": _tests(audit, metrics),
         "holm": [Md(f"*m* = {t['m']} for {t['metric']}") for t in _tests(audit, metrics)],
-        "power": _power_sentences(audit, metrics),
-        "power_level": _power_level(audit),
-        "power_method": (audit.get("power") or {}).get("method"),
-        "factorial_method": audit.get("factorialMethod"),
-        "noise": _noise_sentences(audit, metrics),
-        "noise_missing": _noise_missing(audit),
-        "failed": _int(summary.get("failed")),
-        "incomplete": _int(summary.get("incomplete")),
-        "excluded": _int(summary.get("excluded")),
-        "used": _int(summary.get("used")),
-        "include_incomplete": bool(options.get("includeIncomplete")),
-        "grade": str(grade.get("grade") or "unknown"),
-        "reasons": [str(r) for r in grade.get("reasons") or []],
-        "rule": grade.get("rule"),
-        "software": [(str(name), str(software[name])) for name in sorted(software)],
-        "schema_version": audit.get("schemaVersion"),
-        "hash": md_code(str(plan.get("hash") or "unknown")),
+        "power": _power_sentences(audit.power, metrics),
+        "power_level": _power_level(audit.power),
+        "power_method": audit.power.method,
+        "factorial_method": audit.factorial_method,
+        "noise": _noise_sentences(audit.noise_floor, metrics),
+        "noise_missing": _noise_missing(audit.noise_floor),
+        "failed": summary.failed,
+        "incomplete": summary.incomplete,
+        "excluded": summary.excluded,
+        "used": summary.used,
+        "include_incomplete": options.include_incomplete,
+        "grade": grade.grade,
+        "reasons": list(grade.reasons),
+        "rule": grade.rule,
+        "software": sorted(audit.software.model_dump(mode="json", by_alias=True).items()),
+        "schema_version": audit.schema_version,
+        "hash": md_code(plan.hash),
         "audit_hash": Md(AUDIT_HASH_TEXT + md_code(naming.audit_fingerprint(audit))),
-        "llm_calls": _int(cost.get("llmCalls")),
-        "prompt_tokens": _int(cost.get("promptTokens")),
-        "completion_tokens": _int(cost.get("completionTokens")),
+        "llm_calls": audit.cost.llm_calls,
+        "prompt_tokens": audit.cost.prompt_tokens,
+        "completion_tokens": audit.cost.completion_tokens,
         "conclusions": _conclusions(audit, metrics),
         "decisions": md_escape(verdict.decisions(audit)),
     }
 
 
-def _conclusions(audit: Mapping[str, Any], metrics: Sequence[str]) -> dict[str, Any] | None:
-    """What methods.md says of the conclusions (schema 3): the tests that ran and on how many
-    rows, how rows were paired, the family, the margins, the intervals and the achieved grade."""
-    family = audit.get("family")
-    if not isinstance(family, Mapping):
-        return None
-    rows = [r for m in metrics for r in (audit.get("tests") or {}).get(m) or []]
-    tested = [r for r in rows if r.get("tested")]
+def _conclusions(audit: AuditDoc, metrics: Sequence[str]) -> dict[str, Any]:
+    """What methods.md says of the conclusions: the tests that ran and on how many rows, how
+    rows were paired, the family, the margins, the intervals and the achieved grade."""
+    family = audit.family
+    rows = [r for m in metrics for r in audit.tests.get(m, [])]
+    tested = [r for r in rows if r.tested]
 
-    def counted(key: str) -> list[Md]:
+    def counted(method: Callable[[ComparisonRow], str | None]) -> list[Md]:
         counts: dict[str, int] = {}
         for r in tested:
-            if r.get(key):
-                counts[str(r[key])] = counts.get(str(r[key]), 0) + 1
+            name = method(r)
+            if name:
+                counts[name] = counts.get(name, 0) + 1
         return [Md(f"{md_escape(name)} ({plural(n, 'row')})") for name, n in counts.items()]
 
-    paired = sum(1 for r in tested if r.get("paired"))
-    unpaired_reasons = sorted({str(r["pairing"]) for r in tested if not r.get("paired")})
-    margins = {m: r.get("margin") for m in metrics for r in (audit.get("tests") or {}).get(m) or []}
-    grade: Mapping[str, Any] = audit.get("grade") or {}
+    paired = sum(1 for r in tested if r.paired)
+    unpaired_reasons = sorted({str(r.pairing) for r in tested if not r.paired})
+    margins = {m: r.margin for m in metrics for r in audit.tests.get(m, [])}
+    grade = audit.grade
     return {
-        "tests": counted("test"),
-        "intervals": counted("intervalMethod"),
-        "equivalence": counted("equivalenceTest"),
+        "tests": counted(lambda r: r.test),
+        "intervals": counted(lambda r: r.interval_method),
+        "equivalence": counted(lambda r: r.equivalence_test),
         "paired": paired,
         "tested": len(tested),
         "unpaired_reasons": [md_escape(r.removeprefix("unpaired: ")) for r in unpaired_reasons],
-        "family_method": md_escape(family.get("method")),
-        "primary": [md_code(str(m)) for m in family.get("primaryMetrics") or []],
-        "secondary": [md_code(str(m)) for m in family.get("secondaryMetrics") or []],
-        "primary_rows": _int(family.get("primaryRows")),
-        "alpha": family.get("alpha"),
+        "family_method": md_escape(family.method),
+        "primary": [md_code(m) for m in family.primary_metrics],
+        "secondary": [md_code(m) for m in family.secondary_metrics],
+        "primary_rows": family.primary_rows,
+        "alpha": family.alpha,
         "margins": [
-            Md(f"±{_number(float(v), 3)} for {md_code(m)}")
-            for m, v in margins.items()
-            if isinstance(v, (int, float))
+            Md(f"±{_number(v, 3)} for {md_code(m)}") for m, v in margins.items() if v is not None
         ],
-        "achieved": md_escape(grade.get("achieved")) if grade.get("achieved") else None,
-        "achieved_reasons": [md_escape(r) for r in grade.get("achievedReasons") or []],
-        "headline": md_escape((audit.get("verdict") or {}).get("headline") or ""),
+        "achieved": md_escape(grade.achieved) if grade.achieved else None,
+        "achieved_reasons": [md_escape(r) for r in grade.achieved_reasons],
+        "headline": md_escape(audit.verdict.headline),
     }
 
 
@@ -494,8 +468,8 @@ def _environment() -> Environment:
     )
 
 
-def methods_markdown(audit: Mapping[str, Any]) -> str:
-    """The methods section of an audit (the dict `analyse` returns, or audit.json read back)."""
+def methods_markdown(audit: AuditDoc) -> str:
+    """The methods section of an audit."""
     text = _environment().get_template(TEMPLATE).render(context(audit))
     # Paragraphs are single lines; blank lines the template's conditionals leave collapse to one.
     return re.sub(r"\n{3,}", "\n\n", text).strip() + "\n"
@@ -560,27 +534,16 @@ def methods_html(markdown_text: str, title: str) -> str:
     )
 
 
-def _read_audit(audit_dir: Path) -> dict[str, Any]:
-    audit_file = audit_dir / "audit.json"
-    # Strings in audit.json may carry control characters: every one printed is made visible.
-    audit = load_document(audit_file, allow_control_characters=True).data
-    if not isinstance(audit, dict) or "plan" not in audit or "schemaVersion" not in audit:
-        raise InputError(
-            "not an audit document", file=audit_file, expected="audit.json written by analyse"
-        )
-    return audit
-
-
-def methods_title(audit: Mapping[str, Any]) -> str:
-    plan = audit.get("plan") or {}
-    return f"Methods: {plan.get('title') or plan.get('id') or 'untitled audit'}"
+def methods_title(audit: AuditDoc) -> str:
+    plan = audit.plan
+    return f"Methods: {plan.title or plan.id or 'untitled audit'}"
 
 
 def write_methods(audit_dir: str | Path) -> tuple[Path, Path]:
     """Read `audit_dir/audit.json`; write `methods.md` and `methods.html` there (atomically).
     Returns their paths."""
     root = Path(audit_dir)
-    audit = _read_audit(root)
+    audit = read_audit_document(root / "audit.json")
     markdown_text = methods_markdown(audit)
     md_path, html_path = root / "methods.md", root / "methods.html"
     write_atomic(md_path, markdown_text)

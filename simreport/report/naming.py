@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..analysis.audit_document import AuditDoc, PlanSection
 
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]")
 
@@ -32,44 +35,56 @@ def _unique(stem: str, name: str, taken: set[str]) -> str:
     return filename
 
 
-def figure_names(audit: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
-    """Filename → (kind, name) for every figure of the audit, in report order: `sensitivity.svg`,
-    `effects-<metric>.svg` per metric, `main-effects-<metric>.svg` per metric of a full-factorial
-    plan, `distribution-<name>.svg` per target distribution."""
+def planned_figure_names(
+    metrics: Sequence[str], design: str, distributions: Iterable[str]
+) -> dict[str, tuple[str, str]]:
+    """Filename → (kind, name) for every figure of an audit of `metrics`, a plan of `design` and
+    the target `distributions`, in report order: `sensitivity.svg`, `effects-<metric>.svg` per
+    metric, `main-effects-<metric>.svg` per metric of a full-factorial plan,
+    `distribution-<name>.svg` per target distribution. Known before the audit exists."""
     out: dict[str, tuple[str, str]] = {"sensitivity.svg": ("sensitivity", "")}
     taken = set(out)
-    for metric in audit.get("metrics") or []:
-        out[_unique("effects", str(metric), taken)] = ("effects", str(metric))
-    if (audit.get("plan") or {}).get("design") == "full_factorial":
-        for metric in audit.get("metrics") or []:
-            out[_unique("main-effects", str(metric), taken)] = ("mainEffects", str(metric))
-    for name in sorted(audit.get("distribution") or {}):
-        out[_unique("distribution", str(name), taken)] = ("distribution", str(name))
+    for metric in metrics:
+        out[_unique("effects", metric, taken)] = ("effects", metric)
+    if design == "full_factorial":
+        for metric in metrics:
+            out[_unique("main-effects", metric, taken)] = ("mainEffects", metric)
+    for name in sorted(distributions):
+        out[_unique("distribution", name, taken)] = ("distribution", name)
     return out
+
+
+def figure_names(audit: AuditDoc) -> dict[str, tuple[str, str]]:
+    """Filename → (kind, name) for every figure of the audit (`planned_figure_names`)."""
+    return planned_figure_names(audit.metrics, audit.plan.design, audit.distribution)
 
 
 # --------------------------------------------------------------------------- conditions
 
 
-def condition_names(audit: Mapping[str, Any]) -> dict[str, str]:
+def condition_names(audit: AuditDoc) -> dict[str, str]:
     """Condition id → the name pages show: its `label` when audit.json gives one, else its id.
 
     Two conditions never share a name: a label that repeats gains its model (`@model`), and one
     that still repeats gains its id in parentheses. A condition the audit does not list is shown
     by its id (`names.get(cid, cid)`).
     """
-    rows = [c for c in audit.get("conditions") or [] if isinstance(c, Mapping)]
-    models = {str(c.get("id")): c.get("model") for c in rows}
-    names: dict[str, str] = {}
-    for cond in rows:
-        label = cond.get("label")
-        cid = str(cond.get("id"))
-        names[cid] = label if isinstance(label, str) and label.strip() else cid
+    models = {c.id: c.model for c in audit.conditions}
+    names = {c.id: c.label if c.label.strip() else c.id for c in audit.conditions}
     names = _distinct(names, lambda cid, name: _with_model(name, models.get(cid)))
     return _distinct(names, lambda cid, name: name if name == cid else f"{name} ({cid})")
 
 
-def _with_model(name: str, model: Any) -> str:
+def world_name(plan: PlanSection) -> str | None:
+    """What the pages call the base scenario's engine: its world, `external simulator` for a
+    command, None without a base."""
+    base = plan.base
+    if base is None:
+        return None
+    return base.world or ("external simulator" if base.simulator else None)
+
+
+def _with_model(name: str, model: str | None) -> str:
     if model is None or name.endswith(f"@{model}"):
         return name
     return f"{name} @{model}"
@@ -83,9 +98,10 @@ def _distinct(names: dict[str, str], widen: Callable[[str, str], str]) -> dict[s
     return {cid: widen(cid, name) if counts[name] > 1 else name for cid, name in names.items()}
 
 
-def audit_fingerprint(audit: Mapping[str, Any]) -> str:
+def audit_fingerprint(audit: AuditDoc) -> str:
     """The sha256 of an audit's canonical JSON: the pages carry it to say which audit.json they
-    were rendered from, whatever the file's formatting (a dict and its JSON give the same)."""
+    were rendered from, whatever the file's formatting (the mapping `analyse` returns and its
+    JSON give the same)."""
     from ..core.canonical import content_hash
 
-    return content_hash(audit)
+    return content_hash(audit.to_doc())

@@ -16,10 +16,12 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from ..analysis.audit_document import AuditDoc
 from ..core.errors import InputError
-from ..core.files import load_document, write_atomic
+from ..core.files import write_atomic
 from ..core.version import __version__
 from . import history, naming, verdict
+from .document import read_audit_document
 from .figures import format_number
 from .methods import audit_hash_of
 from .templating import environment
@@ -45,7 +47,7 @@ def _count(value: Any) -> int:
     return int(number) if number is not None and math.isfinite(number) else 0
 
 
-def _top_axis(audit: Mapping[str, Any]) -> dict[str, Any] | None:
+def _top_axis(audit: AuditDoc) -> dict[str, Any] | None:
     """The rank-1 axis of the sensitivity ranking and the measure it is ranked by."""
     for entry in verdict.sensitivity(audit):
         effect = entry.ranking_effect
@@ -70,37 +72,34 @@ def _check_plan_id(plan_id: str) -> str:
     return plan_id
 
 
-def site_entry(audit: Mapping[str, Any], plan_id: str | None = None) -> dict[str, Any]:
+def site_entry(audit: AuditDoc, plan_id: str | None = None) -> dict[str, Any]:
     """The index row for one audit: what it tested, how well, and where its pages are.
 
     `plan_id` names the audit's folder in the site (default: the plan's own id). Values are as in
     audit.json (numbers stay numbers); `render_index` formats them.
     """
-    plan: Mapping[str, Any] = audit.get("plan") or {}
-    base: Mapping[str, Any] = plan.get("base") or {}
-    summary: Mapping[str, Any] = audit.get("summary") or {}
-    folder = _check_plan_id(str(plan_id if plan_id is not None else plan.get("id") or ""))
-    world = base.get("world") or ("external simulator" if base.get("simulator") else None)
+    plan, summary, grade = audit.plan, audit.summary, audit.grade
+    folder = _check_plan_id(plan_id if plan_id is not None else plan.id or "")
     return {
         "id": folder,
-        "title": plan.get("title"),
-        "scenario": base.get("name") or plan.get("baseScenario"),
-        "world": world,
-        "design": plan.get("design"),
-        "claimType": plan.get("claimType"),
-        "grade": (audit.get("grade") or {}).get("grade"),
-        "gradeReasons": [str(r) for r in (audit.get("grade") or {}).get("reasons") or []],
-        "verdict": _stated_headline(audit),
+        "title": plan.title,
+        "scenario": (plan.base.name if plan.base is not None else None) or plan.base_scenario,
+        "world": naming.world_name(plan),
+        "design": plan.design,
+        "claimType": plan.claim_type,
+        "grade": grade.grade,
+        "gradeReasons": list(grade.reasons),
+        "verdict": verdict.stated_headline(audit),
         "decisions": verdict.decisions(audit),
-        "achievedGrade": (audit.get("grade") or {}).get("achieved"),
+        "achievedGrade": grade.achieved,
         "smallSpread": len(verdict.small_spread_rows(audit)),
-        "replications": plan.get("replications"),
-        "models": list(plan.get("models") or []),
-        "conditions": _count(summary.get("conditions")),
-        "runs": _count(summary.get("runs")),
-        "failed": _count(summary.get("failed")),
-        "incomplete": _count(summary.get("incomplete")),
-        "excluded": _count(summary.get("excluded")),
+        "replications": plan.replications,
+        "models": list(plan.models),
+        "conditions": summary.conditions,
+        "runs": summary.runs,
+        "failed": summary.failed,
+        "incomplete": summary.incomplete,
+        "excluded": summary.excluded,
         "topAxis": _top_axis(audit),
         "links": {
             "report": f"{folder}/report.html",
@@ -111,12 +110,6 @@ def site_entry(audit: Mapping[str, Any], plan_id: str | None = None) -> dict[str
 
 
 # --------------------------------------------------------------------------- rendering
-
-
-def _stated_headline(audit: Mapping[str, Any]) -> str:
-    """The headline audit.json states (schema 3), else the sentence read from its rows."""
-    stated = (audit.get("verdict") or {}).get("headline")
-    return str(stated) if isinstance(stated, str) and stated else verdict.headline(audit)
 
 
 def _text(value: Any) -> str:
@@ -180,16 +173,6 @@ def render_index(entries: Sequence[Mapping[str, Any]], title: str = DEFAULT_TITL
 # --------------------------------------------------------------------------- writing
 
 
-def _read_audit(audit_file: Path) -> dict[str, Any]:
-    # Strings in audit.json may carry control characters: every one printed is made visible.
-    audit = load_document(audit_file, allow_control_characters=True).data
-    if not isinstance(audit, dict) or "plan" not in audit or "schemaVersion" not in audit:
-        raise InputError(
-            "not an audit document", file=audit_file, expected="audit.json written by analyse"
-        )
-    return audit
-
-
 _STAMP = re.compile(r"<html\b[^>]*\s" + re.escape(naming.AUDIT_STAMP) + r'="([0-9a-f]{64})"')
 
 
@@ -202,7 +185,7 @@ def rendered_from(name: str, text: str) -> str | None:
     return found.group(1) if found else None
 
 
-def check_pages(source: Path, audit: Mapping[str, Any]) -> None:
+def check_pages(source: Path, audit: AuditDoc) -> None:
     """Refuse an audit whose pages are missing or were rendered from another audit.json (the
     audit was analysed again and its pages not re-rendered): the site never publishes a report
     that disagrees with the audit.json beside it."""
@@ -260,7 +243,7 @@ def write_site(
     # Every audit is checked before anything is copied: a stale page leaves the site untouched.
     for plan_id, audit_dir in audits:
         source = Path(audit_dir)
-        audit = _read_audit(source / "audit.json")
+        audit = read_audit_document(source / "audit.json")
         entries.append(site_entry(audit, _check_plan_id(plan_id)))
         check_pages(source, audit)
     for plan_id, audit_dir in audits:

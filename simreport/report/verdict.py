@@ -1,8 +1,8 @@
 """What an audit concludes, read from audit.json alone: which rows are tests, which moved
 significantly, how sensitive each axis is, and the one sentence a reviewer reads first.
 
-Pure functions of the audit (the dict `analyse` returns or audit.json read back; schema 1 or 2),
-no statistics computed here: the same audit gives the same sentence.
+Pure functions of the audit's model (`AuditDoc`), no statistics computed here: the same audit
+gives the same sentence.
 """
 
 from __future__ import annotations
@@ -12,6 +12,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..analysis.audit_document import (
+    AuditDoc,
+    AxisMeasure,
+    ComparisonRow,
+    ConditionRow,
+    MainEffectMeasure,
+    SensitivityEntry,
+)
 from ..analysis.conclusions import testbed_clause
 from ..core.canonical import canonical_json, parse_number
 from ..core.overrides import lookup
@@ -35,66 +43,38 @@ def as_float(value: Any) -> float | None:
     return None
 
 
-def _count(value: Any) -> int:
-    number = as_float(value)
-    return int(number) if number is not None and math.isfinite(number) else 0
-
-
 # --------------------------------------------------------------------------- rows
 
 
-def identical_ids(audit: Mapping[str, Any]) -> set[str]:
+def identical_ids(audit: AuditDoc) -> set[str]:
     """The perturbed conditions whose scenario is the base's: run, never tested."""
-    return {
-        str(c.get("id"))
-        for c in audit.get("conditions") or []
-        if c.get("identicalToBase") and not c.get("isBase")
-    }
+    return {c.id for c in audit.conditions if c.identical_to_base and not c.is_base}
 
 
-def is_tested(row: Mapping[str, Any], identical: set[str]) -> bool:
-    """Whether a test row has a p value in its metric's Holm family. Schema 2 says so in
-    `tested`; schema 1 rows are tests when they have a p value and their condition is not
-    identical to the base."""
-    if "tested" in row:
-        return row.get("tested") is True
-    return row.get("mwuP") is not None and str(row.get("condition")) not in identical
+def is_significant(row: ComparisonRow) -> bool:
+    """A tested row whose Holm-adjusted p is below ALPHA."""
+    return row.tested and row.holm_p is not None and row.holm_p < ALPHA
 
 
-def is_significant(row: Mapping[str, Any], identical: set[str]) -> bool:
-    p = as_float(row.get("holmP"))
-    return is_tested(row, identical) and p is not None and p < ALPHA
+def tested_rows(audit: AuditDoc, metric: str) -> list[ComparisonRow]:
+    """The rows of `metric` that are a test, in the audit's order."""
+    return [r for r in audit.tests.get(metric, []) if r.tested]
 
 
-def small_spread(row: Mapping[str, Any]) -> bool:
-    """Whether a row's |d| comes from near-zero spread (schema 2's `smallSpread`)."""
-    return row.get("smallSpread") is True
-
-
-def metrics_of(audit: Mapping[str, Any]) -> list[str]:
-    return [str(m) for m in audit.get("metrics") or []]
-
-
-def tested_rows(audit: Mapping[str, Any], metric: str) -> list[Mapping[str, Any]]:
-    identical = identical_ids(audit)
-    rows = (audit.get("tests") or {}).get(metric) or []
-    return [r for r in rows if is_tested(r, identical)]
-
-
-def moved_axes(audit: Mapping[str, Any], condition: Mapping[str, Any]) -> list[str]:
+def _moved_axes(
+    condition: ConditionRow | None, targets: Mapping[str, str], base: Mapping[str, Any]
+) -> list[str]:
     """The axes a condition moves away from the base: its one axis in a one-at-a-time design,
-    and in a factorial cell the axes whose level differs from the base scenario's value."""
-    levels = condition.get("levels") or {}
+    and in a factorial cell the axes whose level differs from the base scenario's value
+    (`targets`: axis id → the setting it targets)."""
+    levels = condition.levels if condition is not None else {}
     if len(levels) <= 1:
-        return [str(a) for a in levels]
-    plan = audit.get("plan") or {}
-    base = plan.get("base") or {}
-    targets = {str(a.get("id")): str(a.get("target") or "") for a in plan.get("axes") or []}
+        return list(levels)
     moved = []
     for axis, value in levels.items():
-        found, base_value = lookup(base, targets.get(str(axis), ""))
+        found, base_value = lookup(base, targets.get(axis, ""))
         if not found or canonical_json(value) != canonical_json(base_value):
-            moved.append(str(axis))
+            moved.append(axis)
     return moved
 
 
@@ -113,7 +93,7 @@ class Effect:
 
 @dataclass(frozen=True)
 class Sensitivity:
-    """One axis of the sensitivity ranking (audit.json `sensitivity`, either schema)."""
+    """One axis of the sensitivity ranking (audit.json `sensitivity`)."""
 
     axis: str
     code: str | None
@@ -137,53 +117,30 @@ class Sensitivity:
         return None
 
 
-def _effect(value: Any) -> Effect | None:
-    if not isinstance(value, Mapping):
+def _effect(measure: AxisMeasure | MainEffectMeasure | None) -> Effect | None:
+    if measure is None or math.isnan(measure.max_abs_d):
         return None
-    d = as_float(value.get("maxAbsD"))
-    if d is None or math.isnan(d):
-        return None
-    metric, condition = value.get("metric"), value.get("condition")
-    return Effect(
-        abs(d),
-        None if metric is None else str(metric),
-        None if condition is None else str(condition),
-        value.get("smallSpread") is True,
-    )
+    if isinstance(measure, MainEffectMeasure):
+        # A main effect averages over the cells of the grid: no one condition carries it.
+        return Effect(abs(measure.max_abs_d), measure.metric, None)
+    return Effect(abs(measure.max_abs_d), measure.metric, measure.condition, measure.small_spread)
 
 
-def _entry(raw: Mapping[str, Any]) -> Sensitivity:
-    code = raw.get("code")
-    axis, code_text = str(raw.get("axis")), None if code in (None, "") else str(code)
-    if "anyCell" in raw or isinstance(raw.get("isolated"), Mapping):
-        rank = raw.get("rank")
-        ranked_by = raw.get("rankedBy")
-        return Sensitivity(
-            axis,
-            code_text,
-            int(rank) if isinstance(rank, int) and not isinstance(rank, bool) else None,
-            str(ranked_by) if ranked_by in ("isolated", "anyCell", "mainEffect") else None,
-            _effect(raw.get("isolated")),
-            _effect(raw.get("anyCell")),
-            _effect(raw.get("mainEffect")),
-        )
-    # Schema 1: one measure, `isolated` true when it came from cells moving this axis alone.
-    effect = _effect(raw)
-    alone = raw.get("isolated") is not False
-    rank = raw.get("rank") if effect is not None else None
+def _entry(entry: SensitivityEntry) -> Sensitivity:
     return Sensitivity(
-        axis,
-        code_text,
-        int(rank) if isinstance(rank, int) and not isinstance(rank, bool) else None,
-        None if effect is None else ("isolated" if alone else "anyCell"),
-        effect if alone else None,
-        None if alone else effect,
+        entry.axis,
+        entry.code or None,
+        entry.rank,
+        entry.ranked_by,
+        _effect(entry.isolated),
+        _effect(entry.any_cell),
+        _effect(entry.main_effect),
     )
 
 
-def sensitivity(audit: Mapping[str, Any]) -> list[Sensitivity]:
+def sensitivity(audit: AuditDoc) -> list[Sensitivity]:
     """The axes ranked first (by rank), then the unranked ones in the order audit.json lists."""
-    entries = [_entry(e) for e in audit.get("sensitivity") or [] if isinstance(e, Mapping)]
+    entries = [_entry(e) for e in audit.sensitivity]
     ranked = sorted((e for e in entries if e.rank is not None), key=lambda e: e.rank or 0)
     return ranked + [e for e in entries if e.rank is None]
 
@@ -201,13 +158,9 @@ def _plural(n: int, singular: str, plural: str | None = None) -> str:
     return f"{n} {singular if n == 1 else (plural or singular + 's')}"
 
 
-def _axis_words(audit: Mapping[str, Any]) -> dict[str, str]:
+def _axis_words(audit: AuditDoc) -> dict[str, str]:
     """Axis id → how the headline names it: its TRAILS dimension, else its id."""
-    words = {}
-    for axis in (audit.get("plan") or {}).get("axes") or []:
-        dimension = axis.get("dimension")
-        words[str(axis.get("id"))] = str(dimension) if dimension else str(axis.get("id"))
-    return words
+    return {axis.id: axis.dimension or axis.id for axis in audit.plan.axes}
 
 
 @dataclass(frozen=True)
@@ -219,17 +172,18 @@ class _Finding:
     small_spread: int  # significant rows whose |d| comes from near-zero spread
 
 
-def _findings(audit: Mapping[str, Any]) -> list[_Finding]:
-    identical = identical_ids(audit)
-    conditions = {str(c.get("id")): c for c in audit.get("conditions") or []}
+def _findings(audit: AuditDoc) -> list[_Finding]:
+    conditions = {c.id: c for c in audit.conditions}
     words = _axis_words(audit)
+    targets = {axis.id: axis.target for axis in audit.plan.axes}
+    base = audit.plan.base_document()
     out = []
-    for metric in metrics_of(audit):
+    for metric in audit.metrics:
         rows = tested_rows(audit, metric)
-        hits = [r for r in rows if is_significant(r, identical)]
+        hits = [r for r in rows if is_significant(r)]
         groups: dict[str, int] = {}
         for row in hits:
-            moved = moved_axes(audit, conditions.get(str(row.get("condition"))) or {})
+            moved = _moved_axes(conditions.get(row.condition), targets, base)
             group = words.get(moved[0], moved[0]) if len(moved) == 1 else SEVERAL_AXES
             groups[group] = groups.get(group, 0) + 1
         out.append(
@@ -238,7 +192,7 @@ def _findings(audit: Mapping[str, Any]) -> list[_Finding]:
                 len(rows),
                 len(hits),
                 list(groups.items()),
-                sum(1 for r in hits if small_spread(r)),
+                sum(1 for r in hits if r.small_spread),
             )
         )
     return out
@@ -263,7 +217,7 @@ def _which(finding: _Finding) -> str:
     return f" ({what})"
 
 
-def _significance(audit: Mapping[str, Any], findings: Sequence[_Finding]) -> str:
+def _significance(audit: AuditDoc, findings: Sequence[_Finding]) -> str:
     tested = [f for f in findings if f.tested]
     if not tested:
         return _nothing_tested(audit)
@@ -316,62 +270,61 @@ def _significance(audit: Mapping[str, Any], findings: Sequence[_Finding]) -> str
     return clause
 
 
-def _nothing_tested(audit: Mapping[str, Any]) -> str:
-    conditions = audit.get("conditions") or []
-    perturbed = [c for c in conditions if not c.get("isBase")]
-    if not metrics_of(audit):
+def _nothing_tested(audit: AuditDoc) -> str:
+    perturbed = [c for c in audit.conditions if not c.is_base]
+    if not audit.metrics:
         return "the audit compares no metrics, so nothing was tested"
     if not perturbed:
         return "the plan perturbs nothing: only the base ran, so nothing was tested"
-    if all(c.get("identicalToBase") for c in perturbed):
+    if all(c.identical_to_base for c in perturbed):
         return (
             f"every perturbed condition ({len(perturbed)}) is identical to the base, "
             "so nothing was tested"
         )
-    notes = audit.get("notes") or {}
-    note = next((str(notes[m]) for m in metrics_of(audit) if notes.get(m)), None)
+    note = next((audit.notes[m] for m in audit.metrics if audit.notes.get(m)), None)
     why = f": {note}" if note else ""
     return f"no perturbed condition could be tested{why}"
 
 
-def _direction(audit: Mapping[str, Any]) -> str | None:
-    table = audit.get("directionConsistency") or {}
-    rows = [(m, table[m]) for m in metrics_of(audit) if isinstance(table.get(m), Mapping)]
-    rows = [(m, r) for m, r in rows if _count(r.get("total")) > 0]
+def _direction(audit: AuditDoc) -> str | None:
+    table = audit.direction_consistency
+    rows = [(m, table[m]) for m in audit.metrics if m in table and table[m].total > 0]
     if not rows:
         return None if _hypothesised(audit) else "no direction was hypothesised"
     parts = []
     for i, (metric, row) in enumerate(rows[:MAX_NAMED]):
-        consistent, total = _count(row.get("consistent")), _count(row.get("total"))
         noun = " tested conditions" if i == 0 else ""
-        suffix = f" for {metric}" if len(metrics_of(audit)) > 1 else ""
-        parts.append(f"{consistent} of {total}{noun}{suffix}")
+        suffix = f" for {metric}" if len(audit.metrics) > 1 else ""
+        parts.append(f"{row.consistent} of {row.total}{noun}{suffix}")
     if len(rows) > MAX_NAMED:
         parts.append(f"{len(rows) - MAX_NAMED} more metrics in the report")
     return f"the expected direction held in {_join(parts)}"
 
 
-def _hypothesised(audit: Mapping[str, Any]) -> bool:
-    hypothesis = (audit.get("plan") or {}).get("hypothesis") or {}
-    return any(hypothesis.get(k) for k in ("outcomes", "axes", "levels"))
+def _hypothesised(audit: AuditDoc) -> bool:
+    hypothesis = audit.plan.hypothesis
+    return hypothesis is not None and any((hypothesis.outcomes, hypothesis.axes, hypothesis.levels))
 
 
-def _identical(audit: Mapping[str, Any]) -> str | None:
+def _identical(audit: AuditDoc) -> str | None:
     n = len(identical_ids(audit))
-    if not n or not metrics_of(audit):
+    if not n or not audit.metrics:
         return None
-    perturbed = sum(1 for c in audit.get("conditions") or [] if not c.get("isBase"))
+    perturbed = sum(1 for c in audit.conditions if not c.is_base)
     if n == perturbed:
         return None  # already said by the significance clause
     return f"{_plural(n, 'condition')} identical to the base, not tested"
 
 
-def _testbed(audit: Mapping[str, Any]) -> str | None:
+def _testbed(audit: AuditDoc) -> str | None:
     """Verdict counts per criterion over all conditions (bounds stay per condition)."""
-    return testbed_clause(audit.get("testbed"))
+    if audit.testbed is None:
+        return None
+    # The analysis words the clause from the section as audit.json holds it.
+    return testbed_clause(audit.testbed.model_dump(mode="json", by_alias=True))
 
 
-def headline(audit: Mapping[str, Any]) -> str:
+def headline(audit: AuditDoc) -> str:
     """One sentence on what the audit found, e.g. "cooperationRate moved significantly (Holm p <
     0.05) under 2 of 14 tested perturbations (both linguistic framing); the expected direction
     held in 7 of 12 tested conditions; 2 conditions identical to the base, not tested."
@@ -391,6 +344,12 @@ def headline(audit: Mapping[str, Any]) -> str:
     return _sentence_case(sentence) + "."
 
 
+def stated_headline(audit: AuditDoc) -> str:
+    """The headline audit.json states, else (when it states none) the sentence `headline` reads
+    from its rows."""
+    return audit.verdict.headline or headline(audit)
+
+
 def _sentence_case(text: str) -> str:
     """Capitalise the first word unless it is a name from the plan (a metric or criterion)."""
     first = text.split(" ", 1)[0]
@@ -398,14 +357,13 @@ def _sentence_case(text: str) -> str:
     return text[:1].upper() + text[1:] if first in own_words else text
 
 
-def decisions(audit: Mapping[str, Any]) -> str:
+def decisions(audit: AuditDoc) -> str:
     """Who made the simulated decisions, as every page states it: from the runs' scenarios
     (provenance), else the providers and models their manifests name."""
-    prov = audit.get("provenance") or {}
-    named = [str(d) for d in prov.get("decisions") or [] if d]
+    provenance = audit.provenance
+    named = [d for d in provenance.decisions if d]
     if not named:
-        providers = [str(p) for p in prov.get("providers") or []]
-        models = [str(m) for m in prov.get("models") or []]
+        providers, models = provenance.providers, provenance.models
         named = [
             "the offline stand-in (not a language model)" if p == "offline" else f"provider {p}"
             for p in providers
@@ -415,11 +373,11 @@ def decisions(audit: Mapping[str, Any]) -> str:
     return "; ".join(named) if named else "not recorded (no run left a scenario or manifest)"
 
 
-def small_spread_rows(audit: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+def small_spread_rows(audit: AuditDoc) -> list[tuple[str, ComparisonRow]]:
     """(metric, row) for every tested row whose |d| comes from near-zero spread."""
     return [
         (metric, row)
-        for metric in metrics_of(audit)
+        for metric in audit.metrics
         for row in tested_rows(audit, metric)
-        if small_spread(row)
+        if row.small_spread
     ]

@@ -89,11 +89,11 @@ def evaluation_fingerprint() -> str:
 
 
 def write_figures(workflow: Workflow, plan_id: str, outputs: Sequence[str]) -> None:
-    from ..core.files import read_json
+    from ..report.document import read_audit_document
     from ..report.figures import figure_files
 
     plan = workflow.plan(plan_id)
-    files = figure_files(read_json(plan.out_dir / "audit.json"))
+    files = figure_files(read_audit_document(plan.out_dir / "audit.json"))
     for path in outputs:
         write_atomic(path, files[Path(path).name])
 

@@ -471,17 +471,9 @@ def _plan_target(
     targets_dist = sorted(
         (loaded.hypothesis.target_distribution or {}) if loaded.hypothesis else {}
     )
-    from ..report.naming import figure_names
+    from ..report.naming import planned_figure_names
 
-    figures = list(
-        figure_names(
-            {
-                "metrics": metrics,
-                "distribution": dict.fromkeys(targets_dist),
-                "plan": {"design": loaded.plan.design},
-            }
-        )
-    )
+    figures = list(planned_figure_names(metrics, loaded.plan.design, targets_dist))
     return PlanTarget(
         id=loaded.plan_id,
         plan_file=loaded.plan_file,

@@ -56,6 +56,7 @@ from ._parts import (
     Interval,
     Real,
 )
+from ._plan import PlanIdentity, PlanSection
 from ._testbed import (
     CoverageAxes,
     CoverageCell,
@@ -113,6 +114,8 @@ __all__ = [
     "NoiseFloorRow",
     "Options",
     "PersonaConsistency",
+    "PlanIdentity",
+    "PlanSection",
     "PowerRow",
     "PowerSection",
     "PurposeSection",

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
 from ...core.canonical import to_plain
 from ...core.errors import DocumentError, SchemaError, SimreportError
@@ -24,6 +24,7 @@ from ._parts import (
     Purpose,
     Real,
 )
+from ._plan import PlanSection
 from ._testbed import CoverageSection, TestbedSection, UserQualitySection
 
 # --------------------------------------------------------------------------- header
@@ -521,13 +522,7 @@ class AuditDoc(AuditModel):
 
     schema_version: Literal[3] = Field(description="audit.json schema version.")
     software: Software = Field(description="The software that wrote it.")
-    plan: JsonObject = Field(
-        description=(
-            "The normalised plan (`simreport schema plan` documents its keys) with its meaning "
-            "hash `hash`."
-        ),
-        json_schema_extra={"required": ["hash"], "properties": {"hash": {"type": "string"}}},
-    )
+    plan: PlanSection = Field(description="The normalised plan, with its meaning hash `hash`.")
     options: Options = Field(description="Analysis options beside the plan.")
     grade: GradeSection = Field(description="Evidence grade of the design and of the runs.")
     verdict: Verdict = Field(description="The headline and its details.")
@@ -592,15 +587,6 @@ class AuditDoc(AuditModel):
             "audits written before they existed."
         ),
     )
-
-    @field_validator("plan")
-    @classmethod
-    def _plan_has_its_hash(cls, plan: JsonObject) -> JsonObject:
-        # The plan stays a mapping of its own keys, but every seed and build comparison of the
-        # audit derives from its meaning hash.
-        if not isinstance(plan.get("hash"), str):
-            raise ValueError("the plan has no meaning hash (a string under `hash`)")
-        return plan
 
     def to_doc(self) -> dict[str, Any]:
         """The document as it was read: keys it lacked stay absent, non-finite numbers are the

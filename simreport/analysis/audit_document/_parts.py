@@ -41,7 +41,7 @@ Family = Literal["primary", "secondary"]
 Conclusion = Literal["moved", "unchanged", "inconclusive", "untested"]
 Purpose = Literal["regression", "exploration"]
 JsonObject = dict[str, Any]
-"""A JSON object whose keys the audit does not fix (a plan, model settings)."""
+"""A JSON object whose keys the audit does not fix (model settings, a condition's levels)."""
 
 
 class AuditModel(Model):
