@@ -36,16 +36,16 @@ import orjson
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from ..core.canonical import content_hash
-from ..core.errors import InputError, SchemaError, join_path
-from ..core.execution_policy import ExecutionPolicy, spec_issues
-from ..core.redaction import redact_document
-from ..core.testbed import SEMVER
-from ..core.values import refused_in_json
-from ..core.versions import RunChecks, VersionState, design_document, design_sha256, version_key
-from ..ledger import tables as t
-from ..ledger.asset_pins import pinned_versions
-from ..ledger.bulk import (
+from ...core.canonical import content_hash
+from ...core.errors import InputError, SchemaError, join_path
+from ...core.execution_policy import ExecutionPolicy, spec_issues
+from ...core.redaction import redact_document
+from ...core.testbed import SEMVER
+from ...core.values import refused_in_json
+from ...core.versions import RunChecks, VersionState, design_document, design_sha256, version_key
+from ...ledger import tables as t
+from ...ledger.asset_pins import pinned_versions
+from ...ledger.bulk import (
     TableRows,
     bind_mappings,
     insert_ignoring_duplicates,
@@ -53,7 +53,7 @@ from ..ledger.bulk import (
     write_bulk,
     write_table_rows,
 )
-from ..ledger.db import (
+from ...ledger.db import (
     ATTEMPTS,
     as_utc,
     describe,
@@ -62,11 +62,11 @@ from ..ledger.db import (
     utc_now,
     worth_retrying,
 )
-from ..ledger.errors import AssetVersionChanged
-from ..ledger.migrate import prepare_once
-from ..ledger.parallel import few_collections
-from ..ledger.review import import_asset, read_asset_file, record_transition
-from ..ledger.run_content import (
+from ...ledger.errors import AssetVersionChanged
+from ...ledger.migrate import prepare_once
+from ...ledger.parallel import few_collections
+from ...ledger.review import import_asset, read_asset_file, record_transition
+from ...ledger.run_content import (
     event_rows,
     fault_rows,
     insert_events,
@@ -74,12 +74,12 @@ from ..ledger.run_content import (
     record_rows,
     task_and_session_rows,
 )
-from ..ledger.run_evidence import evidence_package
-from ..ledger.run_rows import terminal_reason
-from ..ledger.rundir import RunDirectory, read_run_dir, wall_time
+from ...ledger.run_evidence import evidence_package
+from ...ledger.run_rows import terminal_reason
+from ...ledger.rundir import RunDirectory, read_run_dir, wall_time
 
 if TYPE_CHECKING:
-    from ..core.schema import Scenario
+    from ...core.schema import Scenario
 
 SERVICE_REVIEWER: Final = "run service"
 """Who the review transitions of versions first seen by the service name."""
@@ -548,7 +548,7 @@ def _scenario_row(conn: Connection, scenario_id: str, tenant: str) -> Any:
 
 def _validated(doc: Any, locate: Callable[[str], str]) -> Scenario:
     """The scenario `doc` describes, or 422 naming every issue where `locate` puts it."""
-    from ..kernel.engine import validate_scenario
+    from ...kernel.engine import validate_scenario
 
     if not isinstance(doc, Mapping):
         raise Unprocessable(
@@ -647,7 +647,7 @@ class _Resolved:
 def _resolve(scenario: Scenario, library: Path) -> list[_Resolved]:
     """Every asset reference of the scenario resolved in `library` (labels → exact versions),
     or 422 naming each that does not resolve."""
-    from ..kernel.testbed.assets import AssetError, AssetLibrary, manifest_references
+    from ...kernel.testbed.assets import AssetError, AssetLibrary, manifest_references
 
     references = manifest_references(scenario)
     if not references:
@@ -746,8 +746,8 @@ def refuse_unrunnable(
     boundary (`sut_boundary_replaced`). (A setting the testbed does not implement fails the
     scenario's validation before.) `locate` turns a path in the spec into one in the request.
     Returns the resolved assets."""
-    from ..kernel.testbed.assets import AgentAsset
-    from ..kernel.testbed.boundary import REFUSAL, boundary_replacements
+    from ...kernel.testbed.assets import AgentAsset
+    from ...kernel.testbed.boundary import REFUSAL, boundary_replacements
 
     try:
         resolved = _resolve(scenario, library)
@@ -1837,8 +1837,8 @@ def review_version(
     transitions, kept with who took them). 404 for a version `tenant` does not hold, 409 when
     the version is not in the status the action starts from, 422 for a high-risk scenario
     published without a risk sign-off. Returns the version's new status."""
-    from ..ledger.errors import ReviewRefused, UnknownVersion, WrongStatus
-    from ..ledger.review import transition_in
+    from ...ledger.errors import ReviewRefused, UnknownVersion, WrongStatus
+    from ...ledger.review import transition_in
 
     def write(conn: Connection) -> str:
         stored = _keyed(conn, idempotency, tenant)
