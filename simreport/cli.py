@@ -641,7 +641,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .ledger.review_cli import register_cli as register_review
     from .mcp_server import register_cli as register_mcp
     from .remote_cli import register_cli as register_remote
-    from .service.app import register_cli as register_api
+    from .service.serve import register_cli as register_api
     from .service.worker import register_cli as register_worker
     from .worlds_catalog import register_cli as register_worlds
 
