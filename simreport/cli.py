@@ -690,7 +690,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _internal_error(args, exc)
         _complain(problem.one_line())
         return problem.exit_code
-    except Exception as exc:
+    except Exception as exc:  # the command's boundary: anything else is reported, never lost
         failed = _ledger_failed(exc)
         if failed is None or args.debug:
             return _internal_error(args, exc)

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from datetime import datetime
 
+import sqlalchemy as sa
 from fastapi import FastAPI
 from sqlalchemy.engine import Engine
 from starlette.datastructures import Headers
@@ -22,9 +23,10 @@ from ..core.version import __version__
 from ..ledger.db import connect, utc_now
 from ..ledger.migrate import prepare_for_writing
 from . import queue, refusals
-from .auth import Refused, Tokens, load_tokens
+from .auth import Tokens, load_tokens
 from .config import ServiceSettings, load_service_policy
 from .dependencies import Service
+from .errors import Unauthenticated
 from .metrics import count_ledger_errors
 from .routers import events, health, manifests, runs, scenarios
 
@@ -106,11 +108,8 @@ class _AuthenticateFirst:
         if scope["type"] == "http" and scope["path"] not in OPEN_PATHS:
             try:
                 principal = self.tokens.authenticate(Headers(scope=scope).get("authorization"))
-            except Refused as exc:
-                refusal = refusals.error_response(
-                    exc.status, exc.code, exc.message, headers=exc.headers
-                )
-                await refusal(scope, receive, send)
+            except Unauthenticated as exc:
+                await refusals.refusal(exc)(scope, receive, send)
                 return
             scope.setdefault("state", {})["principal"] = principal
         await self.app(scope, receive, send)
@@ -130,5 +129,5 @@ def _reclaim_until(engine: Engine, stop: threading.Event, every: float) -> None:
                     )
                 else:
                     log.warning("run %s lost its worker: ended crashed (worker_lost)", lost.run_id)
-        except Exception:
+        except sa.exc.SQLAlchemyError:
             log.exception("reclaiming expired leases failed; trying again in %.0f s", every)

@@ -16,8 +16,9 @@ from ..core.canonical import canonical_json, sha256_text
 from ..core.execution_policy import ExecutionPolicy
 from ..core.values import Name
 from . import queue
-from .auth import Principal, Refused, Tokens
+from .auth import Principal, Tokens
 from .config import ServiceSettings
+from .errors import BadRequest, ServiceError
 from .metrics import ServiceCollector, Tally, service_registry
 from .models import MAX_TEXT
 
@@ -102,16 +103,15 @@ async def idempotency_key(
     if not key:
         raise missing_key()
     if len(key) > MAX_KEY_LENGTH or not key.isprintable():
-        raise Refused(
-            400,
-            "idempotency_key_invalid",
+        raise BadRequest(
             f"an {IDEMPOTENCY_HEADER} is at most {MAX_KEY_LENGTH} printable characters",
+            code="idempotency_key_invalid",
         )
     return key
 
 
-def missing_key() -> Refused:
-    return Refused(400, "idempotency_key_missing", f"an {IDEMPOTENCY_HEADER} header is required")
+def missing_key() -> BadRequest:
+    return BadRequest(f"an {IDEMPOTENCY_HEADER} header is required", code="idempotency_key_missing")
 
 
 Key = Annotated[str, Depends(idempotency_key)]
@@ -150,7 +150,7 @@ class IdempotentWrite:
             answer = action(queue.IdempotencyKey(principal.name, self.key, digest))
         except queue.StoredAnswer as exc:
             stored = exc.stored
-        except queue.ServiceError:
+        except ServiceError:
             # Refused before its transaction took the key (a version retired since): a replay
             # still gets the answer its key holds, a new request the refusal.
             found = queue.idempotent(

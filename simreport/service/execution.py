@@ -103,7 +103,9 @@ class Execution:
         take are kept, and sent again every retry period of the keeper."""
         from multiprocessing.connection import wait
 
-        from .queue import LeaseLost
+        import sqlalchemy as sa
+
+        from .errors import LeaseLost, ServiceError
 
         worker, process, lease = self.worker, self.process.process, self.lease
         assert lease is not None
@@ -122,7 +124,9 @@ class Execution:
                 except LeaseLost:
                     self._lose_lease()
                     return False
-                except Exception as exc:  # kept, and sent again (or recorded with the run)
+                # The ledger away or refusing them: kept, and sent again (or recorded with the
+                # run).
+                except (sa.exc.SQLAlchemyError, ServiceError) as exc:
                     if not self.stream_failures:
                         say(
                             f"events of {self.claim.run_id} not streamed yet: "

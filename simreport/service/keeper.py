@@ -209,13 +209,17 @@ class Keeper:
                     self._adopt()
                     next_adopt = now + worker.lease_seconds / 2
                 self._record_due()
-            except Exception as exc:  # the keeper must go on: all is tried again shortly
+            # The keeper's boundary: were its thread to end, the worker's leases would lapse;
+            # whatever failed is logged and all is tried again shortly.
+            except Exception as exc:
                 say(f"keeping leases and spool failed: {worker.why(exc)}")
                 next_beat = time.monotonic() + self.retry_seconds
                 self.wake.wait(self.retry_seconds)
 
     def _renew(self) -> bool:
         """Renew every lease held; False when the ledger did not take a renewal."""
+        import sqlalchemy as sa
+
         from .queue import heartbeat
 
         with self.lock:
@@ -228,7 +232,7 @@ class Keeper:
                     lease.owner,
                     lease_seconds=self.worker.lease_seconds,
                 )
-            except Exception as exc:  # the ledger may answer at the next try
+            except sa.exc.SQLAlchemyError as exc:  # the ledger may answer at the next try
                 self._away(exc, len(leases))
                 return False
             if beat.lease_lost:
@@ -263,10 +267,12 @@ class Keeper:
                 kept.next_try = 0.0  # try at once
 
     def _reclaim(self) -> None:
+        import sqlalchemy as sa
+
         from .queue import reclaim_expired
 
         # A ledger that does not answer now is tried again at the next heartbeat.
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(sa.exc.SQLAlchemyError):
             reclaim_expired(self.engine)
 
     def _adopt(self) -> None:
@@ -295,6 +301,9 @@ class Keeper:
             self._record(kept)
 
     def _record(self, kept: _Kept) -> None:
+        import sqlalchemy as sa
+
+        from ..core.errors import SimreportError
         from ..ledger.db import unavailability
 
         entry = kept.entry
@@ -302,7 +311,7 @@ class Keeper:
             outcome = record_ending(
                 self.engine, entry.run_id, entry.owner, entry.run_dir, entry.events, entry.ending
             )
-        except Exception as exc:
+        except (sa.exc.SQLAlchemyError, SimreportError, OSError) as exc:
             cause = unavailability(exc)
             if cause is None:
                 say(f"{entry.run_id} dropped from the spool: not recorded: {self.worker.why(exc)}")

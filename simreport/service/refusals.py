@@ -1,7 +1,7 @@
 """Every refusal of the run service as an HTTP answer, decided here and nowhere else: one shape,
-`{"error": {"code", "message", …}}` (`error_response`), the seed's status codes (409 read the
-state, 410 re-read the snapshot, 422 fix and recreate, 429 and 503 with Retry-After), and the
-exception handlers that turn what the routes raise into it (`install`)."""
+`{"error": {"code", "message", …}}` (`error_response`), and one function that answers whatever
+a route raised (`answer`), with the status `errors.STATUS` gives each refusal (409 read the
+state, 410 re-read the snapshot, 422 fix and recreate, 429 and 503 with Retry-After)."""
 
 import logging
 from collections.abc import Mapping
@@ -16,7 +16,6 @@ from starlette.responses import JSONResponse, Response
 
 from ..core.validation import expectation, nearest
 from ..ledger.db import DISK_FULL, unavailability
-from .auth import Refused
 from .dependencies import IDEMPOTENCY_HEADER, missing_key
 from .errors import ServiceError
 
@@ -44,37 +43,59 @@ def error_response(
 
 
 def install(app: FastAPI) -> None:
-    """Answer what the routes raise with `error_response`."""
-    for raised, handler in (
-        (Refused, _refused),
-        (ServiceError, _service_error),
-        (RequestValidationError, _invalid),
-        (HTTPException, _http),
-        (sa.exc.DBAPIError, _ledger_down),
-        (Exception, _internal),
+    """Answer whatever the routes raise with `answer`."""
+    for raised in (
+        ServiceError,
+        RequestValidationError,
+        HTTPException,
+        sa.exc.DBAPIError,
+        Exception,
     ):
-        app.exception_handler(raised)(handler)
+        app.exception_handler(raised)(answer)
 
 
-def _refused(request: Request, exc: Refused) -> Response:
-    return error_response(exc.status, exc.code, exc.message, headers=exc.headers)
+def answer(request: Request, exc: Exception) -> Response:
+    """The one answer to what a route raised: a refusal with the status `errors.STATUS` gives
+    it (401 with its challenge, 429 and 503 with Retry-After); a request FastAPI could not read
+    as its models say, 400 without an Idempotency-Key and 422 otherwise, naming every issue; 404
+    and 405 for what routes nothing; 503 while the ledger does not answer or its disk is full
+    (retry with the same key); and 500 for anything else, which is the service's fault."""
+    if isinstance(exc, ServiceError):
+        return refusal(exc)
+    if isinstance(exc, RequestValidationError):
+        return _invalid(request, exc)
+    if isinstance(exc, HTTPException):
+        codes = {404: "not_found", 405: "method_not_allowed"}
+        message = "no such endpoint" if exc.status_code == 404 else str(exc.detail)
+        return error_response(
+            exc.status_code,
+            codes.get(exc.status_code, "http_error"),
+            message,
+            headers=dict(exc.headers or {}),
+        )
+    if isinstance(exc, sa.exc.DBAPIError):
+        return _ledger_down(exc, request.app.state.service.settings.retry_after_seconds)
+    # Starlette raises it again after this answer, and uvicorn logs it with its traceback.
+    return error_response(500, "internal", "internal error")
 
 
-def _service_error(request: Request, exc: ServiceError) -> Response:
-    error = exc.body()
+def refusal(error: ServiceError) -> JSONResponse:
+    """The answer to `error`: its status (`errors.STATUS`), code, message and fields."""
+    status = error.status
+    body = error.body()
     return error_response(
-        exc.status,
-        error.pop("code"),
-        error.pop("message"),
-        retry_after=exc.retry_after,
-        extra=error,
+        status,
+        body.pop("code"),
+        body.pop("message"),
+        retry_after=error.retry_after,
+        headers={"WWW-Authenticate": "Bearer"} if status == 401 else None,
+        extra=body,
     )
 
 
 def _invalid(request: Request, exc: RequestValidationError) -> Response:
     if any(tuple(e.get("loc", ())) == ("header", IDEMPOTENCY_HEADER) for e in exc.errors()):
-        missing = missing_key()
-        return error_response(missing.status, missing.code, missing.message)
+        return refusal(missing_key())
     issues = request_issues(exc.errors(), _body_model(request.scope.get("route")))
     first = issues[0]
     message = (f"{first['path']}: " if first["path"] else "") + str(first["message"])
@@ -83,18 +104,7 @@ def _invalid(request: Request, exc: RequestValidationError) -> Response:
     return error_response(422, "invalid_request", message, extra={"issues": issues})
 
 
-def _http(request: Request, exc: HTTPException) -> Response:
-    codes = {404: "not_found", 405: "method_not_allowed"}
-    message = "no such endpoint" if exc.status_code == 404 else str(exc.detail)
-    return error_response(
-        exc.status_code,
-        codes.get(exc.status_code, "http_error"),
-        message,
-        headers=dict(exc.headers or {}),
-    )
-
-
-def _ledger_down(request: Request, exc: sa.exc.DBAPIError) -> Response:
+def _ledger_down(exc: sa.exc.DBAPIError, retry_after: float) -> Response:
     cause = unavailability(exc)
     if cause is None:  # the database refused the statement: ours to fix, not the client's
         log.error("the ledger refused a statement", exc_info=exc)
@@ -105,16 +115,8 @@ def _ledger_down(request: Request, exc: sa.exc.DBAPIError) -> Response:
         code, message = "ledger_unavailable", "the ledger did not answer"
     log.warning("%s: %s", message, type(exc.orig).__name__)
     return error_response(
-        503,
-        code,
-        f"{message}: retry with the same Idempotency-Key",
-        retry_after=request.app.state.service.settings.retry_after_seconds,
+        503, code, f"{message}: retry with the same Idempotency-Key", retry_after=retry_after
     )
-
-
-def _internal(request: Request, exc: Exception) -> Response:
-    # Starlette raises it again after this answer, and uvicorn logs it with its traceback.
-    return error_response(500, "internal", "internal error")
 
 
 def _body_model(route: Any) -> type[BaseModel] | None:

@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from ..core.errors import SimreportError
+
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
     from multiprocessing.context import ForkServerContext, SpawnContext
@@ -146,13 +148,13 @@ def _run_process(conn: Connection) -> None:
             _forget_imports(loaded, Path(asset_root).resolve())
             # The events not handed over yet are in the run directory the worker records.
             sender.send(("done", None), drop_events=(Path(run_dir) / "result.json").is_file())
-        except BaseException as exc:
+        except BaseException as exc:  # the run process's boundary: the worker records why
             with contextlib.suppress(OSError):
                 sender.send(("error", f"{type(exc).__name__}: {exc}"))
             raise SystemExit(1) from None
 
 
-class PolicyRefusal(Exception):
+class PolicyRefusal(SimreportError):
     """A run its worker's execution policy does not allow (queued before the policy changed,
     or by another service): it never executes."""
 

@@ -11,10 +11,11 @@ from typing import Any, Final
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from ...core.errors import SimreportError
 from ...ledger import tables as t
 from ...ledger.db import insert_new, reading, utc_now
 from ...ledger.migrate import prepare_once
-from ..errors import Conflict, ServiceError
+from ..errors import Conflict
 from .transaction import write_transaction
 
 
@@ -38,15 +39,18 @@ class IdempotencyKey:
     request_sha256: str
 
 
-class StoredAnswer(ServiceError):
+class StoredAnswer(SimreportError):
     """The Idempotency-Key already has an answer this operation cannot return as its own (an
-    error the app stored with `remember`): answer `stored.status_code` with `stored.response`."""
+    error the app stored with `remember`): not a refusal, but the answer to give again,
+    `stored.status_code` with `stored.response`."""
 
     def __init__(self, stored: Stored) -> None:
-        super().__init__(
-            "this Idempotency-Key was answered before", code="replayed", status=stored.status_code
-        )
+        super().__init__("this Idempotency-Key was answered before")
         self.stored = stored
+
+    @property
+    def status(self) -> int:
+        return self.stored.status_code
 
 
 def take_key(conn: Connection, idem: IdempotencyKey | None, tenant: str) -> Stored | None:

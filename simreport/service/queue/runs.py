@@ -21,7 +21,15 @@ from ...ledger import tables as t
 from ...ledger.bulk import insert_ignoring_duplicates, pipelined
 from ...ledger.db import reading, utc_now
 from ...ledger.migrate import prepare_once
-from ..errors import Conflict, NotFound, ServiceError, Unprocessable, issue, one_of
+from ..errors import (
+    Conflict,
+    NotFound,
+    QueueFull,
+    QuotaExceeded,
+    Unprocessable,
+    issue,
+    one_of,
+)
 from .idempotency import IdempotencyKey, replayed, store_answer, take_key
 from .leases import locked_run
 from .manifests import Resolved, asset_id, freeze, pin, refuse_unrunnable, resolve
@@ -227,17 +235,13 @@ def _check_capacity(conn: Connection, capacity: Capacity, principal: str | None)
     quota = capacity.quota
     in_all, of_principal = conn.execute(_ACTIVE_COUNTS, {"p_principal": principal}).one()
     if quota is not None and principal is not None and of_principal >= quota:
-        raise ServiceError(
+        raise QuotaExceeded(
             f"the token {principal!r} has {quota} run(s) pending or running, its quota",
-            status=429,
-            code="quota_exceeded",
             retry_after=capacity.retry_after,
         )
     if in_all >= capacity.max_queue:
-        raise ServiceError(
+        raise QueueFull(
             f"the queue holds {capacity.max_queue} runs, its limit",
-            status=503,
-            code="queue_full",
             retry_after=capacity.retry_after,
         )
 
