@@ -32,6 +32,7 @@ from ..core.errors import DocumentError, InputError
 from ..core.files import Document, load_document, parse_document
 from ..core.schema import Model
 from ..core.validation import validate_model
+from ..core.values import Int64
 from .config import OPTIONS, ServiceSettings
 from .errors import Forbidden, Unauthenticated
 
@@ -65,7 +66,7 @@ class TokenEntry(Model):
     namespaces: list[str] | Literal["*"] = Field(
         "*", description='the namespaces the token may use, or "*" for all of its tenant'
     )
-    max_concurrent_runs: int | None = Field(
+    max_concurrent_runs: Int64 | None = Field(
         None, ge=1, description="runs pending or running at once for this token"
     )
 
