@@ -113,8 +113,23 @@ class RunStatus(BaseModel):
     )
 
 
+class Event(BaseModel):
+    """One event of a run, as the ledger holds it."""
+
+    seq: int = Field(description="its place in the run's events, from 1, without a gap")
+    type: str
+    actor: str
+    actor_ref: str | None = Field(description="which agent (its index) or other actor exactly")
+    step: int | None = Field(description="the kernel's step (round, tick, turn)")
+    logical_time: int | None = Field(description="logical milliseconds, where the run keeps them")
+    wall_time: str = Field(description="when it was emitted (ISO 8601, UTC)")
+    trace_id: str | None
+    span_id: str | None
+    payload: Any = Field(description="what the event says, as the run wrote it")
+
+
 class EventPage(BaseModel):
-    events: list[dict[str, Any]]
+    events: list[Event]
     next_seq: int = Field(description="the after_seq of the next page")
 
 
