@@ -57,7 +57,8 @@ HUGE = 78 * 1000 * 1000
 
 SERVER = """
 import sys, uvicorn
-from simreport.service.app import _error_response, create_app
+from simreport.service.app import create_app
+from simreport.service.refusals import error_response
 from simreport.service.config import ServiceSettings
 from simreport.service.limits import Limits, limited_http
 ledger, port, protocol = sys.argv[1], int(sys.argv[2]), sys.argv[3]
@@ -65,7 +66,7 @@ settings = ServiceSettings(ledger=ledger, port=port)
 app = create_app(settings)
 http = "httptools"
 if protocol == "limited":
-    refusal = lambda status, code, message: _error_response(status, code, message)
+    refusal = lambda status, code, message: error_response(status, code, message)
     http = limited_http(Limits.of(settings), refusal, lambda code: None)
 uvicorn.run(app, host="127.0.0.1", port=port, http=http, log_level="warning", server_header=False)
 """

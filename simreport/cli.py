@@ -641,7 +641,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .ledger.review_cli import register_cli as register_review
     from .mcp_server import register_cli as register_mcp
     from .remote_cli import register_cli as register_remote
-    from .service.app import register_cli as register_api
+    from .service.serve import register_cli as register_api
     from .service.worker import register_cli as register_worker
     from .worlds_catalog import register_cli as register_worlds
 
@@ -690,7 +690,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _internal_error(args, exc)
         _complain(problem.one_line())
         return problem.exit_code
-    except Exception as exc:
+    except Exception as exc:  # the command's boundary: anything else is reported, never lost
         failed = _ledger_failed(exc)
         if failed is None or args.debug:
             return _internal_error(args, exc)

@@ -1,10 +1,16 @@
 """A client for the run service's `/v1/sim` API that applies the seed's error semantics itself.
 
-409 raises `Conflict` at once and, for a run, carries the run's current state (never retried);
-410 on events re-reads the snapshot (the run's status and the oldest events still served);
-422 raises `Invalid` with the located errors (fix the request and create anew); 429 waits for
-Retry-After; 503, a dropped connection or a timeout is retried with the same Idempotency-Key, so a
-write the service already applied is answered from its record instead of being applied twice.
+409 raises `StateConflict` at once and, for a run, carries the run's current state (never
+retried); 410 on events re-reads the snapshot (the run's status and the oldest events still
+served); 422 raises `InvalidRequest` with the located errors (fix the request and create anew);
+429 waits for Retry-After; 503, a dropped connection or a timeout is retried with the same
+Idempotency-Key, so a write the service already applied is answered from its record instead of
+being applied twice.
+
+The client's errors are its own, named for what its caller meets: `RemoteError` (a
+`SimreportError`) and one subclass per kind of answer. They are not the server's errors
+(simreport.service.errors), which say what the service refuses: the two share the error `code`
+strings and HTTP statuses the service answers with, never their classes.
 
     with SimClient("http://127.0.0.1:8080", token) as client:
         started = client.start_run("refund_desk", "1.0.0", seed=7)
@@ -43,7 +49,7 @@ _MAX_ISSUES_SHOWN = 5
 # --------------------------------------------------------------------------- errors
 
 
-class ServiceError(SimreportError):
+class RemoteError(SimreportError):
     """The service refused a request or could not be reached. `status` is the HTTP status (None
     when no answer came), `code` the service's error code, `body` its error object (`{"code",
     "message", …}`), `idempotency_key` the key a write was sent with (retry with it later to
@@ -69,24 +75,24 @@ class ServiceError(SimreportError):
         self.idempotency_key = idempotency_key
 
 
-class BadRequest(ServiceError):
+class MalformedRequest(RemoteError):
     """400: the request is malformed (for instance a write without an Idempotency-Key)."""
 
 
-class Unauthorized(ServiceError):
+class NotAuthenticated(RemoteError):
     """401: no token, or one the service does not know. The message names the token setting,
     never the token."""
 
 
-class Forbidden(ServiceError):
+class NotPermitted(RemoteError):
     """403: the token is known but may not act on this tenant or namespace."""
 
 
-class NotFound(ServiceError):
+class NoSuchResource(RemoteError):
     """404: no such scenario, version, run or manifest (for this token's tenant)."""
 
 
-class Conflict(ServiceError):
+class StateConflict(RemoteError):
     """409: read the state and do not retry. `state` is the run's current status when the
     client could read it (start_run with a reused key, cancel of a finished run)."""
 
@@ -97,12 +103,12 @@ class Conflict(ServiceError):
         self.state: dict[str, Any] | None = dict(state) if state is not None else None
 
 
-class Gone(ServiceError):
+class CursorExpired(RemoteError):
     """410: the event cursor is older than the service's retention window, and no newer cursor
     could be found to resume from."""
 
 
-class Invalid(ServiceError):
+class InvalidRequest(RemoteError):
     """422: the request cannot be carried out as it is; fix it and create anew. `errors` holds
     the located problems, each {path, message, expected}."""
 
@@ -113,27 +119,27 @@ class Invalid(ServiceError):
         self.errors: list[dict[str, Any]] = list(errors or [])
 
 
-class RateLimited(ServiceError):
+class RateLimited(RemoteError):
     """429 after the allowed retries, or a Retry-After longer than the client waits."""
 
 
-class Unavailable(ServiceError):
+class ServiceUnavailable(RemoteError):
     """503 (or 502/504), a dropped connection or a timeout, after the allowed retries. A write
     can be sent again later with `idempotency_key`."""
 
 
-_ERRORS: dict[int, type[ServiceError]] = {
-    400: BadRequest,
-    401: Unauthorized,
-    403: Forbidden,
-    404: NotFound,
-    409: Conflict,
-    410: Gone,
-    422: Invalid,
+_ERRORS: dict[int, type[RemoteError]] = {
+    400: MalformedRequest,
+    401: NotAuthenticated,
+    403: NotPermitted,
+    404: NoSuchResource,
+    409: StateConflict,
+    410: CursorExpired,
+    422: InvalidRequest,
     429: RateLimited,
-    502: Unavailable,
-    503: Unavailable,
-    504: Unavailable,
+    502: ServiceUnavailable,
+    503: ServiceUnavailable,
+    504: ServiceUnavailable,
 }
 
 
@@ -176,7 +182,7 @@ class SimClient:
 
     `timeout` bounds one HTTP exchange; `max_retries` the retries of one call after its first
     attempt; `max_wait` one wait between attempts (a Retry-After longer than this raises
-    `RateLimited` or `Unavailable` at once instead of waiting). `token_source` says where the
+    `RateLimited` or `ServiceUnavailable` at once instead of waiting). `token_source` says where the
     token came from, for the message of a 401 or 403. `sleep` is how the client waits (tests
     pass a recorder).
     """
@@ -195,12 +201,12 @@ class SimClient:
     ) -> None:
         url = base_url.strip().rstrip("/")
         if not url.startswith(("http://", "https://")):
-            raise ServiceError(
+            raise RemoteError(
                 f"the service URL must start with http:// or https://, not {url!r}",
                 code="bad_url",
             )
         if not token or any(c.isspace() for c in token):
-            raise Unauthorized(
+            raise NotAuthenticated(
                 f"the token from {token_source} is empty or holds white space",
                 code="bad_token",
             )
@@ -284,7 +290,7 @@ class SimClient:
         """Queue a run (202: accepted with a frozen manifest, not started). `seed` None runs
         the scenario's seed; `budget` replaces its execution.budget (any of maxTurns,
         maxToolCalls, wallClock). A 409 (the key was used with another body) is not retried:
-        the run that key started is read and attached to the `Conflict` when the service
+        the run that key started is read and attached to the `StateConflict` when the service
         names it."""
         body: dict[str, Any] = {
             "scenario_id": scenario_id,
@@ -296,7 +302,7 @@ class SimClient:
         }
         try:
             data = self._write("start run", "/v1/sim/runs", body, key=idempotency_key)
-        except Conflict as conflict:
+        except StateConflict as conflict:
             raise self._with_run_state(conflict, _run_id_of(conflict.body)) from None
         return StartedRun(
             run_id=str(_field(data, "run_id", "start run")),
@@ -310,7 +316,7 @@ class SimClient:
     def cancel(
         self, run_id: str, *, reason: str, idempotency_key: str | None = None
     ) -> dict[str, Any]:
-        """Ask the service to cancel a run (202). A run that already ended gives a `Conflict`
+        """Ask the service to cancel a run (202). A run that already ended gives a `StateConflict`
         carrying its current state; it is not retried."""
         try:
             return self._write(
@@ -319,7 +325,7 @@ class SimClient:
                 {"reason": reason},
                 key=idempotency_key,
             )
-        except Conflict as conflict:
+        except StateConflict as conflict:
             raise self._with_run_state(conflict, run_id) from None
 
     def events(self, run_id: str, after_seq: int = 0) -> EventPage:
@@ -328,7 +334,7 @@ class SimClient:
         service still serves (its hint, else the start)."""
         try:
             return self._events_page(run_id, after_seq)
-        except Gone as gone:
+        except CursorExpired as gone:
             snapshot = self.run_status(run_id)
             resume = _resume_cursor(gone.body)
             tried = {after_seq}
@@ -338,10 +344,10 @@ class SimClient:
                 tried.add(cursor)
                 try:
                     page = self._events_page(run_id, cursor)
-                except Gone:
+                except CursorExpired:
                     continue
                 return EventPage(page.events, page.next_seq, snapshot, after_seq)
-            raise Gone(
+            raise CursorExpired(
                 f"{gone.message}; the service named no newer cursor to resume from",
                 status=410,
                 code=gone.code,
@@ -400,27 +406,25 @@ class SimClient:
         )
         events = data.get("events")
         if not isinstance(events, list) or not all(isinstance(e, dict) for e in events):
-            raise ServiceError(
-                "events: the service's answer has no list of events", code="bad_body"
-            )
+            raise RemoteError("events: the service's answer has no list of events", code="bad_body")
         # The cursor is the last seq seen, whatever `next_seq` counts from.
         cursor = max([after_seq, *(_seq(e) for e in events)])
         return EventPage(events=events, next_seq=cursor)
 
-    def _with_run_state(self, conflict: Conflict, run_id: str | None) -> Conflict:
+    def _with_run_state(self, conflict: StateConflict, run_id: str | None) -> StateConflict:
         """The 409 with the run's current state read and named in its message."""
         state: dict[str, Any] | None = None
         message = conflict.message
         if run_id:
             try:
                 state = self.run_status(run_id)
-            except ServiceError as exc:
+            except RemoteError as exc:
                 message += f"; reading run {run_id} failed too: {exc.message}"
             else:
                 now = str(state.get("execution_status", "unknown"))
                 if now not in message:
                     message += f"; run {run_id} is {now}"
-        return Conflict(
+        return StateConflict(
             message,
             state=state,
             status=conflict.status,
@@ -462,7 +466,7 @@ class SimClient:
                 )
             except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as exc:
                 if last:
-                    raise Unavailable(
+                    raise ServiceUnavailable(
                         self._clean(
                             f"{what}: no answer from {self.base_url} after {attempts} "
                             f"attempt{'s' if attempts > 1 else ''} "
@@ -474,7 +478,7 @@ class SimClient:
                 self._sleep(self._pause(attempt, None))
                 continue
             except httpx.HTTPError as exc:
-                raise ServiceError(
+                raise RemoteError(
                     self._clean(f"{what}: {type(exc).__name__}: {exc}"), idempotency_key=key
                 ) from None
             if response.is_success:
@@ -501,15 +505,15 @@ class SimClient:
         retry_after: float | None,
         key: str | None,
         attempts: int,
-    ) -> ServiceError:
+    ) -> RemoteError:
         status = response.status_code
         error: dict[str, Any] = self._scrub(_error_object(response))
         code = str(error.get("code") or response.reason_phrase or "error").strip()
         text = str(error.get("message") or "").strip() or response.reason_phrase or "refused"
         message = f"{what}: {status} {code}: {text}"
-        cls = _ERRORS.get(status, ServiceError)
+        cls = _ERRORS.get(status, RemoteError)
         issues: list[dict[str, Any]] = []
-        if cls is Invalid:
+        if cls is InvalidRequest:
             issues = _issues(error)
             shown = "; ".join(_issue_line(i) for i in issues[:_MAX_ISSUES_SHOWN])
             if shown:
@@ -517,22 +521,22 @@ class SimClient:
             if len(issues) > _MAX_ISSUES_SHOWN:
                 message += f" (and {len(issues) - _MAX_ISSUES_SHOWN} more)"
             message += "; fix the request and send it anew"
-        elif cls is Unauthorized:
+        elif cls is NotAuthenticated:
             message += (
                 f"; the token is read from {self.token_source}: "
                 "point it at a file holding a token the service knows"
             )
-        elif cls is Forbidden:
+        elif cls is NotPermitted:
             message += (
                 f"; the token from {self.token_source} may not act on this tenant or namespace"
             )
-        elif cls in (RateLimited, Unavailable):
+        elif cls in (RateLimited, ServiceUnavailable):
             if retry_after is not None and retry_after > self.max_wait:
                 message += f" (the service asks to retry after {retry_after:g} s)"
             elif attempts > 1:
                 message += f" (gave up after {attempts} attempts)"
             message += _key_hint(key)
-        details: dict[str, Any] = {"errors": issues} if cls is Invalid else {}
+        details: dict[str, Any] = {"errors": issues} if cls is InvalidRequest else {}
         return cls(
             self._clean(message),
             status=status,
@@ -601,7 +605,7 @@ def _seq(event: Mapping[str, Any]) -> int:
 
 def _field(data: Mapping[str, Any], name: str, what: str) -> Any:
     if data.get(name) is None:
-        raise ServiceError(f"{what}: the service's answer has no {name}", code="bad_body")
+        raise RemoteError(f"{what}: the service's answer has no {name}", code="bad_body")
     return data[name]
 
 
@@ -609,13 +613,13 @@ def _json_object(response: httpx.Response, what: str) -> dict[str, Any]:
     try:
         data = response.json()
     except ValueError:
-        raise ServiceError(
+        raise RemoteError(
             f"{what}: the service answered {response.status_code} with a body that is not JSON",
             status=response.status_code,
             code="bad_body",
         ) from None
     if not isinstance(data, dict):
-        raise ServiceError(
+        raise RemoteError(
             f"{what}: the service answered {response.status_code} with JSON that is not an object",
             status=response.status_code,
             code="bad_body",
@@ -717,18 +721,18 @@ def _key_hint(key: str | None) -> str:
 
 __all__ = [
     "TERMINAL",
-    "BadRequest",
-    "Conflict",
+    "CursorExpired",
     "EventPage",
-    "Forbidden",
-    "Gone",
-    "Invalid",
-    "NotFound",
+    "InvalidRequest",
+    "MalformedRequest",
+    "NoSuchResource",
+    "NotAuthenticated",
+    "NotPermitted",
     "RateLimited",
-    "ServiceError",
+    "RemoteError",
+    "ServiceUnavailable",
     "SimClient",
     "StartedRun",
-    "Unauthorized",
-    "Unavailable",
+    "StateConflict",
     "load_token",
 ]

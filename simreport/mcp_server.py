@@ -362,7 +362,7 @@ def _tool_errors(fn: Callable[P, R]) -> "Callable[P, R | CallToolResult]":
             message = redact_text(exc.one_line())
             _log.info("tool %s failed: %s", fn.__name__, message)
             return failed(message)
-        except Exception as exc:
+        except Exception as exc:  # a tool's boundary: its bug is the client's error, logged
             trace = "".join(traceback.format_exception(exc)).rstrip()
             _log.error("tool %s failed\n%s", fn.__name__, redact_text(trace))
             return failed(redact_text(f"internal error: {type(exc).__name__}: {exc}"))

@@ -2,7 +2,8 @@
 their events, fetch their evidence and cancel them, through simreport.client.
 
 Thin: parses arguments, calls the client and prints tables (or JSON with --json). The client's
-errors become one line on stderr and exit code 2; the token is read from a file and never shown.
+errors (`RemoteError`, a `SimreportError`) become one line on stderr and exit code 2; the token
+is read from a file and never shown.
 httpx is imported when a remote command runs, not when the CLI starts.
 """
 

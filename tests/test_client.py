@@ -28,13 +28,13 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from simreport.client import (
-    Conflict,
-    Forbidden,
-    Invalid,
+    InvalidRequest,
+    NotAuthenticated,
+    NotPermitted,
     RateLimited,
+    ServiceUnavailable,
     SimClient,
-    Unauthorized,
-    Unavailable,
+    StateConflict,
 )
 
 TOKEN = "tok-5ecret-abcdef0123456789"
@@ -386,7 +386,7 @@ def test_503_gives_up_after_the_allowed_retries_and_names_the_key(
 ) -> None:
     for _ in range(4):
         service.push(Reply("POST", RUNS, 503, _error("queue_full", "the queue is full")))
-    with pytest.raises(Unavailable) as caught:
+    with pytest.raises(ServiceUnavailable) as caught:
         client.start_run("refund_desk", "1.0.0")
     keys = {s.headers["idempotency-key"] for s in service.requests("POST", RUNS)}
     assert len(service.requests("POST", RUNS)) == 4 and len(sleeps) == 3
@@ -419,7 +419,7 @@ def test_no_service_at_all_is_unavailable_after_bounded_attempts(sleeps: Sleeps)
         port = sock.getsockname()[1]
     # Nothing listens on the port now.
     client = SimClient(f"http://127.0.0.1:{port}", TOKEN, max_retries=2, sleep=sleeps)
-    with client, pytest.raises(Unavailable) as caught:
+    with client, pytest.raises(ServiceUnavailable) as caught:
         client.run_status("run-1")
     assert len(sleeps) == 2
     assert "after 3 attempts" in str(caught.value)
@@ -444,7 +444,7 @@ def test_409_on_start_run_reads_the_state_and_does_not_retry(
             ),
         )
     )
-    with pytest.raises(Conflict) as caught:
+    with pytest.raises(StateConflict) as caught:
         client.start_run("refund_desk", "1.0.0", idempotency_key="k-1")
     assert len(service.requests("POST", RUNS)) == 1 and sleeps == []
     assert [s.path for s in service.requests("GET")] == [f"{RUNS}/run-first"]
@@ -457,7 +457,7 @@ def test_409_on_cancel_of_an_ended_run_carries_its_state(
     service: FakeService, client: SimClient, sleeps: Sleeps
 ) -> None:
     service.add_run("run-1", terminal=True)
-    with pytest.raises(Conflict) as caught:
+    with pytest.raises(StateConflict) as caught:
         client.cancel("run-1", reason="too late")
     assert len(service.requests("POST")) == 1 and sleeps == []
     assert caught.value.state is not None
@@ -494,7 +494,7 @@ def test_422_raises_with_located_errors_and_is_not_retried(
     service.push(
         Reply("POST", path, 422, _error("unprocessable", "spec fails the schema", issues=issues))
     )
-    with pytest.raises(Invalid) as caught:
+    with pytest.raises(InvalidRequest) as caught:
         client.submit_version("scn-1", "1.0.0", {"agents": [{}]}, source="test")
     assert len(service.requests("POST", path)) == 1 and sleeps == []
     assert [e["path"] for e in caught.value.errors] == ["agents.0.role", "execution.seed"]
@@ -506,7 +506,7 @@ def test_422_raises_with_located_errors_and_is_not_retried(
 def test_401_names_the_token_setting_never_the_token(service: FakeService) -> None:
     wrong = "wrong-7oken-0123456789"
     client = SimClient(service.url, wrong, sleep=Sleeps())
-    with client, pytest.raises(Unauthorized) as caught:
+    with client, pytest.raises(NotAuthenticated) as caught:
         client.run_status("run-1")
     text = str(caught.value)
     assert "--token-file" in text and "SIMREPORT_TOKEN_FILE" in text
@@ -516,7 +516,7 @@ def test_401_names_the_token_setting_never_the_token(service: FakeService) -> No
 
 def test_403_says_the_token_may_not_act_here(service: FakeService, client: SimClient) -> None:
     service.push(Reply("GET", f"{RUNS}/run-x", 403, _error("forbidden", "other namespace")))
-    with pytest.raises(Forbidden) as caught:
+    with pytest.raises(NotPermitted) as caught:
         client.run_status("run-x")
     assert "other namespace" in str(caught.value) and "--token-file" in str(caught.value)
 
@@ -755,7 +755,7 @@ def test_remote_commands_against_the_real_service(tmp_path: Path) -> None:
         first = client.start_run(scenario_id, version, seed=8, idempotency_key="e2e-key")
         again = client.start_run(scenario_id, version, seed=8, idempotency_key="e2e-key")
         assert first == again
-        with pytest.raises(Conflict):
+        with pytest.raises(StateConflict):
             client.start_run(scenario_id, version, seed=9, idempotency_key="e2e-key")
 
         wrong = tmp_path / "wrong-token"

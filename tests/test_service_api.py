@@ -28,8 +28,9 @@ from service_helpers import add_agent, free_port, simreport_command, write_agent
 from simreport.core.errors import InputError, SchemaError
 from simreport.ledger import connect
 from simreport.ledger import tables as t
-from simreport.service.auth import Refused, load_tokens
+from simreport.service.auth import load_tokens
 from simreport.service.config import ServiceSettings, settings_from_options
+from simreport.service.errors import Refused
 
 ROOT = Path(__file__).resolve().parents[1]
 REFUND_DESK = ROOT / "examples" / "refund_desk"

@@ -585,7 +585,7 @@ def test_run_folders_left_by_a_killed_worker_are_removed_by_the_next(
     """A worker killed outright cannot remove its scratch run folders; the next worker to
     start removes those whose worker is gone, and leaves a running worker's and anything
     else alone."""
-    from simreport.service import worker as w
+    from simreport.service import scratch as w
 
     monkeypatch.setattr(w, "_scratch", lambda: str(tmp_path))
     monkeypatch.setattr(w.tempfile, "gettempdir", lambda: str(tmp_path))

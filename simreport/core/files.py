@@ -392,7 +392,7 @@ def write_atomic(path: str | Path, data: str | bytes, *, durable: bool = True) -
         # mkstemp creates 0600; results and pages are meant to be read by others (web servers).
         os.chmod(tmp, 0o644)
         os.replace(tmp, target)
-    except BaseException as exc:
+    except BaseException as exc:  # whatever stopped it: no temporary file stays, and it is raised
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         if isinstance(exc, OSError) and exc.filename is None:

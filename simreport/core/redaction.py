@@ -78,7 +78,7 @@ def redact_url(url: str) -> str:
         if hash_mark and "=" in fragment:
             fragment = _redact_params(fragment)
         return head + hash_mark + fragment
-    except Exception:  # a redactor that fails must not leak what it was given
+    except Exception:  # fail safe: a redactor that fails must not leak what it was given
         return MARK
 
 
@@ -86,7 +86,7 @@ def redact_text(text: str) -> str:
     """Free text (an error message, a log line) with every URL in it redacted."""
     try:
         return _URL_IN_TEXT.sub(lambda m: redact_url(m.group(0)), text)
-    except Exception:
+    except Exception:  # fail safe: a redactor that fails must not leak what it was given
         return MARK
 
 
@@ -131,7 +131,7 @@ def url_secrets(url: str | None) -> tuple[str, ...]:
             name, eq, value = piece.partition("=")
             if eq and value and is_secret_name(name):
                 found += [value, unquote_plus(value)]
-    except Exception:
+    except Exception:  # fail safe: the credentials found so far are still blanked out
         pass
     unique = {s for s in found if len(s) >= _MIN_SECRET_LENGTH and s != MARK}
     return tuple(sorted(unique, key=lambda s: (-len(s), s)))
@@ -153,7 +153,7 @@ def secret_forms(secret: str) -> set[str]:
             forms.update(
                 line.strip() for line in secret.splitlines() if len(line.strip()) >= _MIN_LINE
             )
-    except Exception:
+    except Exception:  # fail safe: the secret as it is, and the forms found so far, stay
         pass
     return {f for f in forms if len(f) >= _MIN_SECRET_LENGTH}
 
@@ -172,7 +172,7 @@ def redact_secrets(text: str, secrets: Iterable[str | None]) -> str:
                 forms |= secret_forms(secret)
         for form in sorted(forms, key=len, reverse=True):
             text = text.replace(form, TEXT_MARK)
-    except Exception:
+    except Exception:  # fail safe: a redactor that fails must not leak what it was given
         return MARK
     return redact_text(text)
 

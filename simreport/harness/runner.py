@@ -480,7 +480,7 @@ def execute_jobs(
                 # Another batch stopped the shared pool after an interrupt: this run never
                 # started, and is no failure of its own.
                 raise Interrupted("the run pool was stopped before this run started") from None
-            except Exception as exc:
+            except Exception as exc:  # failure is data: a raising run is one failed run
                 result = _harness_failure(job, type(exc).__name__, str(exc) or type(exc).__name__)
             record(job, result)
             if _interrupted(result):
@@ -532,7 +532,7 @@ def _run_guarded(job: RunJob) -> RunResult:
         return RunResult.model_validate(_execute(job))
     except Interrupted:
         raise KeyboardInterrupt from None  # never started: nothing to record
-    except Exception as exc:  # the kernel should not raise; if it does, record it
+    except Exception as exc:  # failure is data: the kernel should not raise; if it does, record it
         return _harness_failure(job, type(exc).__name__, str(exc) or type(exc).__name__)
 
 
@@ -594,12 +594,12 @@ def _pool_round(
                 continue
             except Interrupted:
                 raise KeyboardInterrupt from None  # the workers were told to stop
-            except Exception as exc:  # a raising worker is one failed run
+            except Exception as exc:  # failure is data: a raising worker is one failed run
                 result = _harness_failure(job, type(exc).__name__, str(exc) or type(exc).__name__)
             record(job.index, result)
             if _interrupted(result):
                 raise KeyboardInterrupt
-    except BaseException:
+    except BaseException:  # whatever stopped it: the pool is stopped, and it is raised
         stop_pool(pool, futures, since=since)
         raise
     pool.shutdown(wait=True)

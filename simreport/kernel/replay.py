@@ -102,7 +102,8 @@ def _replay_error(root: Path, failure: FailureInfo | None) -> str | None:
         return None
     recorded: FailureInfo | None = None
     if (root / "result.json").is_file():
-        with contextlib.suppress(Exception):
+        # A result.json that cannot be read or is not a result: nothing recorded to compare.
+        with contextlib.suppress(OSError, ValueError):
             recorded = RunResult.model_validate(read_json(root / "result.json")).failure
     if recorded is not None and (recorded.stage, recorded.type) == (failure.stage, failure.type):
         return None

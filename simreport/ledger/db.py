@@ -356,6 +356,12 @@ def as_utc(value: datetime | None) -> datetime | None:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
+def utc_text(value: datetime | None) -> str | None:
+    """A timestamp read from the ledger as its readers show it: ISO 8601 in UTC, with `Z`."""
+    moment = as_utc(value)
+    return None if moment is None else moment.isoformat().replace("+00:00", "Z")
+
+
 def utc_now() -> datetime:
     return datetime.now(UTC)
 

@@ -202,7 +202,7 @@ def _ingest_batch(engine: Engine, paths: Sequence[Path], tenant: str, group: int
     try:
         prepare_once(engine)
         recorded = _recorded_contents(engine, [run_id for _, _, run_id in read if run_id])
-    except Exception as exc:
+    except Exception as exc:  # failure is data: each run's outcome, said by the caller
         return [(path, exc) for path, _, _ in read]
     outcomes: dict[Path, RunIngest | Exception] = {}
     pending: list[RunRows] = []
@@ -219,7 +219,7 @@ def _ingest_batch(engine: Engine, paths: Sequence[Path], tenant: str, group: int
             pending.append(
                 run_rows(read_run_dir(found), dialect=engine.dialect, tenant=tenant, now=now)
             )
-        except Exception as exc:
+        except Exception as exc:  # failure is data: this run's outcome
             outcomes[path] = exc
             continue
         if len(pending) >= group:
@@ -245,7 +245,7 @@ def _record_group(
     for run in runs:
         try:
             outcomes[run.path] = _record_run(engine, run, tenant)
-        except Exception as exc:
+        except Exception as exc:  # failure is data: this run's outcome
             outcomes[run.path] = exc
     return outcomes
 

@@ -112,7 +112,7 @@ def _pickles(outcome: object) -> bool:
         return True
     try:
         pickle.dumps(outcome)
-    except Exception:
+    except (pickle.PicklingError, TypeError, AttributeError):
         return False
     return True
 

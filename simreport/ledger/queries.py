@@ -14,7 +14,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from ..core.errors import InputError
 from . import tables as t
-from .db import as_utc, reading, utc_now
+from .db import as_utc, reading, utc_now, utc_text
 from .errors import NotRecorded
 from .migrate import check_for_reading
 from .run_evidence import completeness_checks, criterion_evidence
@@ -29,11 +29,6 @@ _STATUS_COLUMNS = {
     "validity": t.run.c.validity_status,
     "evidence": t.run.c.evidence_status,
 }
-
-
-def _iso(value: datetime | None) -> str | None:
-    stamp = as_utc(value)
-    return None if stamp is None else stamp.isoformat().replace("+00:00", "Z")
 
 
 def parse_status(text: str) -> tuple[str, str]:
@@ -150,10 +145,10 @@ def list_runs(
                     "validity": row.validity_status,
                     "evidence": row.evidence_status,
                 },
-                "startedAt": _iso(row.started_at),
-                "endedAt": _iso(row.ended_at),
+                "startedAt": utc_text(row.started_at),
+                "endedAt": utc_text(row.ended_at),
                 "terminalReason": row.terminal_reason,
-                "recordedAt": _iso(row.created_at),
+                "recordedAt": utc_text(row.created_at),
                 "purpose": row.purpose,
             }
             for row in conn.execute(query)
@@ -259,7 +254,7 @@ def show_run(engine: Engine, run_id: str) -> dict[str, Any]:
                 "steps": [
                     {
                         "stage": s.stage,
-                        "at": _iso(s.observed_at),
+                        "at": utc_text(s.observed_at),
                         "records": list((s.detail or {}).get("recordIds", [])),
                     }
                     for s in mine
@@ -286,11 +281,11 @@ def show_run(engine: Engine, run_id: str) -> dict[str, Any]:
             "evidence": run.evidence_status,
             "quality": run.quality_ref,
         },
-        "startedAt": _iso(run.started_at),
-        "endedAt": _iso(run.ended_at),
+        "startedAt": utc_text(run.started_at),
+        "endedAt": utc_text(run.ended_at),
         "terminalReason": run.terminal_reason,
         "traceId": run.trace_id,
-        "recordedAt": _iso(run.created_at),
+        "recordedAt": utc_text(run.created_at),
         "sourceDir": run.source_dir,
         "contentSha256": run.content_sha256,
         "metrics": result.get("metrics", {}),
@@ -353,7 +348,7 @@ def show_run(engine: Engine, run_id: str) -> dict[str, Any]:
             {
                 "buildId": b.build_id,
                 "plan": b.plan_id,
-                "recordedAt": _iso(b.recorded_at),
+                "recordedAt": utc_text(b.recorded_at),
                 "used": b.used,
             }
             for b in builds
@@ -396,7 +391,7 @@ def plan_history(engine: Engine, plan_id: str) -> dict[str, Any]:
         rows.append(
             {
                 "buildId": b.build_id,
-                "recordedAt": _iso(b.recorded_at),
+                "recordedAt": utc_text(b.recorded_at),
                 "planHash": b.plan_hash,
                 "grade": b.grade,
                 "gradeReasons": b.grade_reasons,
@@ -418,7 +413,7 @@ def plan_history(engine: Engine, plan_id: str) -> dict[str, Any]:
         "planId": plan.plan_id,
         "title": plan.title,
         "file": plan.file,
-        "firstRecordedAt": _iso(plan.created_at),
+        "firstRecordedAt": utc_text(plan.created_at),
         "builds": rows,
     }
 
@@ -467,7 +462,7 @@ def list_assets(engine: Engine, *, runs_listed: int = 5) -> list[dict[str, Any]]
             "sha256": v.content_sha256,
             "owner": v.owner,
             "contentRef": v.content_ref,
-            "firstSeenAt": _iso(v.created_at),
+            "firstSeenAt": utc_text(v.created_at),
             "runCount": len(runs.get((v.asset_id, v.version), [])),
             "runs": runs.get((v.asset_id, v.version), [])[:runs_listed],
         }

@@ -229,7 +229,7 @@ class LedgerRecorder:
             return
         try:
             done = ingest_run(engine, paths[0])
-        except Exception as exc:
+        except Exception as exc:  # failure is data: the build goes on, the problem is said
             self._refused(paths[0], exc)
             return
         self._recorded(done)
@@ -269,7 +269,7 @@ class LedgerRecorder:
             return
         try:
             done = record_evaluations(engine, paths)
-        except Exception as exc:
+        except Exception as exc:  # failure is data: the build goes on, the problem is said
             self._problem(f"the evaluations of {paths[0].parent}", exc)
             return
         for path, outcome in done:
@@ -291,7 +291,7 @@ class LedgerRecorder:
             return
         try:
             done = ingest_build(engine, path)
-        except Exception as exc:
+        except Exception as exc:  # failure is data: the build goes on, the problem is said
             self._problem(f"the build of {path}", exc)
             return
         if done.outcome == "recorded":

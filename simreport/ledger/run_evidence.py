@@ -2,9 +2,9 @@
 could not be observed), evidence per criterion and completeness checks.
 
 The one place these are read back: `simreport ledger show` (queries.py) and the run service's
-evidence package (service/queue.py) both read them here, each inside a read transaction of its
-own and after checking that the run is theirs to show. Ids are the run's own (`obs-1`, not the
-ledger's `<run id>/obs-1`); values are the JSON the run wrote.
+evidence package (service/queue/reads.py) both read them here, each inside a read transaction
+of its own and after checking that the run is theirs to show. Ids are the run's own (`obs-1`,
+not the ledger's `<run id>/obs-1`); values are the JSON the run wrote.
 """
 
 from __future__ import annotations

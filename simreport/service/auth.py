@@ -32,7 +32,9 @@ from ..core.errors import DocumentError, InputError
 from ..core.files import Document, load_document, parse_document
 from ..core.schema import Model
 from ..core.validation import validate_model
+from ..core.values import Int64
 from .config import OPTIONS, ServiceSettings
+from .errors import Forbidden, Unauthenticated
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -40,20 +42,6 @@ if TYPE_CHECKING:
 DEFAULT_TENANT: Final = "local"
 BARE_TOKEN_NAME: Final = "default"
 MIN_TOKEN_LENGTH: Final = 16
-
-
-class Refused(Exception):
-    """A request the service will not serve: its status, a stable code and a message, and the
-    headers the answer needs (WWW-Authenticate on 401)."""
-
-    def __init__(
-        self, status: int, code: str, message: str, headers: Mapping[str, str] | None = None
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-        self.headers = dict(headers or {})
 
 
 class TokenEntry(Model):
@@ -78,7 +66,7 @@ class TokenEntry(Model):
     namespaces: list[str] | Literal["*"] = Field(
         "*", description='the namespaces the token may use, or "*" for all of its tenant'
     )
-    max_concurrent_runs: int | None = Field(
+    max_concurrent_runs: Int64 | None = Field(
         None, ge=1, description="runs pending or running at once for this token"
     )
 
@@ -111,27 +99,19 @@ class Tokens:
     """The settings that provide tokens, as a 401 names them when there are none."""
 
     def authenticate(self, authorization: str | None) -> Principal:
-        """The principal an Authorization header proves, or Refused(401)."""
-        challenge = {"WWW-Authenticate": "Bearer"}
+        """The principal an Authorization header proves, or Unauthenticated."""
         if not self.by_digest:
-            raise Refused(
-                401,
-                "no_tokens_configured",
+            raise Unauthenticated(
                 f"this service has no API tokens configured: set {self.setting}",
-                challenge,
+                code="no_tokens_configured",
             )
         scheme, _, credential = (authorization or "").strip().partition(" ")
         credential = credential.strip()
         if scheme.lower() != "bearer" or not credential:
-            raise Refused(
-                401,
-                "unauthenticated",
-                "an `Authorization: Bearer <token>` header is required",
-                challenge,
-            )
+            raise Unauthenticated("an `Authorization: Bearer <token>` header is required")
         principal = self.by_digest.get(token_sha256(credential))
         if principal is None:
-            raise Refused(401, "unauthenticated", "the bearer token is not known", challenge)
+            raise Unauthenticated("the bearer token is not known")
         return principal
 
 
@@ -229,12 +209,8 @@ def check_namespace(engine: Engine, principal: Principal, kind: ResourceKind, id
         raise forbidden_namespace(principal, namespace)
 
 
-def forbidden_namespace(principal: Principal, namespace: str) -> Refused:
-    return Refused(
-        403,
-        "forbidden",
-        f"the token {principal.name!r} may not use the namespace {namespace!r}",
-    )
+def forbidden_namespace(principal: Principal, namespace: str) -> Forbidden:
+    return Forbidden(f"the token {principal.name!r} may not use the namespace {namespace!r}")
 
 
 def resource_namespace(engine: Engine, tenant: str, kind: ResourceKind, ident: str) -> str | None:

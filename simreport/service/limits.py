@@ -15,7 +15,7 @@ with its httptools protocol subclassed (`uvicorn.run(http=...)`), which enforces
   as its chunks pass the limit, with nothing more buffered;
 - a body within `body_timeout` seconds of its headers (408 `request_timeout`).
 
-A refusal is the service's one error shape (the app's `_error_response`), sent with
+A refusal is the service's one error shape (`refusals.error_response`), sent with
 `Connection: close`; then the connection reads and drops what the client still sends, for up
 to LINGER_SECONDS, so the client can read the answer before it is closed (closing a socket with
 unread data resets it, and the answer can be lost). The application never sees the request, or

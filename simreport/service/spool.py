@@ -156,7 +156,7 @@ class Spool:
                     raise
                 folder = self.folder / f"{name}.{uuid.uuid4().hex[:8]}"
                 os.rename(new, folder)
-        except BaseException:
+        except BaseException:  # whatever stopped it: nothing half-made stays, and it is raised
             shutil.rmtree(new, ignore_errors=True)
             os.close(lock)
             raise

@@ -157,6 +157,8 @@ class WorkerPool:
             while not self._closing.is_set():
                 try:
                     self._watch()
+                # The supervisor's boundary: were its thread to end, dead workers would stay
+                # dead; whatever failed is logged and the workers are looked at again.
                 except Exception:
                     log.exception(
                         "watching the workers failed; looking again in %g s", WATCH_SECONDS

@@ -17,7 +17,7 @@ from simreport.core.errors import SchemaError
 from simreport.core.schema import CategoricalField, ConstantField, Model, RunResult
 from simreport.core.values import INT64_MAX, INT64_MIN
 from simreport.kernel import validate_scenario
-from simreport.service import app
+from simreport.service import models
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,7 +34,8 @@ def _subclasses(cls: type[BaseModel]) -> Iterator[type[BaseModel]]:
 
 
 MODELS = sorted(
-    {*_subclasses(Model), *_subclasses(app._Body)}, key=lambda m: (m.__module__, m.__qualname__)
+    {*_subclasses(Model), *_subclasses(models.RequestBody)},
+    key=lambda m: (m.__module__, m.__qualname__),
 )
 
 

@@ -697,7 +697,7 @@ class PythonAgent(_ChatAgent):
     def complete(self, body: dict[str, Any]) -> Any:
         try:
             return self.function(body)
-        except Exception as exc:
+        except Exception as exc:  # failure is data: whatever the agent's code raises is its crash
             raise AgentError("sut_crashed", f"{type(exc).__name__}: {exc}") from None
 
 

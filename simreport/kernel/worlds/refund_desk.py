@@ -266,7 +266,7 @@ class TestbedRun:
         self.life.enter("INITIALIZING")
         try:
             self._initialize()
-        except Exception as exc:
+        except Exception as exc:  # failure is data: setting up failed, the run says why
             init_failure = TestbedFailure(
                 f"initializing failed: {type(exc).__name__}: {exc}",
                 stage="initializing",
@@ -289,7 +289,7 @@ class TestbedRun:
             failure = TestbedFailure(exc.message, stage="running", kind=exc.kind)
         except RunError as exc:
             failure = TestbedFailure(exc.message, stage="running", kind=exc.kind)
-        except Exception as exc:
+        except Exception as exc:  # failure is data: the run fails, named by what was raised
             failure = TestbedFailure(
                 f"{type(exc).__name__}: {exc}", stage="running", kind=type(exc).__name__
             )
@@ -302,7 +302,7 @@ class TestbedRun:
         try:
             with self.ctx.cost.timed(ENVIRONMENT):
                 self._drain()
-        except Exception as exc:
+        except Exception as exc:  # failure is data: a validity problem of the run
             problem = f"draining failed: {type(exc).__name__}: {exc}"
             self.validity_problems.append(problem)
             if failure is None:
@@ -1025,7 +1025,7 @@ class TestbedRun:
                 action_entry=self.action_entry,
                 participants={p.id: p.name for p in self.participants.values()},
             )
-        except Exception as exc:  # extraction must not block the run; everything is missing
+        except Exception as exc:  # failure is data: extraction failed, everything is missing
             obs = Observations()
             obs.miss("*", f"extraction failed: {type(exc).__name__}: {exc}")
             self.ctx.count("extractionFailures")
@@ -1061,7 +1061,7 @@ class TestbedRun:
                 order_pattern=user.wording.order_number_pattern,
                 mode=user.mode,
             )
-        except Exception as exc:  # quality control must not block the run: its facts are missing
+        except Exception as exc:  # failure is data: quality control failed, its facts missing
             obs.miss("user.qc.*", f"user quality control failed: {type(exc).__name__}: {exc}")
             self.ctx.count("userQualityFailures")
             return
@@ -1077,14 +1077,15 @@ class TestbedRun:
         """Close the agent's adapter, destroy the run's workspace and credentials. Whether that
         succeeded; a failure is recorded as an alert and makes the run violated."""
         if self.user_provider is not None:
-            with suppress(Exception):  # the user's model connection must not stop cleanup
+            # The user's model connection must not stop cleanup (it holds no record of the run).
+            with suppress(Exception):
                 self.user_provider.close()
             self.user_provider = None
         agent: AgentAdapter | None = getattr(self, "agent", None)
         if agent is not None:
             try:
                 agent.close()
-            except Exception as exc:  # a connection that will not close must not stop cleanup
+            except Exception as exc:  # failure is data: recorded, and cleanup goes on
                 self.log.add(
                     "agent.close_failed",
                     "harness",

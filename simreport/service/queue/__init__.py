@@ -1,0 +1,86 @@
+"""The run service's state, all of it in the ledger: scenarios and their versions, queued runs
+with frozen manifests and leases, their events while they run, what they recorded when they
+end, and every write request's Idempotency-Key. No state lives only in a process, so API
+processes and workers can be restarted or multiplied.
+
+Every function takes an Engine and raises a ServiceError (simreport.service.errors) for what
+the caller asked wrongly; the HTTP app maps those to answers in one place. The modules, one job
+each: `scenarios` (scenarios, versions, review), `manifests` (resolution, pins, the execution
+policy's refusals), `runs` (starting within capacity, cancelling), `leases` (claims, heartbeats,
+reclaiming), `recording` (a worker's events and end), `reads` (statuses, events, evidence),
+`statistics` (for /healthz and /metrics), `idempotency`, and `transaction`.
+"""
+
+from ..errors import Conflict, Gone, LeaseLost, NotFound, ServiceError, Unprocessable
+from .idempotency import IdempotencyKey, Stored, StoredAnswer, idempotent, remember
+from .leases import (
+    CONFIRM_MIN_SECONDS,
+    Claim,
+    Heartbeat,
+    Reclaimed,
+    claim,
+    confirmation_seconds,
+    heartbeat,
+    reclaim_expired,
+)
+from .manifests import get_manifest, operator_resources, refuse_unrunnable
+from .reads import events_after, events_page, evidence, get_run, run_detail
+from .recording import append_events, fail, finish
+from .runs import Capacity, count_active, request_cancel, start_run
+from .scenarios import REVIEW_ACTIONS, create_scenario, review_version, run_document, submit_version
+from .statistics import (
+    CLAIM_TO_FINISH_BUCKETS,
+    Durations,
+    QueueState,
+    RunStatistics,
+    queue_state,
+    run_statistics,
+)
+
+__all__ = [
+    "CLAIM_TO_FINISH_BUCKETS",
+    "CONFIRM_MIN_SECONDS",
+    "REVIEW_ACTIONS",
+    "Capacity",
+    "Claim",
+    "Conflict",
+    "Durations",
+    "Gone",
+    "Heartbeat",
+    "IdempotencyKey",
+    "LeaseLost",
+    "NotFound",
+    "QueueState",
+    "Reclaimed",
+    "RunStatistics",
+    "ServiceError",
+    "Stored",
+    "StoredAnswer",
+    "Unprocessable",
+    "append_events",
+    "claim",
+    "confirmation_seconds",
+    "count_active",
+    "create_scenario",
+    "events_after",
+    "events_page",
+    "evidence",
+    "fail",
+    "finish",
+    "get_manifest",
+    "get_run",
+    "heartbeat",
+    "idempotent",
+    "operator_resources",
+    "queue_state",
+    "reclaim_expired",
+    "refuse_unrunnable",
+    "remember",
+    "request_cancel",
+    "review_version",
+    "run_detail",
+    "run_document",
+    "run_statistics",
+    "start_run",
+    "submit_version",
+]
