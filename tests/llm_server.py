@@ -2,9 +2,10 @@
 
 It binds 127.0.0.1 on a free port, serves `POST /v1/chat/completions` (and `GET /v1/models`) from
 a thread, and can answer validly, answer through a JSON-schema response format, refuse features
-with a 400, rate-limit with Retry-After, fail with 5xx, answer slowly, cut a body short or send
-malformed JSON. It counts calls, keeps every request body and header, and tracks how many requests
-were in flight at once. It never contacts any other address.
+with a 400, rate-limit with Retry-After, fail with 5xx, answer slowly, answer nothing until the
+client hangs up, hold every request until told to answer, cut a body short or send malformed JSON.
+It counts calls and the calls a client gave up on, keeps every request body and header, and tracks
+how many requests were in flight at once. It never contacts any other address.
 
     with FakeLLM(latency=0.05, answer="hash") as server:
         server.push(Reply(status=429, headers={"Retry-After": "1"}))  # the next call only
@@ -17,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import select
 import socket
 import threading
 import time
@@ -27,6 +29,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 ANSWER_MARK = "answer with exactly one of:"
+HANG_LIMIT = 60.0
+"""The longest a hanging reply or a held request waits: a guard against a hung test only."""
 
 Answer = str | Callable[[dict[str, Any], list[str]], str]
 """How the server picks an answer: "first" (the first option), "hash" (an option chosen by a hash
@@ -48,6 +52,9 @@ class Reply:
     """Seconds to wait before answering, on top of the server's latency."""
     truncate: bool = False
     """Announce the whole body, send half of it, then drop the connection."""
+    hang: bool = False
+    """Answer nothing until the client hangs up (counted in `dropped`); a client that waits
+    HANG_LIMIT seconds gets the answer after all, so one without a timeout is told apart."""
     usage: bool = True
     """Report token usage."""
 
@@ -108,6 +115,14 @@ class FakeLLM:
         self.headers: list[dict[str, str]] = []
         self.in_flight = 0
         self.max_in_flight = 0
+        self.dropped = 0
+        """Calls whose client hung up before any answer (see Reply.hang)."""
+        self.held = 0
+        """Requests waiting now to be answered (see `hold`)."""
+        self.holds = 0
+        """Requests that had to wait, all told."""
+        self._answering = threading.Event()  # the gate requests arriving now pass or wait at
+        self._answering.set()
         self._script: deque[Reply] = deque()
         # A server that serves only this many requests at once (the others queue).
         self._gate = threading.BoundedSemaphore(max_parallel) if max_parallel else None
@@ -133,6 +148,34 @@ class FakeLLM:
         """Queue replies for the next calls, in order."""
         with self._lock:
             self._script.extend(replies)
+
+    def hold(self) -> None:
+        """From now on, answer no request until `answer_held` or `release`: each waits, counted
+        in `held`."""
+        with self._lock:
+            if self._answering.is_set():
+                self._answering = threading.Event()
+
+    def answer_held(self) -> None:
+        """Answer the requests held now; hold the later ones."""
+        with self._lock:
+            gate, self._answering = self._answering, threading.Event()
+        gate.set()
+
+    def release(self) -> None:
+        """Answer the requests held, and every later one, as usual."""
+        with self._lock:
+            self._answering.set()
+
+    def wait_until(self, check: Callable[[FakeLLM], bool], timeout: float = HANG_LIMIT) -> bool:
+        """Whether `check(self)` came to hold within `timeout` seconds: the server's threads
+        count a call a client hung up on a moment after the client has moved on."""
+        deadline = time.monotonic() + timeout
+        while not check(self):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)
+        return True
 
     def reset_counts(self) -> None:
         with self._lock:
@@ -165,6 +208,7 @@ class FakeLLM:
         server, self._server = self._server, None
         if server is None:
             return
+        self.release()
         server.shutdown()
         server.server_close()
         with self._lock:
@@ -199,6 +243,18 @@ class FakeLLM:
 
     def respond(self, body: dict[str, Any]) -> tuple[int, dict[str, str], bytes, Reply]:
         """(status, headers, body, reply) for one request body."""
+        with self._lock:
+            gate = self._answering
+            waits = not gate.is_set()
+            if waits:
+                self.held += 1
+                self.holds += 1
+        if waits:
+            try:
+                gate.wait(HANG_LIMIT)
+            finally:
+                with self._lock:
+                    self.held -= 1
         if self._gate is None:
             return self._respond(body)
         with self._gate:
@@ -281,6 +337,16 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(payload)
 
+    def _client_hung_up(self) -> bool:
+        """Wait (HANG_LIMIT seconds at most) for the client to close the connection."""
+        ready, _, _ = select.select([self.connection], [], [], HANG_LIMIT)
+        if not ready:
+            return False
+        try:
+            return self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:  # reset by the client: hung up all the same
+            return True
+
     def do_GET(self) -> None:
         if self.path.rstrip("/") == "/v1/models":
             owner = self.server_owner
@@ -308,6 +374,11 @@ class _Handler(BaseHTTPRequestHandler):
             owner.max_in_flight = max(owner.max_in_flight, owner.in_flight)
         try:
             status, headers, payload, reply = owner.respond(body)
+            if reply.hang and self._client_hung_up():
+                with owner._lock:
+                    owner.dropped += 1
+                self.close_connection = True
+                return
         finally:
             with owner._lock:
                 owner.in_flight -= 1

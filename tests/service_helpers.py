@@ -17,6 +17,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from processes import descendants
 
 AGENTS = """
 import json, os, re, signal, time
@@ -194,10 +195,13 @@ class Cluster:
             ],
         )
 
-    def kill(self, name: str) -> None:
+    def kill(self, name: str) -> set[int]:
+        """SIGKILL the process `name`; the processes it had started, orphaned now."""
         process = self.processes.pop(name)
+        orphans = descendants(process.pid)
         process.send_signal(signal.SIGKILL)
         process.wait(timeout=WAIT)
+        return orphans
 
     def alive(self) -> None:
         for name, process in self.processes.items():

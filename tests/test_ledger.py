@@ -577,6 +577,8 @@ def test_a_pooled_connection_is_pinged_only_after_waiting(
         return real_ping(dbapi_connection)
 
     monkeypatch.setattr(engine.dialect, "do_ping", counted)
+    # The limit moved, not the clock: a wait shorter than an hour, then one longer than -1 s.
+    monkeypatch.setattr(db, "IDLE_PING_SECONDS", 3600.0)
     try:
         with engine.connect() as conn:
             pid = conn.exec_driver_sql("SELECT pg_backend_pid()").scalar()
@@ -584,8 +586,7 @@ def test_a_pooled_connection_is_pinged_only_after_waiting(
             assert conn.exec_driver_sql("SELECT pg_backend_pid()").scalar() == pid
         assert pings == []
         terminate_backend(ledger_url, pid)
-        monkeypatch.setattr(db, "IDLE_PING_SECONDS", 0.0)
-        time.sleep(0.05)
+        monkeypatch.setattr(db, "IDLE_PING_SECONDS", -1.0)
         with db.reading(engine) as conn:
             assert conn.exec_driver_sql("SELECT pg_backend_pid()").scalar() != pid
         assert len(pings) == 1
@@ -786,6 +787,7 @@ from simreport.ledger import connect, ingest_build, ingest_run
 url, go, seed, audit, *runs = sys.argv[1:]
 order = list(runs)
 random.Random(int(seed)).shuffle(order)
+Path(go + "." + seed).touch()  # ready: waiting at the line
 while not Path(go).exists():
     time.sleep(0.01)
 engine = connect(url)
@@ -819,7 +821,13 @@ def test_eight_parallel_writers_lose_nothing(
         )
         for n in range(8)
     ]
-    time.sleep(1.0)  # let every writer start up and wait at the line
+    ready = [go.with_name(f"go.{n}") for n in range(8)]
+    deadline = time.monotonic() + 120  # a guard against a hang: start-up measures nothing here
+    while not all(path.exists() for path in ready):
+        failed = [w for w in writers if w.poll() is not None]
+        assert not failed, failed[0].communicate()[1]
+        assert time.monotonic() < deadline, "the writers did not start"
+        time.sleep(0.05)
     go.touch()
     errors = [w.communicate(timeout=300)[1] for w in writers]
     assert [w.returncode for w in writers] == [0] * 8, "\n".join(errors)

@@ -451,8 +451,9 @@ def test_runs_handed_over_and_not_taken_are_dropped_when_the_job_is_closed(
         busy = threading.Event()
         recorder._submit(lambda: busy.wait(30))
         recorder.record_soon(runs[1])
-        # close() drops the run at once, then waits for the writer thread to be free.
-        threading.Timer(1.0, busy.set).start()
+        # close() drops the run at once, then waits for the writer thread to be free: it is
+        # freed only once the run handed over is dropped (its future cancelled).
+        recorder._soon[-1].add_done_callback(lambda _: busy.set())
         recorder.close()
     assert recorder.complete and not said, said
     assert _rows(ledger_url)["run"] == 1

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from simreport.core.errors import InputError
 from simreport.core.redaction import redact_document
 from simreport.core.versions import design_document, design_sha256
 from simreport.kernel import load_scenario
+from simreport.ledger import db
 from simreport.ledger import tables as t
 from simreport.ledger.errors import (
     AssetVersionChanged,
@@ -487,8 +489,36 @@ def test_two_reviewers_publishing_at_once_exactly_one_wins(
     assert sorted((s.object_id.split(":", 2)[2], s.version) for s in published) == sorted(reviewed)
 
 
+def _waits_for_the_lock(
+    engine: sa.Engine, racer: threading.Thread, monkeypatch: pytest.MonkeyPatch
+) -> Callable[[], bool]:
+    """Whether `racer` waits for a lock another transaction holds: on PostgreSQL a backend that
+    waits on a lock; on SQLite the racer trying for the write lock (which it cannot have)."""
+    if engine.dialect.name == "postgresql":
+        waiting = sa.text(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE wait_event_type = 'Lock' AND datname = current_database()"
+        )
+
+        def postgres() -> bool:
+            with engine.connect() as conn:
+                return bool(conn.execute(waiting).scalar())
+
+        return postgres
+    trying = threading.Event()
+    original = db._begin_immediate_soon
+
+    def begin(dbapi_connection: Any, timeout_ms: int) -> bool:
+        if threading.current_thread() is racer:
+            trying.set()
+        return original(dbapi_connection, timeout_ms)
+
+    monkeypatch.setattr(db, "_begin_immediate_soon", begin)
+    return trying.is_set
+
+
 def test_a_publish_waiting_on_another_reviewers_step_is_refused(
-    engine: sa.Engine, scenario: Path
+    engine: sa.Engine, scenario: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The other reviewer's transaction has moved the version but not committed yet when this
     one starts: once it commits, this one finds the version online and is refused."""
@@ -513,9 +543,13 @@ def test_a_publish_waiting_on_another_reviewers_step_is_refused(
             .values(status="online")
         )
         racer = threading.Thread(target=publish)
+        waiting = _waits_for_the_lock(engine, racer, monkeypatch)
         racer.start()
-        time.sleep(0.5)  # the racer now waits for this transaction
-        assert racer.is_alive()
+        deadline = time.monotonic() + 60  # a guard against a hang, not a measure
+        while not waiting():
+            assert racer.is_alive() and time.monotonic() < deadline, outcome
+            time.sleep(0.01)
+        assert racer.is_alive()  # it waits for this transaction
     racer.join(timeout=60)
 
     assert len(outcome) == 1 and isinstance(outcome[0], ReviewRefused), outcome

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import email.utils
 import json
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from llm_server import FakeLLM, Reply
+from llm_server import HANG_LIMIT, FakeLLM, Reply
 
 from simreport.core.schema import LLMConfig
 from simreport.kernel import run_scenario, validate_scenario
@@ -54,6 +55,7 @@ def _provider(
     server: FakeLLM,
     sleeps: Sleeps | None = None,
     env: dict[str, str] | None = None,
+    clock: Callable[[], float] = time.time,
     **settings: Any,
 ) -> OpenAIProvider:
     config = _config(server.url, **({"apiKeyEnv": KEY_ENV} if env else {}))
@@ -64,6 +66,7 @@ def _provider(
         settings=HttpSettings(**values),
         sleep=sleeps if sleeps is not None else Sleeps(),
         env=env or {},
+        clock=clock,
     )
 
 
@@ -190,14 +193,18 @@ def test_retry_after_in_seconds_is_honoured(server: FakeLLM) -> None:
     assert sleeps == [2.0] and server.calls == 2
 
 
+NOW = 1_767_225_600.0
+"""The clock the provider reads a Retry-After date against (2026-01-01T00:00:00Z)."""
+
+
 def test_retry_after_as_an_http_date_is_honoured(server: FakeLLM) -> None:
-    when = email.utils.formatdate(time.time() + 30, usegmt=True)
+    when = email.utils.formatdate(NOW + 30, usegmt=True)
     server.push(Reply(status=503, headers={"Retry-After": when}))
     sleeps = Sleeps()
-    provider = _provider(server, sleeps)
+    provider = _provider(server, sleeps, clock=lambda: NOW)
     provider.complete(_request())
     provider.close()
-    assert len(sleeps) == 1 and 25 <= sleeps[0] <= 31
+    assert sleeps == [30.0]
 
 
 def test_parse_retry_after() -> None:
@@ -206,8 +213,10 @@ def test_parse_retry_after() -> None:
     assert parse_retry_after("-4") == 0.0
     assert parse_retry_after("soon") is None
     assert parse_retry_after(None) is None
+    assert parse_retry_after(email.utils.formatdate(NOW + 90, usegmt=True), NOW) == 90.0
+    assert parse_retry_after(email.utils.formatdate(NOW - 100, usegmt=True), NOW) == 0.0
     past = email.utils.formatdate(time.time() - 100, usegmt=True)
-    assert parse_retry_after(past) == 0.0
+    assert parse_retry_after(past) == 0.0  # read against the machine's clock by default
 
 
 def test_a_retry_after_beyond_the_cap_fails_at_once(server: FakeLLM) -> None:
@@ -246,21 +255,25 @@ def test_persistent_server_errors_fail_after_the_retries(server: FakeLLM) -> Non
 
 
 def test_a_slow_answer_times_out_and_is_retried(server: FakeLLM) -> None:
-    server.push(Reply(delay=1.0))
-    provider = _provider(server, timeout_seconds=0.2)
-    start = time.perf_counter()
+    # The first call is never answered: only the provider's timeout ends it.
+    server.push(Reply(hang=True))
+    sleeps = Sleeps()
+    provider = _provider(server, sleeps, timeout_seconds=0.2)
     assert provider.complete(_request()).text == "ok"
     provider.close()
-    assert server.calls == 2 and time.perf_counter() - start < 0.9
+    assert server.wait_until(lambda s: s.dropped == 1)
+    assert (server.calls, server.dropped, len(sleeps)) == (2, 1, 1)
 
 
 def test_timeouts_every_time_fail_as_timeout(server: FakeLLM) -> None:
-    server.push(*[Reply(delay=0.6)] * 3)
+    server.push(*[Reply(hang=True)] * 3)
     provider = _provider(server, timeout_seconds=0.15, retries=2)
     with pytest.raises(ProviderError) as caught:
         provider.complete(_request())
     provider.close()
     assert caught.value.kind == "Timeout" and "timed out" in caught.value.message
+    assert "after 3 attempts" in caught.value.message
+    assert server.wait_until(lambda s: s.dropped == 3)
 
 
 def test_a_truncated_body_is_retried(server: FakeLLM) -> None:
@@ -404,19 +417,22 @@ def test_settings_come_from_the_environment() -> None:
 
 
 def test_one_batch_goes_out_concurrently_up_to_the_limit_and_keeps_order() -> None:
+    # Each call is answered only once four are in flight together: a provider that sent fewer
+    # at once would leave the barrier waiting (broken after HANG_LIMIT, failing the calls).
+    # How fast a batch goes is bench/bench_llm.py's measure.
+    together = threading.Barrier(4, timeout=HANG_LIMIT)
+
     def echo(body: dict[str, Any], options: list[str]) -> str:
+        together.wait()
         return options[0]
 
-    with FakeLLM(latency=0.1, answer=echo) as server:
-        provider = _provider(server, max_concurrency=4)
+    with FakeLLM(answer=echo) as server:
+        provider = _provider(server, max_concurrency=4, retries=0)
         requests = [_request(f"Round {i}.", (f"move{i}", "pass")) for i in range(12)]
-        start = time.perf_counter()
         responses = provider.complete_many(requests)
-        seconds = time.perf_counter() - start
         provider.close()
     assert [getattr(r, "text", None) for r in responses] == [f"move{i}" for i in range(12)]
-    assert server.max_in_flight == 4
-    assert seconds < 0.75, f"12 calls of 100 ms with 4 in flight took {seconds:.2f} s"
+    assert server.max_in_flight == 4 and server.calls == 12
 
 
 def test_failures_in_a_batch_come_back_in_place(server: FakeLLM) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 import yaml
+from processes import wait_for
 from prometheus_client.parser import text_string_to_metric_families
 from service_helpers import simreport_command
 from starlette.testclient import TestClient
@@ -203,27 +203,46 @@ def test_restart_backoff_doubles_to_a_minute_and_starts_again_after_a_stable_run
     assert restart_delay(3, 600.0) == 600.0  # a first wait longer than the cap is kept
 
 
+class Monotonic:
+    """A monotonic clock the test moves, counting its reads (the supervisor's thread reads it
+    once before and once after each wait for its workers)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.reads = 0
+
+    def __call__(self) -> float:
+        self.reads += 1
+        return self.now
+
+
 def test_a_worker_that_cannot_reach_the_ledger_counts_its_error_and_waits_to_restart(
     tmp_path: Path,
 ) -> None:
     """A real worker process whose ledger refuses connections: it dies, its failed ledger call is
-    counted in the pool's shared counter, and with a long backoff it is not started again."""
+    counted in the pool's shared counter, and it is started again only once the backoff has
+    passed on the supervisor's clock."""
     settings = ServiceSettings(
         ledger="postgresql+psycopg://simreport@127.0.0.1:1/nowhere",  # refused at once
         workers=1,
         restart_backoff_seconds=600,
         library=tmp_path,
     )
-    pool = WorkerPool(settings)
+    clock = Monotonic()
+    pool = WorkerPool(settings, clock=clock)
     pool.start()
     try:
         assert (pool.asked, pool.restarts) == (1, 0)
-        deadline = time.monotonic() + 60
-        while pool.alive() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert pool.alive() == 0
+        wait_for(lambda: pool.alive() == 0, "the worker to die")
         assert pool.ledger_errors() >= 1
-        assert pool.restarts == 0
+        # One second short of the backoff: three reads later the supervisor has compared it
+        # with the restart due at least once, and waits on.
+        clock.now += 599.0
+        read = clock.reads
+        wait_for(lambda: clock.reads >= read + 3, "the supervisor to look again")
+        assert (pool.alive(), pool.restarts) == (0, 0)
+        clock.now += 1.0
+        wait_for(lambda: pool.restarts == 1, "the restart")
     finally:
         pool.stop(grace_seconds=5)
 

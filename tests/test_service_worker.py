@@ -16,16 +16,19 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from processes import descendants, wait_gone
 from service_helpers import add_agent, write_agents
 from sqlalchemy.engine import Engine
 
 from simreport.core.files import load_document
 from simreport.ledger import tables as t
+from simreport.ledger.db import as_utc
 from simreport.service import queue as q
 from simreport.service.worker import run_worker
 
@@ -242,9 +245,10 @@ def test_a_run_cancelled_while_pending_is_never_executed(
 ) -> None:
     cancelled = queued(engine, library)
     q.request_cancel(engine, cancelled, "changed my mind", tenant=TENANT)
-    with Worker(ledger_url, library) as worker:
-        time.sleep(0.5)
-    assert worker.outcomes == []
+    after = queued(engine, library, name="after")  # queued later: claimed only past the other
+    worker = Worker(ledger_url, library, max_runs=1)
+    worker.join()
+    assert worker.outcomes == [(after, "completed")]
     assert row(engine, cancelled).execution_status == "cancelled"
     assert seqs(engine, cancelled) == []
 
@@ -349,31 +353,50 @@ def test_a_worker_killed_mid_run_loses_the_run_which_ends_crashed(
     try:
         wait_until("the run under way", lambda: len(seqs(engine, run_id)) >= 3)
         assert row(engine, run_id).execution_status == "running"
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=WAIT)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=WAIT)
+        orphans = kill(proc)
     streamed = len(seqs(engine, run_id))
-    assert q.reclaim_expired(engine) == []  # the lease has not run out yet
-    wait_until("the lease to run out", lambda: reclaimed(engine) == [run_id], timeout=10)
+    assert orphans, "the worker had no run process"
+    wait_gone(orphans, "the killed worker's run process to notice and exit")
+    assert reclaimed_once_the_lease_ran_out(engine, run_id) == [run_id]
     ended = row(engine, run_id)
     assert (ended.execution_status, ended.terminal_reason) == ("crashed", "worker_lost")
     assert ended.evidence_status == "partial" and ended.retries == 0
-    time.sleep(0.5)  # the orphaned run process has exited: nothing more arrives
-    assert len(gapless(engine, run_id)) == streamed
+    assert len(gapless(engine, run_id)) == streamed  # nothing arrived after the kill
     assert q.claim(engine, "w-later", lease_seconds=10) is None  # not retried
 
 
-def reclaimed(engine: Engine) -> list[str]:
-    return [lost.run_id for lost in q.reclaim_expired(engine)]
+def reclaimed(engine: Engine, now: datetime) -> list[str]:
+    return [lost.run_id for lost in q.reclaim_expired(engine, now=now)]
 
 
-def kill(proc: subprocess.Popen[str]) -> None:
+def reclaimed_once_the_lease_ran_out(engine: Engine, run_id: str) -> list[str]:
+    """What a reclaimer ends once the run's lease has run out and stayed so: looks at given
+    moments, none waited for. At the lease's end it is not expired yet; just past it, the first
+    look marks the run; a confirmation period later (half the lease, a second at least), the
+    next reclaims it."""
+    held = row(engine, run_id)
+    expires, renewed = as_utc(held.lease_expires_at), as_utc(held.heartbeat_at)
+    assert expires is not None and renewed is not None
+    assert reclaimed(engine, expires) == []
+    assert row(engine, run_id).lease_suspected_at is None
+    past = expires + timedelta(milliseconds=1)
+    assert reclaimed(engine, past) == []
+    assert row(engine, run_id).lease_suspected_at is not None
+    confirmed = past + timedelta(
+        seconds=q.confirmation_seconds((expires - renewed).total_seconds())
+    )
+    assert reclaimed(engine, confirmed - timedelta(milliseconds=1)) == []
+    return reclaimed(engine, confirmed)
+
+
+def kill(proc: subprocess.Popen[str]) -> set[int]:
+    """SIGKILL the worker; the processes it had started, orphaned now."""
+    orphans = descendants(proc.pid)
     if proc.poll() is None:
         proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=WAIT)
+    return orphans
 
 
 def records(engine: Engine, run_id: str) -> list[str]:
@@ -450,8 +473,10 @@ def test_a_retry_whose_worker_is_killed_too_ends_crashed(
     try:
         wait_until("the run under way", lambda: len(seqs(engine, run_id)) >= 3)
     finally:
-        kill(first)
-    wait_until("the lease to run out", lambda: reclaimed(engine) == [run_id], timeout=10)
+        orphans = kill(first)
+    assert orphans, "the worker had no run process"
+    wait_gone(orphans, "the first worker's run process to exit")
+    assert reclaimed_once_the_lease_ran_out(engine, run_id) == [run_id]
     base = row(engine, run_id).event_seq_base
     assert row(engine, run_id).execution_status == "pending" and base > 3
     second = worker_process(ledger_url, library, "--worker-id", "w-second")
@@ -462,13 +487,16 @@ def test_a_retry_whose_worker_is_killed_too_ends_crashed(
             2,
         )
     finally:
-        kill(second)
-    wait_until("the retry's lease to run out", lambda: reclaimed(engine) == [run_id], timeout=10)
+        orphans = kill(second)
+    streamed = len(seqs(engine, run_id))
+    assert orphans, "the worker had no run process"
+    wait_gone(orphans, "the second worker's run process to exit")
+    assert reclaimed_once_the_lease_ran_out(engine, run_id) == [run_id]
     ended = row(engine, run_id)
     assert (ended.execution_status, ended.evidence_status) == ("crashed", "partial")
     assert ended.terminal_reason == "worker_lost: attempt 2, the retry, lost its worker too"
-    time.sleep(0.5)  # the orphaned run process has exited: nothing more arrives
     events = events_of(engine, run_id)
+    assert len(events) == streamed  # nothing arrived after the kill
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
     assert [e["type"] for e in events].count("run_retried") == 1
     assert events[base - 1]["type"] == "run_retried"

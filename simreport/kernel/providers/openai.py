@@ -30,6 +30,7 @@ import os
 import random
 import re
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -443,7 +444,10 @@ class OpenAIProvider(Provider):
         transport: httpx.BaseTransport | None = None,
         sleep: Sleep = interrupt.pause,
         env: Mapping[str, str] | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
+        """`sleep` waits out a backoff; `clock` (epoch seconds) dates a Retry-After given as an
+        HTTP date."""
         super().__init__(config)
         self.settings = settings if settings is not None else HttpSettings.from_config(config, env)
         # Checked now, so a missing key fails the run before it starts; the HTTP client itself
@@ -453,6 +457,7 @@ class OpenAIProvider(Provider):
         self._transport = transport
         self._endpoint: ChatEndpoint | None = None
         self._sleep = sleep
+        self._clock = clock
         self._random = random.Random()
         self._lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(self.settings.max_concurrency)
@@ -611,7 +616,7 @@ class OpenAIProvider(Provider):
                         f"POST {endpoint.shown_url} was refused: {message}",
                         kind="BadRequest" if status == 400 else "HTTPStatus",
                     )
-                wait = parse_retry_after(response.headers.get("retry-after"))
+                wait = parse_retry_after(response.headers.get("retry-after"), self._clock())
             attempt += 1
             if attempt > self.settings.retries:
                 raise ProviderError(
