@@ -18,9 +18,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import __version__
-from .core.arguments import count, int64, positive_int
-from .core.errors import (
+from .. import __version__
+from ..core.arguments import count, int64, positive_int
+from ..core.errors import (
     EXIT_INPUT,
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
@@ -45,8 +45,8 @@ MAX_RUNS_HELP = "allow a plan of up to N runs (conditions × replications; raise
 def _check_options(args: argparse.Namespace) -> None:
     """Refuse an output folder that cannot be one and provider or base URL overrides that every
     run would fail on, naming the option, before anything is written."""
-    from .core.files import check_output_dir
-    from .harness.runner import check_llm_access
+    from ..core.files import check_output_dir
+    from ..harness.runner import check_llm_access
 
     if getattr(args, "out", None) is not None:
         check_output_dir(args.out, name="--out")
@@ -75,10 +75,10 @@ def _ledger_options(p: argparse.ArgumentParser) -> None:
 
 def _recorder(args: argparse.Namespace, results_dir: str | Path) -> Any:
     """The command's LedgerRecorder; a URL that cannot be one is refused before anything runs."""
-    from .ledger.recording import LedgerRecorder
+    from ..ledger.recording import LedgerRecorder
 
     if args.no_ledger and args.ledger:
-        from .core.errors import InputError
+        from ..core.errors import InputError
 
         raise InputError("--ledger and --no-ledger contradict each other", path="--no-ledger")
     return LedgerRecorder.resolve(args.ledger, results_dir=results_dir, enabled=not args.no_ledger)
@@ -87,7 +87,7 @@ def _recorder(args: argparse.Namespace, results_dir: str | Path) -> Any:
 def _ledger_exit(recorder: Any, code: int) -> int:
     """`code`, or EXIT_LEDGER when the ledger did not record everything (a failed run's own
     exit code wins)."""
-    from .ledger.recording import EXIT_LEDGER
+    from ..ledger.recording import EXIT_LEDGER
 
     recorder.close()
     if recorder.complete:
@@ -112,7 +112,7 @@ def _progress_bar() -> Callable[[int, int], None] | None:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from .api import validate
+    from ..api import validate
 
     for path in args.files:
         result = validate(path, max_runs=args.max_runs)
@@ -121,9 +121,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
-    from .analysis.audit_document import audit_json_schema
-    from .core.schema import RunResult, Scenario
-    from .harness.plan import plan_json_schema
+    from ..analysis.audit_document import audit_json_schema
+    from ..core.schema import RunResult, Scenario
+    from ..harness.plan import plan_json_schema
 
     schemas: dict[str, Callable[[], dict[str, Any]]] = {
         "scenario": lambda: Scenario.model_json_schema(by_alias=True),
@@ -136,7 +136,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .api import run
+    from ..api import run
 
     _check_options(args)
     recorder = _recorder(args, Path(args.out).parent)
@@ -163,7 +163,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_conditions(args: argparse.Namespace) -> int:
-    from .api import conditions
+    from ..api import conditions
 
     if args.estimate or args.pilot is not None:
         return _print_estimate(args)
@@ -229,8 +229,8 @@ def _count(value: float | None) -> str:
 
 def _print_estimate(args: argparse.Namespace) -> int:
     """`conditions --estimate`: runs, LLM calls and tokens before running."""
-    from .api import estimate
-    from .core.errors import InputError
+    from ..api import estimate
+    from ..core.errors import InputError
 
     if not args.estimate:
         raise InputError("--pilot goes with --estimate", path="--pilot", expected="--estimate")
@@ -276,7 +276,7 @@ def _print_estimate(args: argparse.Namespace) -> int:
 
 
 def cmd_power(args: argparse.Namespace) -> int:
-    from .api import power
+    from ..api import power
 
     result = power(
         args.plan,
@@ -363,7 +363,7 @@ def cmd_power(args: argparse.Namespace) -> int:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    from .api import audit
+    from ..api import audit
 
     _check_options(args)
     include = True if args.include_incomplete else None
@@ -395,7 +395,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 
 def cmd_analyse(args: argparse.Namespace) -> int:
-    from .api import analyse
+    from ..api import analyse
 
     recorder = _recorder(args, Path(args.audit_dir).parent)
     audit = analyse(
@@ -415,9 +415,9 @@ def cmd_analyse(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from .api import evaluate
-    from .evaluation import SUMMARY_FILE
-    from .ledger.recording import LedgerRecorder
+    from ..api import evaluate
+    from ..evaluation import SUMMARY_FILE
+    from ..ledger.recording import LedgerRecorder
 
     recorder = LedgerRecorder.resolve(args.ledger, results_dir=".") if args.ledger else None
     target = Path(args.path)
@@ -449,7 +449,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from .api import report
+    from ..api import report
 
     path = report(args.audit_dir)
     print(f"report: {path}")
@@ -457,7 +457,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_site(args: argparse.Namespace) -> int:
-    from .api import site
+    from ..api import site
 
     _check_options(args)
     index = site(args.audit_dirs, args.out, title=args.title)
@@ -466,8 +466,8 @@ def cmd_site(args: argparse.Namespace) -> int:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    from .core.canonical import pretty_json
-    from .report.history import diff_audits, diff_lines, load_audit
+    from ..core.canonical import pretty_json
+    from ..report.history import diff_audits, diff_lines, load_audit
 
     diff = diff_audits(load_audit(args.audit_a), load_audit(args.audit_b))
     if args.json:
@@ -479,7 +479,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from .api import serve
+    from ..api import serve
 
     print(f"serving {args.site_dir} at http://{args.host}:{args.port}/ (Ctrl-C stops)")
     sys.stdout.flush()
@@ -634,21 +634,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int64, default=8000)
     p.set_defaults(func=cmd_serve)
 
-    from . import kernel
-    from .doctor import register_cli as register_doctor
-    from .kernel.replay import register_cli as register_replay
-    from .ledger.cli import register_cli as register_ledger
-    from .ledger.review_cli import register_cli as register_review
-    from .mcp_server import register_cli as register_mcp
-    from .remote_cli import register_cli as register_remote
-    from .service.app import register_cli as register_api
-    from .service.worker import register_cli as register_worker
-    from .worlds_catalog import register_cli as register_worlds
+    from ..doctor import register_cli as register_doctor
+    from ..kernel.replay import register_cli as register_replay
+    from ..mcp_server import register_cli as register_mcp
+    from ..remote_cli import register_cli as register_remote
+    from ..service.app import register_cli as register_api
+    from ..service.worker import register_cli as register_worker
+    from ..worlds_catalog import register_cli as register_worlds
+    from .ledger import register_cli as register_ledger
+    from .review import register_cli as register_review
 
     register_doctor(sub)
     register_replay(sub)
     register_ledger(sub)
-    register_review(sub, kernel)
+    register_review(sub)
     register_mcp(sub)
     register_api(sub)
     register_worker(sub)
@@ -660,7 +659,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _stop_on_signals() -> None:
     """SIGTERM stops a command like Ctrl-C: runs end as interrupted runs, nothing is analysed, the
     exit code is 130. A second signal kills the run processes and exits at once."""
-    from .kernel.interrupt import stop_on_signals
+    from ..kernel.interrupt import stop_on_signals
 
     stop_on_signals()
 
@@ -722,7 +721,7 @@ def _ledger_failed(exc: Exception) -> str | None:
     errors = sys.modules.get("sqlalchemy.exc")
     if errors is None or not isinstance(exc, errors.OperationalError):
         return None
-    from .ledger.db import database_message
+    from ..ledger.db import database_message
 
     return f"the ledger's database failed: {database_message(exc)}"
 
@@ -737,11 +736,7 @@ def _internal_error(args: argparse.Namespace, exc: Exception) -> int:
 def _complain(message: str) -> None:
     """One line on stderr: credentials in URLs redacted, control characters made visible (a
     message may quote a plan's or a server's text)."""
-    from .core.files import visible_control_characters
-    from .core.redaction import redact_text
+    from ..core.files import visible_control_characters
+    from ..core.redaction import redact_text
 
     print(f"simreport: {visible_control_characters(redact_text(message))}", file=sys.stderr)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
