@@ -13,9 +13,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from ..core.arguments import int64, positive_int
 from ..core.errors import EXIT_INPUT, EXIT_OK
-from ..ledger.output import print_json, print_table, short_time, shortened
+from .arguments import int64, positive_int
+from .output import print_json, print_table, short_time, shortened
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine

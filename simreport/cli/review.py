@@ -13,8 +13,8 @@ from typing import Any
 
 from ..core.errors import EXIT_OK, InputError
 from ..core.versions import REVIEW_STATUSES
-from ..ledger.output import print_json, print_table, short_time
 from .ledger import command_group, ledger_url_from, open_ledger
+from .output import print_json, print_table, short_time
 
 KINDS = ("scenario", "asset")
 ACTION_HELP = {
