@@ -17,9 +17,8 @@ path: what was wrong); the server itself keeps running.
 
 # No `from __future__ import annotations`: the tools' annotations are evaluated where the tools
 # are defined, inside build_server, so pydantic and the SDK are imported only when a server is
-# built and `register_cli` costs the command line nothing.
+# built and `simreport mcp`'s registration costs the command line nothing.
 
-import argparse
 import contextlib
 import functools
 import logging
@@ -526,15 +525,6 @@ def build_server(results_root: str | Path = DEFAULT_RESULTS) -> "MCPServer[Any]"
 # --------------------------------------------------------------------------- entry points
 
 
-def _add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--results",
-        default=DEFAULT_RESULTS,
-        metavar="DIR",
-        help="the results root holding the audit directories (default: results)",
-    )
-
-
 def serve_stdio(results_root: str | Path) -> int:
     """Serve over stdin/stdout until the client disconnects."""
     try:
@@ -544,31 +534,8 @@ def serve_stdio(results_root: str | Path) -> int:
     return EXIT_OK
 
 
-def cmd_mcp(args: argparse.Namespace) -> int:
-    return serve_stdio(args.results)
-
-
-def register_cli(subparsers: "argparse._SubParsersAction[Any]") -> None:
-    """Add `simreport mcp [--results DIR]` to the CLI's subcommands."""
-    parser = subparsers.add_parser(
-        "mcp", help="serve the audits to MCP clients over stdio (Model Context Protocol)"
-    )
-    _add_arguments(parser)
-    parser.set_defaults(func=cmd_mcp)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="simreport mcp", description="Serve simreport audits over MCP (stdio)."
-    )
-    _add_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        return serve_stdio(args.results)
-    except SimreportError as exc:
-        print(f"simreport: {exc.one_line()}", file=sys.stderr)
-        return exc.exit_code
-
-
 if __name__ == "__main__":
+    # `python -m simreport.mcp_server [--results DIR]`: the command line's `simreport mcp`.
+    from .cli.mcp import main
+
     sys.exit(main())

@@ -1,4 +1,5 @@
-"""`simreport worlds`: what each world takes and reports, read from its declarations.
+"""The worlds' catalogue: what each world takes and reports, read from its declarations (`simreport
+worlds` prints it).
 
 For every registered world: its parameters (name, type, default, allowed values, description),
 its metrics and distributions, and the TRAILS templates whose default target exists in a scenario
@@ -7,15 +8,14 @@ of that world; then what an external simulator takes and reports.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .core.errors import EXIT_OK, InputError, UnknownOverride
+from .core.errors import InputError, UnknownOverride
 from .core.overrides import get_path
-from .core.schema import Scenario, WorldParams, set_world_params_source
+from .core.schema import Scenario, WorldParams
 
 if TYPE_CHECKING:
     from .kernel.world import World
@@ -303,34 +303,3 @@ def _value(value: Any) -> str:
     if isinstance(value, str):
         return value
     return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
-
-
-# --------------------------------------------------------------------------- command line
-
-
-def cmd_worlds(args: argparse.Namespace) -> int:
-    catalog = world_catalog(args.world)
-    if args.json:
-        print(json.dumps(catalog, indent=2, ensure_ascii=False))
-    else:
-        print(format_catalog(catalog))
-    return EXIT_OK
-
-
-def _registered_world_params() -> dict[str, type[WorldParams]]:
-    from .kernel.worlds import WORLDS
-
-    return {name: WORLDS.get(name).Params for name in WORLDS}
-
-
-def register_cli(subparsers: Any) -> None:
-    """Add the `worlds` subcommand to the `simreport` parser's subparsers."""
-    p = subparsers.add_parser(
-        "worlds", help="list each world's parameters, metrics and applicable TRAILS templates"
-    )
-    p.add_argument("world", nargs="?", help="show only this world")
-    p.add_argument("--json", action="store_true", help="print the catalogue as JSON")
-    p.set_defaults(func=cmd_worlds)
-    # `simreport schema scenario` checks `params` per world: the registry loads when a schema
-    # is made, not when the command line starts.
-    set_world_params_source(_registered_world_params)

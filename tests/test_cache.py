@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from llm_server import FakeLLM
 
+from simreport.cli.doctor import register_cli
 from simreport.core.errors import InputError
 from simreport.core.schema import LLMConfig
-from simreport.doctor import register_cli
 from simreport.kernel.providers import (
     ChatRequest,
     ChatResponse,

@@ -22,6 +22,13 @@ TOP = 5  # api, cli and other entry points
 # harness, which will hand it runs), and analysis and report never touch it.
 ONLY = {"ledger": {"core", "ledger"}}
 NEVER = {"analysis": {"ledger"}, "report": {"ledger"}, "evaluation": {"ledger"}}
+REEXPORTED_FROM_THE_CLI = {
+    # The run service's and the remote client's commands still import the argument types and
+    # the printing from where they were; these two modules only re-export them (see
+    # test_cli_layout.py) and go when those commands move into simreport/cli/.
+    ("simreport.core.arguments", "simreport.cli.arguments"),
+    ("simreport.ledger.output", "simreport.cli.output"),
+}
 
 
 def _layer(module: str) -> int:
@@ -79,6 +86,8 @@ def test_imports_point_downward() -> None:
         for imported in _imports(path):
             if imported == "simreport":
                 continue  # the version string
+            if (module, imported) in REEXPORTED_FROM_THE_CLI:
+                continue
             if _layer(imported) > own:
                 problems.append(f"{module} imports {imported}")
             room, other = _room(module), _room(imported)

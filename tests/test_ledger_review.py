@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from simreport.cli.review import ACTION_HELP
 from simreport.core.errors import InputError
 from simreport.core.redaction import redact_document
 from simreport.core.versions import design_document, design_sha256
@@ -40,7 +41,6 @@ from simreport.ledger.review import (
     list_versions,
     transition,
 )
-from simreport.ledger.review_cli import ACTION_HELP
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"

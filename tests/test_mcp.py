@@ -16,7 +16,8 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.types import CallToolResult, TextContent
 
 import simreport
-from simreport.mcp_server import build_server, cmd_mcp, register_cli
+from simreport.cli.mcp import cmd_mcp, register_cli
+from simreport.mcp_server import build_server
 
 REPO = Path(__file__).resolve().parents[1]
 PD_PLAN = REPO / "examples" / "prisoners_dilemma" / "audit.yaml"

@@ -18,11 +18,12 @@ from typing import Any
 import pytest
 from test_testbed_world import lifecycle, records, run, scenario_doc, types
 
+from simreport.cli.replay import register_cli
 from simreport.core.errors import SchemaError
 from simreport.core.overrides import set_path
 from simreport.core.schema import RunResult, Scenario
 from simreport.kernel import load_scenario, run_scenario, validate_scenario
-from simreport.kernel.replay import register_cli, replay_run
+from simreport.kernel.replay import replay_run
 from simreport.kernel.testbed.lifecycle import Lifecycle, LifecycleError
 from simreport.kernel.testbed.records import RecordLog
 from simreport.kernel.worlds import refund_desk

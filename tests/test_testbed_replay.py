@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from simreport.cli.replay import register_cli
 from simreport.kernel import load_scenario, run_scenario, validate_scenario
-from simreport.kernel.replay import register_cli, replay_run
+from simreport.kernel.replay import replay_run
 from simreport.kernel.testbed.records import read_records, record_digest
 from simreport.kernel.testbed.replay import ReplaySource, compare_records
 

@@ -1,35 +1,9 @@
-"""Argument types the command lines share: whole numbers within the signed 64-bit range every
-entry accepts (core/values.py), refused by argparse before anything runs."""
+"""The command line's argument types now live in simreport/cli/arguments.py. The run service's
+and the remote client's commands (service/app.py, service/worker.py, remote_cli.py) still import
+them from here until those commands move into simreport/cli/; then this module goes."""
 
 from __future__ import annotations
 
-import argparse
+from ..cli.arguments import count, int64, positive_int
 
-from .values import INT64_MAX, INT64_MIN
-
-
-def _whole(text: str, least: int) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
-    if value < least:
-        raise argparse.ArgumentTypeError(f"must be at least {least}, not {value}")
-    if value > INT64_MAX:
-        raise argparse.ArgumentTypeError(f"must be at most {INT64_MAX} (2^63 - 1), not {value}")
-    return value
-
-
-def int64(text: str) -> int:
-    """A whole number within the signed 64-bit range, for argparse."""
-    return _whole(text, INT64_MIN)
-
-
-def count(text: str) -> int:
-    """A whole number of at least 0 (a seed, a sequence number), for argparse."""
-    return _whole(text, 0)
-
-
-def positive_int(text: str) -> int:
-    """A whole number of at least 1, for argparse."""
-    return _whole(text, 1)
+__all__ = ["count", "int64", "positive_int"]

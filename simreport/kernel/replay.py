@@ -25,14 +25,12 @@ engine nor the testbed imports it.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from ..core.errors import InputError
-from ..core.files import check_output_dir, read_json
+from ..core.files import read_json
 from ..core.schema import FailureInfo, RunResult, Scenario
 from .engine import run_scenario
 from .testbed.records import RECORDS_FILE, read_records
@@ -110,28 +108,4 @@ def _replay_error(root: Path, failure: FailureInfo | None) -> str | None:
     return f"the replayed run failed in {failure.stage}: {failure.type}: {failure.message}"
 
 
-# --------------------------------------------------------------------------- command line
-
-
-def cmd_replay(args: argparse.Namespace) -> int:
-    if args.out is not None:
-        check_output_dir(args.out, name="--out")
-    report = replay_run(args.run_dir, args.out)
-    print(report.summary())
-    if report.error is not None:
-        return REPLAY_ERROR
-    return 0 if report.ok else 1
-
-
-def register_cli(subparsers: Any) -> None:
-    """Add `simreport replay <runDir> [--out DIR]` to the command line's subcommands."""
-    p = subparsers.add_parser(
-        "replay",
-        help="re-run a testbed run from its recorded responses and faults; compare the records",
-    )
-    p.add_argument("run_dir", help="a refund_desk run directory (with records.jsonl)")
-    p.add_argument("--out", help="where to write the replayed run (default: a temporary folder)")
-    p.set_defaults(func=cmd_replay)
-
-
-__all__ = ["REPLAY_ERROR", "cmd_replay", "register_cli", "replay_run"]
+__all__ = ["REPLAY_ERROR", "replay_run"]

@@ -7,7 +7,7 @@ the status their headers give; after that only `transition` moves a status, as a
 in the transaction that records the step, so of two reviewers racing exactly one moves it.
 The ledger never imports the kernel: whoever imports hands over the kernel's scenario loader
 (`simreport.kernel.load_scenario`), so a version's design digest is the one its runs record.
-`simreport review …` (review_cli.py) is the command line over these functions.
+`simreport review …` (cli/review.py) is the command line over these functions.
 
     import_scenario(engine, "examples/refund_desk/scenario.yaml", load=load_scenario)
     transition(engine, "scenario", "refund-timeout-retry", "1.3.0", "submit", reviewer="ana")

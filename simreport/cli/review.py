@@ -1,24 +1,20 @@
 """`simreport review …`: import scenario files and their asset libraries into the ledger, move
 versions through review, list them and show their history.
 
-Thin, like `simreport ledger …` (whose ledger options and printing it shares): it parses
-arguments, calls review.py and prints tables (or JSON with --json). The database libraries are
-imported when a review command runs, not when the CLI starts.
+Thin, like `simreport ledger …` (whose ledger options it shares): it parses arguments, calls
+ledger/review.py and prints tables (or JSON with --json). The database libraries are imported when
+a review command runs, not when the CLI starts.
 """
 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
 from ..core.errors import EXIT_OK, InputError
 from ..core.versions import REVIEW_STATUSES
-from .cli import command_group, ledger_url_from, open_ledger
+from .ledger import command_group, ledger_url_from, open_ledger
 from .output import print_json, print_table, short_time
-
-if TYPE_CHECKING:
-    from .review import LoadedScenario
 
 KINDS = ("scenario", "asset")
 ACTION_HELP = {
@@ -31,16 +27,8 @@ ACTION_HELP = {
 """The review actions as the command line offers them (review.ACTIONS decides what they do)."""
 
 
-class Kernel(Protocol):
-    """What the review commands need of the kernel: its scenario loader."""
-
-    def load_scenario(self, path: str | Path, /) -> LoadedScenario: ...
-
-
-def register_cli(sub: Any, kernel: Kernel) -> None:
-    """Add the `review` command group to the `simreport` parser's subcommands. `kernel` (the
-    simreport.kernel package) reads the scenarios `review import` is given: the ledger never
-    imports the kernel itself."""
+def register_cli(sub: Any) -> None:
+    """Add the `review` command group to the `simreport` parser's subcommands."""
     command = command_group(
         sub,
         "review",
@@ -67,7 +55,6 @@ def register_cli(sub: Any, kernel: Kernel) -> None:
         metavar="NAME",
         help="who imports (recorded with each new version; default: import)",
     )
-    p.set_defaults(kernel=kernel)
 
     for action, help_ in ACTION_HELP.items():
         p = command(action, help_, cmd_transition)
@@ -112,7 +99,7 @@ def _split_ref(ref: str) -> tuple[str, str]:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from .review import list_versions
+    from ..ledger.review import list_versions
 
     with open_ledger(args, must_exist=True) as engine:
         versions = list_versions(engine, kind=args.kind, status=args.status, name=args.name)
@@ -149,12 +136,14 @@ def _last_step(step: dict[str, Any] | None) -> str:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from .db import describe
-    from .review import import_scenario
+    from ..kernel import load_scenario
+    from ..ledger.db import describe
+    from ..ledger.review import import_scenario
 
+    # The ledger never imports the kernel: the command hands it the kernel's scenario loader.
     with open_ledger(args, must_exist=False) as engine:
         done = [
-            import_scenario(engine, path, load=args.kernel.load_scenario, reviewer=args.reviewer)
+            import_scenario(engine, path, load=load_scenario, reviewer=args.reviewer)
             for path in args.paths
         ]
     for imported in done:
@@ -179,7 +168,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_transition(args: argparse.Namespace) -> int:
-    from .review import transition
+    from ..ledger.review import transition
 
     name, version = _split_ref(args.ref)
     with open_ledger(args, must_exist=True) as engine:
@@ -202,7 +191,7 @@ def cmd_transition(args: argparse.Namespace) -> int:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    from .review import history
+    from ..ledger.review import history
 
     name, version = _split_ref(args.ref)
     with open_ledger(args, must_exist=True) as engine:

@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from ..core.arguments import int64, positive_int
 from ..core.errors import EXIT_INPUT, EXIT_OK
+from .arguments import int64, positive_int
 from .output import print_json, print_table, short_time, shortened
 
 if TYPE_CHECKING:
@@ -110,7 +110,7 @@ def register_cli(sub: Any) -> None:
 
 def ledger_url_from(args: argparse.Namespace) -> str:
     """The ledger a command's `--ledger` and `--results` name."""
-    from .db import ledger_url
+    from ..ledger.db import ledger_url
 
     url = ledger_url(args.ledger, results_dir=args.results)
     assert url is not None  # no config here can turn it off
@@ -121,7 +121,7 @@ def ledger_url_from(args: argparse.Namespace) -> str:
 def open_ledger(args: argparse.Namespace, *, must_exist: bool) -> Iterator[Engine]:
     """An engine on the command's ledger (see `ledger_url_from`), disposed when the block ends;
     `must_exist`: a SQLite file that is not there is refused rather than created."""
-    from .db import connect
+    from ..ledger.db import connect
 
     engine = connect(ledger_url_from(args), must_exist=must_exist)
     try:
@@ -134,8 +134,8 @@ def open_ledger(args: argparse.Namespace, *, must_exist: bool) -> Iterator[Engin
 
 
 def cmd_upgrade(args: argparse.Namespace) -> int:
-    from .db import describe
-    from .migrate import upgrade
+    from ..ledger.db import describe
+    from ..ledger.migrate import upgrade
 
     with open_ledger(args, must_exist=False) as engine:
         done = upgrade(engine)
@@ -150,8 +150,8 @@ def cmd_upgrade(args: argparse.Namespace) -> int:
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
-    from .db import describe
-    from .ingest import BULK_GROUP, ingest_paths
+    from ..ledger.db import describe
+    from ..ledger.ingest import BULK_GROUP, ingest_paths
 
     jobs = args.jobs if args.jobs is not None else max(1, os.cpu_count() or 1)
     with open_ledger(args, must_exist=False) as engine:
@@ -172,7 +172,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from .queries import list_runs, parse_since
+    from ..ledger.queries import list_runs, parse_since
 
     since = parse_since(args.since) if args.since else None
     with open_ledger(args, must_exist=True) as engine:
@@ -224,7 +224,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from .queries import show_run
+    from ..ledger.queries import show_run
 
     with open_ledger(args, must_exist=True) as engine:
         run = show_run(engine, args.run_id)
@@ -334,7 +334,7 @@ def _number(value: Any) -> str:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    from .queries import plan_history
+    from ..ledger.queries import plan_history
 
     with open_ledger(args, must_exist=True) as engine:
         history = plan_history(engine, args.plan_id)
@@ -373,7 +373,7 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 
 def cmd_assets(args: argparse.Namespace) -> int:
-    from .queries import list_assets
+    from ..ledger.queries import list_assets
 
     with open_ledger(args, must_exist=True) as engine:
         assets = list_assets(engine)

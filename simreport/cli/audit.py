@@ -1,43 +1,22 @@
-"""The `simreport` command line. Thin: parses arguments, calls the API, prints, sets exit codes.
+"""The audit's commands: validate, schema, run, conditions, power, audit, analyse, evaluate, report,
+site, diff and serve; and `worlds`, the catalogue of what each world takes and reports.
 
-Exit codes: 0 success (failed runs inside an audit are data, not errors); 1 internal error;
-2 invalid input or usage (nothing was run), or the environment refused a file operation (disk
-full, read-only or forbidden folder, a file where a folder should be: the line names the path);
-3 `run`: the run failed, `doctor`: a check failed; 4 the results were written but the ledger
-did not record all of them (one line each says which); 130 interrupted.
+Thin: each parses its arguments, calls simreport.api (or the module that does the job), prints a
+summary and returns its exit code; failed runs inside an audit are data, not errors.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import select
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import __version__
-from .core.arguments import count, int64, positive_int
-from .core.errors import (
-    EXIT_INPUT,
-    EXIT_INTERNAL,
-    EXIT_INTERRUPTED,
-    EXIT_OK,
-    EXIT_OUTPUT_CLOSED,
-    EXIT_RUN_FAILED,
-    EnvironmentProblem,
-    SimreportError,
-)
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> Any:
-        self.print_usage(sys.stderr)
-        print(f"{self.prog}: error: {message}", file=sys.stderr)
-        raise SystemExit(EXIT_INPUT)
-
+from ..core.errors import EXIT_OK, EXIT_RUN_FAILED
+from ..core.schema import WorldParams, set_world_params_source
+from .arguments import correlation, count, effect_size, int64, positive_int, probability
+from .output import note, print_json, table_lines, warning
 
 MAX_RUNS_HELP = "allow a plan of up to N runs (conditions × replications; raises the default limit)"
 
@@ -45,8 +24,8 @@ MAX_RUNS_HELP = "allow a plan of up to N runs (conditions × replications; raise
 def _check_options(args: argparse.Namespace) -> None:
     """Refuse an output folder that cannot be one and provider or base URL overrides that every
     run would fail on, naming the option, before anything is written."""
-    from .core.files import check_output_dir
-    from .harness.runner import check_llm_access
+    from ..core.files import check_output_dir
+    from ..harness.runner import check_llm_access
 
     if getattr(args, "out", None) is not None:
         check_output_dir(args.out, name="--out")
@@ -56,10 +35,6 @@ def _check_options(args: argparse.Namespace) -> None:
         provider_at="--provider",
         base_url_at="--base-url",
     )
-
-
-def _note(text: str) -> None:
-    print(f"simreport: note: {text}", file=sys.stderr)
 
 
 def _ledger_options(p: argparse.ArgumentParser) -> None:
@@ -75,10 +50,10 @@ def _ledger_options(p: argparse.ArgumentParser) -> None:
 
 def _recorder(args: argparse.Namespace, results_dir: str | Path) -> Any:
     """The command's LedgerRecorder; a URL that cannot be one is refused before anything runs."""
-    from .ledger.recording import LedgerRecorder
+    from ..ledger.recording import LedgerRecorder
 
     if args.no_ledger and args.ledger:
-        from .core.errors import InputError
+        from ..core.errors import InputError
 
         raise InputError("--ledger and --no-ledger contradict each other", path="--no-ledger")
     return LedgerRecorder.resolve(args.ledger, results_dir=results_dir, enabled=not args.no_ledger)
@@ -87,7 +62,7 @@ def _recorder(args: argparse.Namespace, results_dir: str | Path) -> Any:
 def _ledger_exit(recorder: Any, code: int) -> int:
     """`code`, or EXIT_LEDGER when the ledger did not record everything (a failed run's own
     exit code wins)."""
-    from .ledger.recording import EXIT_LEDGER
+    from ..ledger.recording import EXIT_LEDGER
 
     recorder.close()
     if recorder.complete:
@@ -112,7 +87,7 @@ def _progress_bar() -> Callable[[int, int], None] | None:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from .api import validate
+    from ..api import validate
 
     for path in args.files:
         result = validate(path, max_runs=args.max_runs)
@@ -121,9 +96,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
-    from .analysis.audit_document import audit_json_schema
-    from .core.schema import RunResult, Scenario
-    from .harness.plan import plan_json_schema
+    from ..analysis.audit_document import audit_json_schema
+    from ..core.schema import RunResult, Scenario
+    from ..harness.plan import plan_json_schema
 
     schemas: dict[str, Callable[[], dict[str, Any]]] = {
         "scenario": lambda: Scenario.model_json_schema(by_alias=True),
@@ -131,12 +106,12 @@ def cmd_schema(args: argparse.Namespace) -> int:
         "result": lambda: RunResult.model_json_schema(by_alias=True),
         "audit": audit_json_schema,
     }
-    print(json.dumps(schemas[args.which](), indent=2, sort_keys=True))
+    print_json(schemas[args.which](), ensure_ascii=True)
     return EXIT_OK
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .api import run
+    from ..api import run
 
     _check_options(args)
     recorder = _recorder(args, Path(args.out).parent)
@@ -163,7 +138,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_conditions(args: argparse.Namespace) -> int:
-    from .api import conditions
+    from ..api import conditions
 
     if args.estimate or args.pilot is not None:
         return _print_estimate(args)
@@ -181,7 +156,7 @@ def cmd_conditions(args: argparse.Namespace) -> int:
             }
             for c in conds
         ]
-        print(json.dumps(rows, indent=2))
+        print_json(rows, sort_keys=False, ensure_ascii=True)
         return EXIT_OK
     width = max(len(c.id) for c in conds)
     for c in conds:
@@ -191,56 +166,24 @@ def cmd_conditions(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _probability(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
-    if not 0.0 < value < 1.0:
-        raise argparse.ArgumentTypeError(f"must lie between 0 and 1, not {text}")
-    return value
-
-
-def _effect_size(text: str) -> float:
-    import math
-
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a positive finite |d|, not {text}")
-    return value
-
-
-def _correlation(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
-    if not -1.0 <= value < 1.0:
-        raise argparse.ArgumentTypeError(f"must lie in [-1, 1), not {text}")
-    return value
-
-
 def _count(value: float | None) -> str:
     return "unknown" if value is None else f"{round(value):,}"
 
 
 def _print_estimate(args: argparse.Namespace) -> int:
     """`conditions --estimate`: runs, LLM calls and tokens before running."""
-    from .api import estimate
-    from .core.errors import InputError
+    from ..api import estimate
+    from ..core.errors import InputError
 
     if not args.estimate:
         raise InputError("--pilot goes with --estimate", path="--pilot", expected="--estimate")
     result = estimate(
         args.plan, pilot=args.pilot, replications=args.replications, max_runs=args.max_runs
     )
-    for warning in result["warnings"]:
-        print(f"simreport: warning: {warning}", file=sys.stderr)
+    for text in result["warnings"]:
+        warning(text)
     if args.json:
-        print(json.dumps(result, indent=2, sort_keys=True))
+        print_json(result, ensure_ascii=True)
         return EXIT_OK
     print(
         f"{result['conditions']} conditions × {result['replications']} replications = "
@@ -270,13 +213,13 @@ def _print_estimate(args: argparse.Namespace) -> int:
     print(f"LLM calls          {_count(total['llmCalls'])}")
     print(f"prompt tokens      {_count(total['promptTokens'])}")
     print(f"completion tokens  {_count(total['completionTokens'])}")
-    for note in result["notes"]:
-        print(f"note: {note}")
+    for text in result["notes"]:
+        print(f"note: {text}")
     return EXIT_OK
 
 
 def cmd_power(args: argparse.Namespace) -> int:
-    from .api import power
+    from ..api import power
 
     result = power(
         args.plan,
@@ -287,10 +230,10 @@ def cmd_power(args: argparse.Namespace) -> int:
         design=args.design,
         correlation=args.correlation,
     )
-    for warning in result["warnings"]:
-        print(f"simreport: warning: {warning}", file=sys.stderr)
+    for text in result["warnings"]:
+        warning(text)
     if args.json:
-        print(json.dumps(result, indent=2, sort_keys=True))
+        print_json(result, ensure_ascii=True)
         return EXIT_OK
     header = ("metric", "condition", "pilot n base/cond", "pilot |d|", "replications", "power")
     table = [
@@ -306,12 +249,13 @@ def cmd_power(args: argparse.Namespace) -> int:
         for metric, rows in result["metrics"].items()
         for row in rows
     ]
-    widths = [max(len(r[i]) for r in [header, *table]) for i in range(len(header))]
-    print("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip())
-    for *cells, note in table:
-        print("  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip())
-        if note:
-            print(f"{'':{widths[0]}}  note: {note}")
+    lines = table_lines(header, [cells for *cells, _ in table])
+    indent = max(len(r[0]) for r in [header, *table])
+    print(lines[0])
+    for line, (*_, row_note) in zip(lines[1:], table, strict=True):
+        print(line)
+        if row_note:
+            print(f"{'':{indent}}  note: {row_note}")
     level = f"power {result['power']:g} at α = {result['alpha']:g}/{result['familySize']}"
     planned = result["plan"]["replications"]
     if result["paired"]:
@@ -363,7 +307,7 @@ def cmd_power(args: argparse.Namespace) -> int:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    from .api import audit
+    from ..api import audit
 
     _check_options(args)
     include = True if args.include_incomplete else None
@@ -380,7 +324,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
         include_incomplete=include,
         progress=_progress_bar(),
         max_runs=args.max_runs,
-        notify=_note,
+        notify=note,
         ledger=recorder,
         purpose=args.purpose,
     )
@@ -395,7 +339,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 
 def cmd_analyse(args: argparse.Namespace) -> int:
-    from .api import analyse
+    from ..api import analyse
 
     recorder = _recorder(args, Path(args.audit_dir).parent)
     audit = analyse(
@@ -415,9 +359,9 @@ def cmd_analyse(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from .api import evaluate
-    from .evaluation import SUMMARY_FILE
-    from .ledger.recording import LedgerRecorder
+    from ..api import evaluate
+    from ..evaluation import SUMMARY_FILE
+    from ..ledger.recording import LedgerRecorder
 
     recorder = LedgerRecorder.resolve(args.ledger, results_dir=".") if args.ledger else None
     target = Path(args.path)
@@ -449,7 +393,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from .api import report
+    from ..api import report
 
     path = report(args.audit_dir)
     print(f"report: {path}")
@@ -457,7 +401,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_site(args: argparse.Namespace) -> int:
-    from .api import site
+    from ..api import site
 
     _check_options(args)
     index = site(args.audit_dirs, args.out, title=args.title)
@@ -466,8 +410,8 @@ def cmd_site(args: argparse.Namespace) -> int:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    from .core.canonical import pretty_json
-    from .report.history import diff_audits, diff_lines, load_audit
+    from ..core.canonical import pretty_json
+    from ..report.history import diff_audits, diff_lines, load_audit
 
     diff = diff_audits(load_audit(args.audit_a), load_audit(args.audit_b))
     if args.json:
@@ -478,8 +422,25 @@ def cmd_diff(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_worlds(args: argparse.Namespace) -> int:
+    from ..worlds_catalog import format_catalog, world_catalog
+
+    catalog = world_catalog(args.world)
+    if args.json:
+        print_json(catalog, sort_keys=False)
+    else:
+        print(format_catalog(catalog))
+    return EXIT_OK
+
+
+def _registered_world_params() -> dict[str, type[WorldParams]]:
+    from ..kernel.worlds import WORLDS
+
+    return {name: WORLDS.get(name).Params for name in WORLDS}
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
-    from .api import serve
+    from ..api import serve
 
     print(f"serving {args.site_dir} at http://{args.host}:{args.port}/ (Ctrl-C stops)")
     sys.stdout.flush()
@@ -487,12 +448,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="simreport", description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--version", action="version", version=f"simreport {__version__}")
-    parser.add_argument("--debug", action="store_true", help="show tracebacks of internal errors")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+# --------------------------------------------------------------------------- the parser
 
+
+def register_cli(sub: Any) -> None:
+    """Add the audit's commands to the `simreport` parser's subcommands."""
     p = sub.add_parser("validate", help="validate scenario or plan files")
     p.add_argument("files", nargs="+")
     p.add_argument("--max-runs", type=positive_int, metavar="N", help=MAX_RUNS_HELP)
@@ -504,6 +464,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("which", choices=["scenario", "plan", "result", "audit"])
     p.set_defaults(func=cmd_schema)
+    # `simreport schema scenario` checks `params` per world: the registry loads when a schema
+    # is made, not when the command line starts.
+    set_world_params_source(_registered_world_params)
 
     p = sub.add_parser("run", help="run one scenario into a directory")
     p.add_argument("scenario")
@@ -545,10 +508,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("power", help="replications a plan needs, sized from a pilot audit")
     p.add_argument("plan")
     p.add_argument("--pilot", required=True, metavar="AUDIT_DIR", help="a pilot audit directory")
-    p.add_argument("--effect", type=_effect_size, metavar="D", help="size for this |d| instead")
-    p.add_argument("--power", type=_probability, default=0.8)
+    p.add_argument("--effect", type=effect_size, metavar="D", help="size for this |d| instead")
+    p.add_argument("--power", type=probability, default=0.8)
     p.add_argument(
-        "--alpha", type=_probability, default=0.05, help="family α over all metrics' comparisons"
+        "--alpha", type=probability, default=0.05, help="family α over all metrics' comparisons"
     )
     p.add_argument(
         "--design",
@@ -558,7 +521,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--correlation",
-        type=_correlation,
+        type=correlation,
         default=0.0,
         metavar="RHO",
         help="paired: the base-condition correlation that turns a pooled |d| into δ (default 0)",
@@ -634,114 +597,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int64, default=8000)
     p.set_defaults(func=cmd_serve)
 
-    from . import kernel
-    from .doctor import register_cli as register_doctor
-    from .kernel.replay import register_cli as register_replay
-    from .ledger.cli import register_cli as register_ledger
-    from .ledger.review_cli import register_cli as register_review
-    from .mcp_server import register_cli as register_mcp
-    from .remote_cli import register_cli as register_remote
-    from .service.serve import register_cli as register_api
-    from .service.worker import register_cli as register_worker
-    from .worlds_catalog import register_cli as register_worlds
 
-    register_doctor(sub)
-    register_replay(sub)
-    register_ledger(sub)
-    register_review(sub, kernel)
-    register_mcp(sub)
-    register_api(sub)
-    register_worker(sub)
-    register_remote(sub)
-    register_worlds(sub)
-    return parser
-
-
-def _stop_on_signals() -> None:
-    """SIGTERM stops a command like Ctrl-C: runs end as interrupted runs, nothing is analysed, the
-    exit code is 130. A second signal kills the run processes and exits at once."""
-    from .kernel.interrupt import stop_on_signals
-
-    stop_on_signals()
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    _stop_on_signals()
-    try:
-        code: int = args.func(args)
-        return code
-    except SimreportError as exc:
-        _complain(exc.one_line())
-        return exc.exit_code
-    except KeyboardInterrupt:
-        _complain("interrupted")
-        return EXIT_INTERRUPTED
-    except OSError as exc:
-        if isinstance(exc, BrokenPipeError) and _output_closed():
-            # `simreport … | head`: what was asked for was read; stop quietly, as a pipe's
-            # writer does.
-            return EXIT_OUTPUT_CLOSED
-        # The user's machine, not a bug: a full disk, a read-only or forbidden folder.
-        near = getattr(args, "out", None) or getattr(args, "audit_dir", None)
-        problem = EnvironmentProblem.from_os_error(exc, near=near)
-        if problem is None:
-            return _internal_error(args, exc)
-        _complain(problem.one_line())
-        return problem.exit_code
-    except Exception as exc:  # the command's boundary: anything else is reported, never lost
-        failed = _ledger_failed(exc)
-        if failed is None or args.debug:
-            return _internal_error(args, exc)
-        _complain(failed)
-        return EXIT_INPUT
-
-
-def _output_closed() -> bool:
-    """Whether standard output is a pipe whose reader has gone (not some other pipe of the
-    command's: the pipe's end reports an error when polled); if so, what is left to print goes
-    nowhere, so that exiting prints no error."""
-    try:
-        fd = sys.stdout.fileno()
-        poller = select.poll()
-    except (AttributeError, OSError, ValueError):  # no poll here, or no stdout file
-        return False
-    poller.register(fd, select.POLLOUT)
-    if not any(events & select.POLLERR for _, events in poller.poll(0)):
-        return False
-    os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
-    return True
-
-
-def _ledger_failed(exc: Exception) -> str | None:
-    """What to say when the ledger's database failed under a command (a connection lost, a
-    server shutting down, a disk error): the user's environment, not a bug. None for anything
-    else. SQLAlchemy is looked up, not imported: a command that never opened a ledger has not
-    loaded it."""
-    errors = sys.modules.get("sqlalchemy.exc")
-    if errors is None or not isinstance(exc, errors.OperationalError):
-        return None
-    from .ledger.db import database_message
-
-    return f"the ledger's database failed: {database_message(exc)}"
-
-
-def _internal_error(args: argparse.Namespace, exc: Exception) -> int:
-    if args.debug:
-        raise exc
-    _complain(f"internal error: {type(exc).__name__}: {exc}")
-    return EXIT_INTERNAL
-
-
-def _complain(message: str) -> None:
-    """One line on stderr: credentials in URLs redacted, control characters made visible (a
-    message may quote a plan's or a server's text)."""
-    from .core.files import visible_control_characters
-    from .core.redaction import redact_text
-
-    print(f"simreport: {visible_control_characters(redact_text(message))}", file=sys.stderr)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def register_worlds(sub: Any) -> None:
+    """Add `simreport worlds` to the `simreport` parser's subcommands (it comes last in the list
+    of commands)."""
+    p = sub.add_parser(
+        "worlds", help="list each world's parameters, metrics and applicable TRAILS templates"
+    )
+    p.add_argument("world", nargs="?", help="show only this world")
+    p.add_argument("--json", action="store_true", help="print the catalogue as JSON")
+    p.set_defaults(func=cmd_worlds)
