@@ -1,13 +1,8 @@
-"""Running an audit: every replication of every condition through the kernel, in a pool of worker
-processes, each into its own run directory. A failed or crashed run is recorded as data and never
-stops the audit.
-
-Layout of the audit directory written here:
-    plan.json          the normalised plan, its `hash`, `planFile` and `providerOverride`
-    conditions.json    one entry per condition in plan order (see `Condition.to_doc`)
-    runs/<dir>/<r>/    scenario.json, manifest.json, events.jsonl, result.json (SPEC §4)
-Run directories of conditions no longer in the plan are left where they are: the analysis reads
-only the conditions listed in conditions.json, and deleting data is the user's decision.
+"""Running an audit: plan.json and conditions.json, then every replication of every condition
+through the kernel, in a pool of worker processes, each into its own run directory
+(`runs/<condition dir>/<r>/`). A failed or crashed run is recorded as data and never stops the
+audit; run directories of conditions no longer in the plan are left alone. The layout:
+docs/harness.md.
 """
 
 from __future__ import annotations
