@@ -66,12 +66,26 @@ def is_workflow_config(data: Any) -> bool:
 
 
 def validate(path: str | Path, *, max_runs: int | None = None) -> Validated:
-    """Validate a scenario, a plan or a workflow config file (see `is_plan_document`,
-    `is_workflow_config`); raise on error. A plan without a base scenario is reported as such,
-    not as a scenario without a world. A plan of more than `max_runs` runs (default: the
-    harness's DEFAULT_MAX_RUNS) is refused. A workflow config is checked as a build checks it,
-    in the current folder (the workflow's: see `workflow.validate_config`); its own `maxRuns`
-    applies to its plans."""
+    """Validate a scenario, a plan or a workflow config file, as `simreport validate` does.
+
+    The document says which it is (`is_plan_document`, `is_workflow_config`): a plan without a
+    base scenario is reported as such, not as a scenario without a world. A workflow config is
+    checked as a build checks it, in the current folder (the workflow's: see
+    `workflow.validate_config`); its own `maxRuns` applies to its plans.
+
+    Args:
+        path: the scenario, plan or workflow config file (YAML or JSON).
+        max_runs: the most runs a plan may ask for (default: the harness's DEFAULT_MAX_RUNS).
+
+    Returns:
+        What was validated: its kind, a one-line summary and its details (a plan's id,
+        conditions, runs and hashes; a scenario's world and agents; a config's plans,
+        conditions and runs).
+
+    Raises:
+        InputError: the file cannot be read or does not validate (SchemaError, PlanError and the
+            other InputErrors, each located in the file), or a plan asks for too many runs.
+    """
     from .harness import build_conditions, load_plan
     from .kernel import validate_scenario
 
@@ -124,13 +138,34 @@ def run(
     purpose: Purpose = DEFAULT_PURPOSE,
     policy: str | Path | None = None,
 ) -> RunResult:
-    """Run one scenario file into `out`. Input errors raise; run failures come back as data.
-    The run, failed or not, is recorded in the `ledger` (see `_recorder`); when the ledger does
-    not record it, LedgerIncomplete is raised once the files are complete. `purpose` is
-    exploration (the default) or regression, which needs every version the run records online
-    in the ledger; the run checks the ledger's pinned digests while loading either way.
-    `policy`: an execution policy file whose model endpoints and simulators the scenario may
-    name (`llm.endpoint`, `simulator.name`), as a run of the run service resolves them."""
+    """Run one scenario file into `out`, as `simreport run` does. Input errors raise; run
+    failures come back as data. The run, failed or not, is recorded in the ledger.
+
+    Args:
+        scenario_path: the scenario file.
+        out: the run directory to write; refused before anything runs when it cannot be one.
+        seed: replaces the scenario's seed (an integer from 0 to 2^63 - 1).
+        provider: forces the run onto this registered provider.
+        model: replaces `llm.model`.
+        base_url: replaces `llm.baseUrl` (an http(s) URL with a host).
+        ledger: where the run is recorded (see `_recorder`): True for the default ledger, a URL,
+            False for none, or the caller's LedgerRecorder.
+        purpose: `exploration` (the default) or `regression`, which needs every version the run
+            records online in the ledger; the run checks the ledger's pinned digests while
+            loading either way.
+        policy: an execution policy file whose model endpoints and simulators the scenario may
+            name (`llm.endpoint`, `simulator.name`), as a run of the run service resolves them.
+
+    Returns:
+        The run's result (result.json); a failed run's has its `failure` filled in.
+
+    Raises:
+        InputError: the scenario, an override, the output folder, the policy or the purpose
+            cannot be used, or a regression would record a version that is not online; all
+            before the run starts.
+        LedgerIncomplete: the files are complete, but the ledger did not record the run (when
+            this call made the recorder).
+    """
     from .core.execution_policy import load_policy
     from .core.redaction import redact_document
     from .core.versions import design_sha256, recorded_version
@@ -178,8 +213,20 @@ def run(
 def conditions(
     plan_path: str | Path, *, replications: int | None = None, max_runs: int | None = None
 ) -> Any:
-    """The plan's conditions, in order, without running anything (refused beyond `max_runs`
-    runs, as in `audit`)."""
+    """The plan's conditions, in order, without running anything (`simreport conditions`).
+
+    Args:
+        plan_path: the plan file.
+        replications: replaces the plan's replications.
+        max_runs: the most runs the plan may ask for, as in `audit`.
+
+    Returns:
+        The loaded plan (`harness.LoadedPlan`) and its conditions in order (`harness.Condition`).
+
+    Raises:
+        InputError: the plan cannot be read or does not validate, or asks for more than
+            `max_runs` runs.
+    """
     from .harness import build_conditions, load_plan
 
     loaded = load_plan(plan_path, replications=replications, max_runs=max_runs)
@@ -203,15 +250,43 @@ def audit(
     ledger: LedgerRecorder | str | bool = True,
     purpose: Purpose | None = None,
 ) -> Any:
-    """Run every replication of every condition of a plan, then analyse and report. `provider`,
-    `model` and `base_url` override every run's model access (recorded in plan.json, every
-    manifest and the report). A plan of more than `max_runs` runs (default: the harness's
-    DEFAULT_MAX_RUNS) is refused; a concurrency beyond the machine's worker limit is capped and
-    `notify` (default: a Python warning) is told. Every check happens before anything is written.
-    Every run, then the analysis as a build, is recorded in the `ledger` (see `_recorder`).
-    `purpose` (default: the plan's, else exploration) replaces the plan's `purpose`; a
-    regression audit is refused before any run when a scenario version it would record is not
-    online. Returns the harness's AuditRun."""
+    """Run every replication of every condition of a plan, then analyse and report, as
+    `simreport audit` does. Every check happens before anything is written. Every run, then the
+    analysis as a build, is recorded in the ledger. When the base scenario names an evaluation
+    spec, the runs are evaluated after they all ran (the runs judge nothing themselves).
+
+    Args:
+        plan_path: the plan file.
+        out: the audit directory (default: `results/<plan id>`).
+        replications: replaces the plan's replications.
+        concurrency: replaces the plan's concurrency; beyond the machine's worker limit it is
+            capped and `notify` is told.
+        provider: forces every run onto this registered provider.
+        model: replaces every run's `llm.model` (refused for a plan that lists `models`).
+        base_url: replaces every run's `llm.baseUrl`. The three overrides are recorded in
+            plan.json, every manifest and the report.
+        include_incomplete: whether incomplete runs enter the statistics (default: the plan's
+            `includeIncomplete`).
+        progress: called as `progress(done, total)`: once with 0 before the first run, then
+            after each run.
+        analyse: False stops after the runs (no audit.json, no pages, no build in the ledger).
+        max_runs: the most runs the plan may ask for (default: the harness's DEFAULT_MAX_RUNS).
+        notify: told when the concurrency is capped (default: a Python warning).
+        ledger: where the runs and the build are recorded, as in `run` (see `_recorder`).
+        purpose: replaces the plan's `purpose` (default: the plan's, else exploration).
+
+    Returns:
+        The harness's AuditRun: the conditions, and one result per condition and replication
+        in plan order.
+
+    Raises:
+        InputError: the plan, an override, the output folder or the purpose cannot be used, the
+            plan asks for more than `max_runs` runs, or a regression audit would record a
+            scenario version that is not online; all before any run.
+        LedgerIncomplete: the files are complete, but the ledger did not record everything
+            (when this call made the recorder).
+        KeyboardInterrupt: a run was stopped from outside; an interrupted audit is not analysed.
+    """
     from .harness import build_conditions, load_plan, run_audit
     from .harness.conditions import recorded_versions
     from .harness.plan import bounded_workers
@@ -277,12 +352,28 @@ def evaluate(
 ) -> dict[str, Any]:
     """Evaluate an agent-testbed run directory (its evaluation.json) or every run of an audit
     directory (each run's evaluation.json, `evaluations/<condition dir>.json` and the audit's
-    `evaluations.json`). `evaluator` is `NAME@VERSION` (default: the built-in one); an unknown
-    one is refused before anything is read. Returns the run's evaluation or the audit's summary.
-    With a `ledger` (a URL, or a recorder), each evaluated run's `quality_ref` is set there; the
-    runs must be recorded already. An audit's runs that could not be evaluated (an altered
-    manifest, an evaluation spec changed since the run) raise InputError once every other run
-    is evaluated; runs that never resolved an evaluation spec are listed, not refused."""
+    `evaluations.json`), as `simreport evaluate` does. Runs that never resolved an evaluation
+    spec are listed, not refused.
+
+    Args:
+        path: a run directory or an audit directory.
+        evaluator: `NAME@VERSION` (default: the built-in one); an unknown one is refused before
+            anything is read.
+        ledger: False (the default) records nothing; otherwise each evaluated run's
+            `quality_ref` is set in the ledger it names (True: the default ledger, a URL, or the
+            caller's LedgerRecorder). The runs must be recorded already.
+        runs: the audit's run folders to link in the ledger (default: every run of the audit).
+
+    Returns:
+        The run's evaluation (evaluation.json's content), or the audit's summary.
+
+    Raises:
+        InputError: an unknown evaluator; a folder that is neither a run's nor an audit's; or
+            runs of the audit that could not be evaluated (an altered manifest, an evaluation
+            spec changed since the run), raised once every other run is evaluated.
+        LedgerIncomplete: a run's evaluation could not be linked in the ledger (when this call
+            made the recorder).
+    """
     from .evaluation import evaluate_audit, evaluate_run, evaluator_named, problems_of
     from .evaluation.evaluator import audit_runs
 
@@ -328,10 +419,25 @@ def analyse(
     include_incomplete: bool | None = None,
     ledger: LedgerRecorder | str | bool = True,
 ) -> dict[str, Any]:
-    """Compute audit.json and runs.parquet from an audit directory's runs. Pages already in the
-    directory (report, methods, figures) are re-rendered from the new audit.json, so none is
-    left describing the old one; a directory without pages gets none. The analysis is recorded
-    in the `ledger` (see `_recorder`) as a build, with its runs."""
+    """Compute audit.json and runs.parquet from an audit directory's runs, as `simreport
+    analyse` does. Pages already in the directory (report, methods, figures) are re-rendered
+    from the new audit.json, so none is left describing the old one; a directory without pages
+    gets none. The analysis is recorded in the ledger as a build, with its runs.
+
+    Args:
+        audit_dir: the audit directory (plan.json, conditions.json and the runs).
+        include_incomplete: whether incomplete runs enter the statistics (default: the plan's
+            `includeIncomplete`).
+        ledger: where the build is recorded, as in `run` (see `_recorder`).
+
+    Returns:
+        The audit: audit.json's content.
+
+    Raises:
+        InputError: not an audit directory (plan.json and conditions.json).
+        LedgerIncomplete: the files are complete, but the ledger did not record the build (when
+            this call made the recorder).
+    """
     from .analysis.audit import analyse_dir
 
     root = Path(audit_dir)
@@ -370,7 +476,20 @@ def _finish(recorder: LedgerRecorder, owned: bool) -> None:
 
 
 def report(audit_dir: str | Path) -> Path:
-    """Render report.html (and the figures) and the methods pages from audit.json alone."""
+    """Render report.html (and the figures) and the methods pages from audit.json, as
+    `simreport report` does. report.html's section of changes also reads the build kept in
+    `history/`.
+
+    Args:
+        audit_dir: an analysed audit directory.
+
+    Returns:
+        The path of report.html.
+
+    Raises:
+        InputError: the directory has no audit.json, or one of an older schema or that breaks
+            its contract.
+    """
     from .report import write_methods, write_report
 
     root = Path(audit_dir)
@@ -384,7 +503,21 @@ def report(audit_dir: str | Path) -> Path:
 
 
 def site(audit_dirs: list[str | Path], out: str | Path, *, title: str = "simreport audits") -> Path:
-    """Build a static site (index + one folder per audit) from finished audit directories."""
+    """Build a static site (an index and one folder per audit) from finished audit directories,
+    as `simreport site` does.
+
+    Args:
+        audit_dirs: the audit directories, in the order the index lists them.
+        out: the site's folder; refused before anything is written when it cannot be one.
+        title: the index page's title.
+
+    Returns:
+        The path of the site's index.html.
+
+    Raises:
+        InputError: an audit directory without audit.json, or one whose pages are missing or
+            out of date with it, or two audits of one plan id; all before anything is written.
+    """
     from .report import write_site
     from .report.document import read_audit_document
 
@@ -404,7 +537,16 @@ def site(audit_dirs: list[str | Path], out: str | Path, *, title: str = "simrepo
 
 
 def serve(site_dir: str | Path, *, host: str = "127.0.0.1", port: int = 8000) -> None:
-    """Serve a built site over HTTP until interrupted."""
+    """Serve a built site over HTTP until interrupted, as `simreport serve` does.
+
+    Args:
+        site_dir: a site built by `snakemake` or `site`.
+        host: the address to bind (default: localhost only).
+        port: the port to listen on.
+
+    Raises:
+        InputError: the folder has no index.html.
+    """
     from .report import serve as serve_site
 
     root = Path(site_dir)
@@ -451,14 +593,35 @@ def power(
 ) -> dict[str, Any]:
     """Replications per condition the plan needs for the rank test the audit will run to
     detect, with `power` at α/m, each effect a pilot audit saw, or `effect` (a pooled |d|) for
-    every comparison; and the smallest effect the plan's own replications detect.
+    every comparison; and the smallest effect the plan's own replications detect. As
+    `simreport power` does.
 
     m is the decision family: the plan's tested conditions times its metrics (the conservative
-    end of Holm over all of them). `design` is "paired", "unpaired" or "auto": a plan pairs
-    base and condition replications by their shared seeds unless an axis varies the seed.
-    Paired sizing converts a pooled |d| to δ = |d| / sqrt(2 (1 - `correlation`)), in SDs of
-    the differences. The pilot must have run this plan; only its replications may differ (then
-    `warnings` says so), anything else is an InputError naming what differs."""
+    end of Holm over all of them). A plan pairs base and condition replications by their shared
+    seeds unless an axis varies the seed.
+
+    Args:
+        plan_path: the plan file.
+        pilot: an analysed audit directory of this plan; only its replications may differ (then
+            `warnings` says so).
+        effect: a pooled |d| to size every comparison for (default: each effect the pilot saw).
+        power: the power to reach, between `alpha` and 1.
+        alpha: the family-wise α, between 0 and 1.
+        design: "paired", "unpaired" or "auto" (paired unless an axis varies the seed).
+        correlation: the pairing correlation ρ in [-1, 1): paired sizing converts a pooled |d|
+            to δ = |d| / sqrt(2 (1 - ρ)), in SDs of the differences.
+        max_runs: the most runs the plan may ask for, as in `audit`.
+
+    Returns:
+        The plan, the pilot, the family and its α per comparison, the test, one row per metric
+        and the recommendation, and the smallest detectable effect at the planned replications
+        (`atPlannedReplications`).
+
+    Raises:
+        InputError: a power, α, effect, design or correlation no sizing can use; a plan that
+            does not load; a pilot that is not an audit, or ran something other than this plan
+            (naming what differs).
+    """
     from .analysis import pilot as pilots
     from .analysis import power as sizing
     from .analysis.rank_power import test_kind
@@ -539,10 +702,24 @@ def estimate(
     max_runs: int | None = None,
     cache_dir: str | Path | None = None,
 ) -> dict[str, Any]:
-    """Runs, LLM calls and tokens the plan will take, before running it: per-run averages of a
-    pilot audit of the same plan times the planned runs, or without a pilot the tokens per call
-    the response cache (`cache_dir`, default the environment's) recorded for the plan's models.
-    `basis` says which ("pilot", "cache" or "none") and `notes` what the numbers rest on."""
+    """Runs, LLM calls and tokens the plan will take, before running it, as `simreport
+    estimate` does: per-run averages of a pilot audit of the same plan times the planned runs,
+    or without a pilot the tokens per call the response cache recorded for the plan's models.
+
+    Args:
+        plan_path: the plan file.
+        pilot: an analysed audit directory of this plan (optional).
+        replications: replaces the plan's replications.
+        max_runs: the most runs the plan may ask for, as in `audit`.
+        cache_dir: the response cache to read (default: the environment's).
+
+    Returns:
+        The estimate: `basis` says what it rests on ("pilot", "cache" or "none") and `notes`
+        how, with the plan's conditions, replications, models and any `warnings`.
+
+    Raises:
+        InputError: a plan that does not load, or a pilot that is not an audit of this plan.
+    """
     from .analysis import pilot as pilots
     from .harness import build_conditions, load_plan
     from .kernel.providers import CACHED
@@ -594,7 +771,18 @@ def refuse_unpublished(
 ) -> None:
     """Before any run of a regression: every scenario version the runs would record must be
     online in the ledger (asset versions are checked by each run while loading, once their labels
-    are resolved)."""
+    are resolved). Anything but a regression passes.
+
+    Args:
+        checks: what the ledger holds for the runs (`LedgerRecorder.run_checks`).
+        scenario_id: the scenario's `identity.id`; None for an unversioned scenario.
+        versions: the scenario versions the runs would record.
+        file: the file errors name.
+
+    Raises:
+        InputError: a regression of an unversioned scenario, or one that would record a version
+            that is not online.
+    """
     if checks.purpose != "regression":
         return
     if scenario_id is None:

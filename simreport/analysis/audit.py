@@ -177,8 +177,26 @@ def analyse(
     category_order: Mapping[str, Sequence[str]] | None = None,
     declared_metrics: Sequence[str] | None = None,
 ) -> dict[str, Any]:
-    """Compute every quantity of audit.json (SPEC §6). `category_order` gives each target
-    distribution's categories in the order the plan wrote them (JSON objects lose it)."""
+    """Compute every quantity of audit.json (SPEC §6): a pure function, no I/O.
+
+    Args:
+        plan: plan.json's content without what places it (`load_audit_inputs` strips
+            `planFile`, `providerOverride`, `llmOverride`, `categoryOrder`, `declaredMetrics`).
+        conditions: conditions.json's entries, in plan order.
+        runs: one record per expected run, in condition and replication order.
+        include_incomplete: whether incomplete runs enter the statistics (default: the plan's
+            `includeIncomplete`).
+        provider_override: the provider every run was forced to, for the audit's `plan`.
+        llm_override: the `llm` keys every run was forced to.
+        category_order: each target distribution's categories in the order the plan wrote
+            them (JSON objects lose it).
+        declared_metrics: the metrics the world declares, compared when the plan lists none
+            (failing a declaration, every metric the runs report).
+
+    Returns:
+        The audit document, without the sections `analyse_dir` adds from files (`coverage`,
+        `provenance`).
+    """
     include = (
         bool(plan.get("includeIncomplete", False))
         if include_incomplete is None
@@ -933,7 +951,20 @@ def _purpose_section(purpose: str, runs: Sequence[RunRecord]) -> dict[str, Any]:
 def load_audit_inputs(
     audit_dir: Path,
 ) -> tuple[dict[str, Any], list[dict[str, Any]], list[RunRecord]]:
-    """Read plan.json, conditions.json and every expected run's result.json."""
+    """Read plan.json, conditions.json and every expected run's result.json (with its
+    evaluation, manifest, fault steps, validity problems and user quality), for `analyse`.
+
+    Args:
+        audit_dir: the audit directory.
+
+    Returns:
+        The plan (without `planFile`, `providerOverride`, `llmOverride`, `categoryOrder` and
+        `declaredMetrics`, so the audit is the same wherever and however it was run), the
+        conditions, and one RunRecord per expected run (its result None when it has none).
+
+    Raises:
+        InputError: plan.json or conditions.json is missing.
+    """
     plan_file = audit_dir / "plan.json"
     cond_file = audit_dir / "conditions.json"
     for needed in (plan_file, cond_file):
@@ -1077,7 +1108,24 @@ def analyse_dir(
     include_incomplete: bool | None = None,
     provider_override: str | None = None,
 ) -> dict[str, Any]:
-    """Analyse an audit directory; write audit.json and runs.parquet; return the audit."""
+    """Analyse an audit directory: the I/O edge of `analyse`. Writes audit.json (through
+    `provenance.write_audit`, which keeps the audit it replaces in `history/`) and runs.parquet.
+
+    Args:
+        audit_dir: the audit directory (plan.json, conditions.json and the runs).
+        include_incomplete: whether incomplete runs enter the statistics (default: the plan's
+            `includeIncomplete`).
+        provider_override: the provider the runs were forced to (default: plan.json's
+            `providerOverride`).
+
+    Returns:
+        The audit, as written to audit.json (with `coverage` for an agent-testbed audit, and
+        `provenance`).
+
+    Raises:
+        InputError: not an audit directory.
+        SimreportError: the audit breaks its contract (an internal error); nothing is written.
+    """
     root = Path(audit_dir)
     plan, conditions, records = load_audit_inputs(root)
     plan_doc = read_json(root / "plan.json")
@@ -1108,7 +1156,14 @@ def analyse_dir(
 def write_runs_table(
     path: Path, audit: Mapping[str, Any], conditions: Sequence[Mapping[str, Any]]
 ) -> None:
-    """runs.parquet: one row per run with axis values, model, status and one column per metric."""
+    """Write runs.parquet atomically: one row per run with axis values, model, status and one
+    column per metric.
+
+    Args:
+        path: the file to write.
+        audit: the audit (its `plan.axes`, `runs` and `metrics`).
+        conditions: conditions.json's entries (each run's axis levels and model).
+    """
     import io
 
     import polars as pl

@@ -1,25 +1,9 @@
 """What each comparison concludes, and the headline a reviewer signs (SPEC §6a).
 
-The reference's columns (`mwuP`, per-metric `holmP`, the percentile `ci95`) stay in every row so
-results compare with the audit reference. The decisions come from statistics that fit the design:
-
-- **Pairing.** Replication r of a base and of a condition run with the same seed lineage (common
-  random numbers). When every usable replication of both has its partner with the same seed, the
-  row is paired: a signed-rank test over the pairs and a bootstrap of the pairs. A seed axis, or a
-  replication lost to a failure or a missing value, breaks the pairing; the row falls back to the
-  unpaired rank-sum test and says why.
-- **Exact p.** Both tests are exact permutation tests with midranks for ties at the sizes audits
-  have (`inference`), the normal approximation beyond; each row names its method.
-- **One family.** Holm's step-down over every tested row of every primary metric (all metrics
-  unless the plan declares `primaryMetrics`) controls the family-wise error of the headline; the
-  other metrics form a secondary family of their own.
-- **Conclusion.** `moved` when the family-adjusted p is below α; else `unchanged` when the
-  metric has an equivalence margin and the two one-sided tests place the difference inside it;
-  else `inconclusive`, with the smallest effect the row could have detected; `untested` when the
-  row is no test, with the reason. Equivalence needs no multiplicity adjustment for a claim that
-  every row is unchanged (an intersection-union test).
-
-Pure functions of numbers and rows: no clock, no randomness except the seeded bootstrap.
+A row pairs a condition's replications with its base's by seed when it can, decides with an exact
+rank test, adjusts p with Holm over its family (primary or secondary metrics), and concludes
+`moved`, `unchanged`, `inconclusive` or `untested`. Pure: no clock, no randomness except the
+seeded bootstrap. The design: docs/statistics.md.
 """
 
 from __future__ import annotations

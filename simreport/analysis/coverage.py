@@ -1,31 +1,8 @@
-"""The coverage matrix of an agent-testbed audit (design §六): business stage × user behaviour ×
-permission state × dependency fault, computed from the audit's conditions, and which cells no
-condition tests — the gaps that decide the next scenarios.
-
-Each axis takes its values from the scenario schema, so the matrix means the same for every audit:
-
-- stage: the step of the refund task a tool serves, by the tool's operation — `lookup`
-  (get_order), `submission` (create_refund), `status_check` (get_refund), `withdrawal`
-  (withdraw_refund); `consultation` (a surrogate participant's tool) joins the axis only when
-  some condition has participants. A condition covers every stage its tools offer.
-- behaviour: what the simulated user does that the agent must handle — how they give the order
-  number (`user.disclosure.orderNumber`: `discloses_upfront`, `discloses_on_request`,
-  `never_discloses`) and whether they withdraw the request mid-conversation (a reaction rule with
-  the effect `withdraw_request`: `withdraws`). A condition covers its disclosure behaviour, and
-  `withdraws` too when it has such a rule.
-- permission: what the agent may change in the environment, from the operations of its tool
-  contracts: `submit_only` (create_refund) or `submit_and_withdraw` (create_refund and
-  withdraw_refund). A stage the permission does not offer is not applicable, not a gap.
-- fault: what strikes the stage's tool, from the fault plans (`events.triggers`): `none`, a
-  `timeout` or `error` at its position (`timeout@committed_response_lost`, …), `delay` or
-  `abort`. A stage no trigger targets is covered with `none`; one a trigger targets is covered with
-  that fault (each trigger on it gives a cell).
-
-A cell is `covered` (with the conditions that test it), `empty` (applicable, tested by none: named
-in `empty`) or `not_applicable` (a stage the permission does not offer). The tool contracts are
-read as each condition's first run resolved them (its manifest's versions and sha256, checked
-against the files); a condition whose contracts cannot be read is listed under `unread` with why,
-and its cells are left out rather than guessed.
+"""The coverage matrix of an agent-testbed audit (design §六): stage × behaviour × permission ×
+fault over the audit's conditions, each cell covered (with its conditions), empty (a gap no
+condition tests) or not applicable. Each condition's tool contracts are read as its runs
+resolved them, checked against their sha256; a condition whose contracts cannot be read is
+listed under `unread`, never guessed. The axes and their values: docs/statistics.md.
 """
 
 from __future__ import annotations

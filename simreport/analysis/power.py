@@ -1,19 +1,7 @@
-"""Power, minimum detectable effects, the A/A noise floor and replication counts from a pilot's
-effects: pure functions, numbers in, numbers out (SPEC §6 conventions). Reading a pilot and
-estimating what a plan will cost are in `pilot`.
-
-The audit decides with rank tests (SPEC §6a; `rank_power` says which and how): power, MDE and
-replication counts are those of the test that runs, paired or not, simulated for a normal shift
-with draws seeded from a caller's seed (the audit derives it from the plan hash). Unpaired
-effects are Cohen's d as audit.json reports it (pooled SD); paired effects are δ, in SDs of the
-paired differences, which is d / sqrt(2 (1 - ρ)) for a pairing correlation ρ between base and
-condition replications: audit.json does not know ρ, so a paired MDE does not convert to a pooled
-d, and sizing a paired design from a pooled d takes ρ from the caller (0 by default, which asks
-for more replications than needed whenever pairing helps, ρ > 0).
-
-The two-sample t-test's power and MDE (noncentral t, validated against statsmodels) stay as a
-reference and bound the searches: for normal data no rank test beats it (at n = 3 per group and
-α = 0.05 the t-test needs |d| = 3.1 where its normal approximation promises 2.3).
+"""Power, minimum detectable effects, the A/A noise floor and replication counts for the rank
+tests the audit decides with (SPEC §6, §6a): pure functions, numbers in, numbers out, simulated
+with draws from a caller's seed. Reading a pilot and estimating a plan's cost are in `pilot`.
+The design (effect units, the pairing correlation, the t-test reference): docs/statistics.md.
 """
 
 from __future__ import annotations
@@ -127,8 +115,9 @@ def mde(n_base: int, n_cond: int, alpha: float, power: float = DEFAULT_POWER) ->
     probability `power` at level `alpha`, with `n_base` and `n_cond` values per group.
 
     A reference, not the audit's MDE (that is `detectable_effect`, for the rank test that
-    runs). Noncentral t (not the normal approximation; see the module docstring). None when
-    either group has fewer than 2 values.
+    runs). Noncentral t, not the normal approximation: at n = 3 per group, α = 0.05 and power
+    0.8 it needs |d| = 3.1 where the normal approximation promises 2.3. None when either group
+    has fewer than 2 values.
     """
     _check_levels(alpha, power)
     if n_base < 2 or n_cond < 2:

@@ -180,8 +180,18 @@ def write_audit(audit_dir: str | Path, audit: Mapping[str, Any]) -> Path | None:
     """Write `<audit dir>/audit.json` atomically. When the audit it replaces (audit.json, or the
     copy of the last one written if audit.json was removed) differs from the new one, that one is
     first kept as `history/<n>-<hash>.json`, unless the latest kept audit already has its bytes.
-    Returns the path of the audit kept, or None. An audit that breaks its contract (`AuditDoc`)
-    is refused before anything is written."""
+
+    Args:
+        audit_dir: the audit directory.
+        audit: the audit to write.
+
+    Returns:
+        The path of the audit kept in `history/`, or None when none was.
+
+    Raises:
+        SimreportError: the audit breaks its contract (`AuditDoc`), an internal error; nothing
+            is written.
+    """
     root = Path(audit_dir)
     check_contract(audit, file=root / AUDIT_FILE)
     new = pretty_json(audit).encode("utf-8")

@@ -1,24 +1,8 @@
-"""Power of the rank tests the audit decides with (SPEC §6a), for a normal shift, by simulation.
-
-The tests:
-- unpaired: the permutation test of the condition's rank sum W in the pooled sample, two-sided
-  p = P(|W - E W| >= |w - E W|); exact up to `inference.EXACT_MAX_POOLED` pooled values,
-  beyond that the normal approximation with the tie-corrected variance and a 0.5 continuity
-  correction;
-- paired: the sign-flip test of the Wilcoxon signed-rank statistic S = sum sign(d_i) rank|d_i|,
-  two-sided p = P(|S| >= |s|) over the 2^n flips; exact up to `inference.EXACT_MAX_PAIRS`
-  nonzero differences, beyond that the normal approximation (continuity correction 0.5 on the
-  positive-rank sum).
-A row rejects when p < α (the audit calls a row significant when its Holm p is below α).
-
-Both statistics are a count X on 0..M that is symmetric about M/2 under the null (unpaired: the
-Mann-Whitney count U = W - n_c(n_c + 1)/2, M = n_b n_c; paired: the positive-rank sum T+, S = 2T+
-- M, M = n(n + 1)/2), and both p values fall as the distance |2X - M| grows. Without ties (normal
-draws have none) the null distribution depends only on the sizes, so the critical region is one
-distance per (sizes, α), and a simulation only needs the ranks of its draws.
-
-Effect sizes: unpaired, d in pooled-SD units (both groups have SD 1, the condition is shifted by
-d); paired, δ in units of the SD of the paired differences (the differences are N(δ, 1)).
+"""Power of the rank tests the audit decides with (SPEC §6a), for a normal shift, by simulation:
+the unpaired rank-sum permutation test and the paired Wilcoxon signed-rank sign-flip test, each
+exact up to `inference`'s limits and a normal approximation beyond, as the audit runs them.
+Effects are d in pooled SDs (unpaired) or δ in SDs of the paired differences. How:
+docs/statistics.md.
 """
 
 from __future__ import annotations

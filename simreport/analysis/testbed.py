@@ -1,22 +1,8 @@
-"""The agent-testbed summary of an audit: verdicts per condition and criterion, the runs left out
-because their conditions did not hold, and the zero-violation upper bound.
-
-A pure function of the conditions, the run results, the runs' evaluations and their fault steps
-(evaluation.json, written by `simreport evaluate` and never by the run, and records.jsonl, read at
-the I/O edge); the section names each evaluator and evaluation spec with the runs it judged.
-Verdicts are counted over runs whose validity is not `violated`, whose planned faults were planned,
-armed, hit and recovered, and whose evidence is complete. Violated runs and runs whose fault plan
-did not hold are counted apart as validity exclusions (their criteria were never judged; a fault
-that never hit or never recovered keeps a run out whatever its status says, since its records are
-what happened), and runs with partial or unchecked evidence or an incomplete integrity (a lost
-provider decision, a missing observation, a crash) apart as evidence exclusions: missing evidence is
-never a pass or a fail.
-
-When a criterion has n decided runs (pass or fail) in one condition and none failed, the one-sided
-95% upper bound on its violation rate is 1 − 0.05^(1/n) — valid only for a fixed n of independent,
-identically distributed runs and no selective exclusion. So there is one bound per condition and
-criterion: the runs of one condition are replications of one design. Different conditions are
-different designs, and the totals over them are verdict counts only, with no rate and no bound.
+"""The agent-testbed summary of an audit (audit.json's `testbed`): verdicts per condition and
+criterion, the runs left out because their conditions or their evidence did not hold, and the
+zero-violation upper bound, one per condition and criterion. A pure function of the conditions
+and the runs' results, evaluations, fault steps and user-simulator problems. Which runs count,
+and why: docs/statistics.md.
 """
 
 from __future__ import annotations

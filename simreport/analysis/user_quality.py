@@ -1,13 +1,8 @@
 """The user simulator's quality per condition: audit.json's `userQuality` section.
 
-A pure function of the conditions and each run's user-quality.json (kernel/testbed/quality.py,
-read at the I/O edge). Per condition it sums the four per-run checks — persona consistency per
-message, reaction-rule compliance per trigger, visibility per disclosure, termination per run —
-and measures the fifth, which only a batch has: diversity across the condition's replications,
-the distinct openings and distinct paths (the user's intents in order). An exploration condition
-with fewer distinct openings or paths than its thresholds ask is flagged (the design: adjust the
-scenario or the user policy version); a regression condition is flagged when its openings differ
-at all, since a regression user's opening is pinned.
+A pure function of the conditions and each run's user-quality.json: it sums the four per-run
+checks and measures diversity across a condition's replications, flagging a batch that falls
+short of its thresholds. The design: docs/statistics.md.
 """
 
 from __future__ import annotations

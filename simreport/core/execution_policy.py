@@ -1,31 +1,9 @@
 """The execution policy (SPEC §11a): what a run may execute and which hosts and secrets it may
-reach, as the operator declares it.
+reach, as the operator declares it in a policy file (`simreport api --policy FILE`).
 
-A client of the run service names; the operator decides. A spec sent over HTTP never carries
-what executes or what reaches a host or a secret — an external simulator's command, an agent
-entry of its own, a model endpoint's URL, the environment variable holding a key. It names
-resources the operator declared in a policy file (`simreport api --policy FILE`):
-
-    providers: [offline]            # providers a spec may name itself; none of them reach a host
-    endpoints:                      # model endpoints, named as `llm: {endpoint: team-gpu, …}`
-      team-gpu:
-        baseUrl: http://gpu.internal:8000/v1
-        apiKeyEnv: TEAM_GPU_KEY     # read by the worker; the client never learns it
-        models: [llama-3.1-8b-instruct]
-        maxTokens: 512              # the most a spec may ask for per decision
-        budgetCalls: 2000           # per run, whatever the spec asks
-        budgetTokens: 400000
-        timeoutSeconds: 60
-    simulators:                     # external simulators, named as `simulator: {name: sir, …}`
-      sir:
-        command: [python3, /opt/simulators/sir.py]
-        timeoutSeconds: 600
-        environment: [OMP_NUM_THREADS]   # variables it gets besides a minimal set
-
-`spec_issues` lists what a spec carries that a client may not send, each located; the kernel
-turns a name into settings with `resolve_llm` and `resolve_simulator` when a run starts. The
-local command line's user is the operator: `simreport run` runs what a scenario says, and reads
-a policy (`--policy`) only to resolve the names a scenario uses.
+A spec sent over HTTP only names declared resources: `spec_issues` lists what it carries that a
+client may not send, and `resolve_llm` and `resolve_simulator` turn names into settings when a
+run starts. The file's format and the design: docs/core.md.
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
-"""Versions of record: what a scenario's design is, which version a run ran, and what the harness
-asks a run to check before any agent call.
+"""Versions of record: what a scenario's design is (`design_sha256`), which version a run ran, and
+what the harness asks a run to check before any agent call (`RunChecks`).
 
-A scenario version names a design. Its digest (`design_sha256`) covers the scenario document
-without what places one run in an audit (its seed lineage and replication index), so every
-replication of one design shares it. An audit condition that changes the design runs a *derived*
-version: the base version plus the first twelve hex digits of the condition's design digest,
-e.g. `1.3.0+d.4f2a9c01b7e3`, recorded with the version it derives from. Never the base version with
-another digest: a changed design is a different version.
-
-`RunChecks` is what the harness hands a run (the kernel never reads the ledger): the review
-statuses and pinned digests the ledger holds for the versions the run may resolve, the version
-the run records, and the run's purpose; without a ledger a run knows only the statuses its files'
-headers declare. A run checks them while loading, before any agent call: a version whose content
-differs from its pin is refused (`asset_version_changed`, `scenario_version_changed`), and a
-regression run refuses every version that is not online (`version_not_online`).
+A condition that changes the design records a derived version, `<version>+d.<the first twelve hex
+digits of its design digest>`, never the base version with another digest. The design:
+docs/core.md.
 """
 
 from __future__ import annotations
@@ -88,14 +78,13 @@ def design_sha256(scenario_doc: Mapping[str, Any]) -> str:
 
 
 def derived_version(version: str, design: str) -> str:
-    """The version of a design derived from `version` (see the module docstring)."""
+    """The version of a design derived from `version`: `<version>+d.<design[:12]>`."""
     return f"{version}{DERIVED_MARK}{design[:12]}"
 
 
 def recorded_version(declared: str, own: str, reference: str) -> tuple[str, str | None]:
     """The version a run of design `own` records, and the version it derives from: the declared
-    version when its design is the `reference` one, else a derived version (see the module
-    docstring)."""
+    version when its design is the `reference` one, else a derived version (`derived_version`)."""
     if own == reference:
         return declared, None
     return derived_version(declared, own), declared
@@ -114,7 +103,7 @@ class VersionState(Model):
 
 
 class RunChecks(Model):
-    """What a run must check while loading, from the harness (see the module docstring)."""
+    """What a run must check while loading, from the harness (see docs/core.md)."""
 
     purpose: Purpose = Field(DEFAULT_PURPOSE, description="regression or exploration.")
     spec_sha256: str | None = Field(

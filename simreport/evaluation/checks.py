@@ -1,14 +1,8 @@
 """The judgement: per criterion pass / fail / undecidable (or not applicable), after gates.
 
 Pure: it takes a run's layers as read (`layers.RunLayers`) and the evaluation spec, and returns
-the checks and the criteria of evaluation.json. The gates are separate, not one, and each
-undecidable criterion names the first that failed:
-1. layersReadable — are observations.json, evidence.json and completeness.json there and readable?
-2. layersConsistent — does evidence.json say what observations.json and the spec give?
-3. recordsComplete — are the materials there (completeness.json)?
-4. runValid — did the experimental conditions hold (result.json's validity)?
-5. evidenceSufficient — per criterion: does the evidence support a verdict?
-"Undecidable" is an honest answer; a verdict forced from thin or doubtful evidence is not.
+the checks and the criteria of evaluation.json. Each undecidable criterion names the first gate
+it failed (`GATES`, in order). The gates: docs/evaluation.md.
 """
 
 from __future__ import annotations

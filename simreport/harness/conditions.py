@@ -1,20 +1,9 @@
 """Conditions: the scenarios an audit compares, derived from the plan's design, axes and models,
 and the replications of each.
 
-Order (the order of conditions.json, of the runs and of every report table):
-1. the base condition(s): `base`, or `base@<model>` for each model in the plan's model order;
-2. the perturbed conditions in design order (one_at_a_time: axes in plan order, levels in order;
-   full_factorial: the Cartesian product with the first axis varying slowest), and for each of
-   them its model variants in model order (condition-major, model-minor).
-
-Condition ids are `<axisId>=<level>` joined with `|`, plus `@<model>` when the plan lists models.
-A level's text may therefore contain neither `|` nor `=`, nor `@` when the plan lists models:
-such a level is refused, so an id always reads one way. Their directory names are a reversible
-encoding of the id (see `condition_dir`).
-
-Each condition also has a display `label`: `base` (`base @ <model>`), `<axis>: <level>` for one
-axis, the parts joined with `, ` for a factorial cell, using the axis's `label` and its `labels`
-for the levels where the plan gives them. Labels are unique within a plan.
+The base condition(s) first, then the perturbed ones in design order, each with its model
+variants (condition-major). Ids (`<axis>=<level>` joined with `|`, then `@<model>`) read one way,
+directory names encode them reversibly and labels are unique within a plan: docs/harness.md.
 """
 
 from __future__ import annotations
@@ -81,7 +70,7 @@ class Condition:
     """The base this condition is compared against: the base of the same model (itself for a
     base)."""
     label: str = ""
-    """How reports name the condition (see the module docstring); unique within the plan."""
+    """How reports name the condition, unique within the plan (the rules: docs/harness.md)."""
 
     def to_doc(self, replications: int) -> dict[str, Any]:
         """This condition's entry in conditions.json."""
@@ -204,7 +193,9 @@ def count_conditions(plan: AuditPlan) -> int:
 
 
 def build_conditions(loaded: LoadedPlan) -> list[Condition]:
-    """Every condition of the plan, in the order described in this module's docstring.
+    """Every condition of the plan, in order: the base (one per model, in model order), then each
+    perturbed condition in design order (one_at_a_time: axes in plan order, levels in order;
+    full_factorial: the Cartesian product, first axis slowest) with its model variants.
 
     Raises UnknownOverride (a target missing from the normalised base), InvalidOverride (a level
     the scenario rejects) and PlanError (two levels of one axis, or two conditions, with the same

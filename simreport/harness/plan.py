@@ -1,14 +1,9 @@
-"""Loading an audit plan: read the document, expand axis templates, validate it, resolve and
-validate its base scenario, check it against what the world reports, and build every condition so
-that nothing the plan asks for can fail after the first run has started.
+"""Loading an audit plan: read, expand axis templates, validate, resolve its base scenario and
+build every condition, so that nothing the plan asks for can fail after the first run started.
 
-A plan has two hashes. Its *meaning* hash (`LoadedPlan.hash`, plan.json's `hash`) covers what
-decides its numbers: the base scenario's content as its runs read it, the axes and their levels,
-the design, replications, models, metrics, hypothesis, claim type and whether incomplete runs
-count, with credentials in URLs redacted. Bootstrap seeds derive from it, so copying a plan's
-folder, renaming it, giving it a title, rewording its scenario's description or spelling its
-scenario's path differently changes no result.
-Its *identity* hash (`LoadedPlan.identity_hash`) covers its id, title and file.
+A plan has a meaning hash (`LoadedPlan.hash`: what decides its numbers; bootstrap seeds derive
+from it) and an identity hash (`LoadedPlan.identity_hash`: its id, title and file). What each
+covers: docs/harness.md.
 """
 
 from __future__ import annotations

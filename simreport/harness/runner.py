@@ -1,13 +1,8 @@
-"""Running an audit: every replication of every condition through the kernel, in a pool of worker
-processes, each into its own run directory. A failed or crashed run is recorded as data and never
-stops the audit.
-
-Layout of the audit directory written here:
-    plan.json          the normalised plan, its `hash`, `planFile` and `providerOverride`
-    conditions.json    one entry per condition in plan order (see `Condition.to_doc`)
-    runs/<dir>/<r>/    scenario.json, manifest.json, events.jsonl, result.json (SPEC §4)
-Run directories of conditions no longer in the plan are left where they are: the analysis reads
-only the conditions listed in conditions.json, and deleting data is the user's decision.
+"""Running an audit: plan.json and conditions.json, then every replication of every condition
+through the kernel, in a pool of worker processes, each into its own run directory
+(`runs/<condition dir>/<r>/`). A failed or crashed run is recorded as data and never stops the
+audit; run directories of conditions no longer in the plan are left alone. The layout:
+docs/harness.md.
 """
 
 from __future__ import annotations
@@ -143,15 +138,33 @@ def run_audit(
     checks: RunChecks | None = None,
 ) -> AuditRun:
     """Write plan.json and conditions.json, then run every replication of every condition.
+    Every check comes before the first file is written, so a refused audit leaves nothing.
 
-    `provider` forces every run onto that provider; `concurrency` (default: the plan's) is the
-    number of worker processes, 1 runs in this process. `progress(done, total)` is called once
-    with 0 before the first run and after each run finishes (in completion order). With `reuse`,
-    a replication whose completed result.json exists, whose scenario.json is byte-identical to the
-    one it would run and whose manifest names the current kernel fingerprint is not run again.
-    With a `store`, finished runs are copied from it instead of being recomputed, and every
-    completed run is added to it. `checks` (default: none beyond the plan's purpose) are the
-    ledger's pins and review statuses every run verifies while loading (see plan_jobs).
+    Args:
+        loaded: the loaded plan (`load_plan`).
+        out_dir: the audit directory.
+        provider: forces every run onto that provider.
+        concurrency: the number of worker processes (default: the plan's), capped at the
+            machine's worker limit with a warning; 1 runs in this process.
+        progress: called as `progress(done, total)`, once with 0 before the first run and after
+            each run finishes (in completion order).
+        reuse: a replication whose completed result.json exists, whose scenario.json is
+            byte-identical to the one it would run and whose manifest names the current kernel
+            fingerprint is not run again.
+        store: finished runs are copied from it instead of being recomputed, and every
+            completed run is added to it.
+        llm: overrides of every run's `llm` keys (e.g. model, baseUrl; see
+            `validate_llm_override`).
+        checks: the ledger's pins and review statuses every run verifies while loading
+            (default: none beyond the plan's purpose; see `plan_jobs`).
+
+    Returns:
+        The conditions and one result per (condition, replication), in plan order.
+
+    Raises:
+        InputError: an unknown provider or an `llm` override the plan cannot take.
+        KeyboardInterrupt: a run was stopped from outside this process; the audit returns
+            nothing to analyse.
     """
     out = Path(out_dir)
     # Every check before the first file is written: a refused audit leaves nothing behind.
@@ -206,8 +219,19 @@ def check_llm_access(
 ) -> None:
     """Refuse a provider override that names no registered provider, and a base URL override
     that is not an http(s) URL with a host, before anything runs (otherwise every run would fail
-    with the same error). `provider_at`, `base_url_at` and `file` say where the caller took them
-    from: an option, a config key."""
+    with the same error).
+
+    Args:
+        provider: the provider override, or None.
+        base_url: the base URL override, or None.
+        provider_at: where the caller took `provider` from (an option, a config key).
+        base_url_at: where the caller took `base_url` from.
+        file: the file the errors name, when the overrides come from one.
+
+    Raises:
+        InputError: an unknown provider, or a base URL that is not an http(s) URL with a host
+            (shown with its credentials redacted).
+    """
     from ..core.redaction import redact_text
     from ..kernel.providers import PROVIDERS, ProviderError
     from ..kernel.providers.openai import chat_base_url
@@ -242,8 +266,19 @@ def validate_llm_override(
     loaded: LoadedPlan, llm: Mapping[str, Any] | None
 ) -> dict[str, Any] | None:
     """Check `llm` overrides (document keys such as model, baseUrl) against the plan: they must
-    be `llm` keys, must not replace a plan's own `models`, a baseUrl must be an http(s) URL, and
-    the result must validate."""
+    be `llm` keys, must not replace a plan's own `models` nor cancel an axis that varies the same
+    key, a baseUrl must be an http(s) URL, and the result must validate.
+
+    Args:
+        loaded: the loaded plan.
+        llm: the overrides; None values are dropped.
+
+    Returns:
+        The overrides that are set, or None when there are none.
+
+    Raises:
+        InputError: an override the plan cannot take, naming it.
+    """
     if not llm:
         return None
     fields = {k: v for k, v in llm.items() if v is not None}
@@ -296,11 +331,26 @@ def plan_jobs(
     checks: RunChecks | None = None,
 ) -> tuple[list[tuple[Condition, int]], list[RunJob], dict[int, RunResult]]:
     """Every replication of `conditions`: its slot, and either a job to run or a result reused
-    from the run directory (`reuse`) or copied from the `store`. `llm` overrides keys of every
-    run's `llm` section (e.g. model, baseUrl). Each run gets `checks` (default: the plan's
-    purpose and nothing the ledger holds) with the scenario version its condition records; the
-    purpose and version are part of its store key (KEYED_CHECKS), so a run is never reused under
-    another purpose or as another version."""
+    from the run directory (`reuse`) or copied from the `store`.
+
+    Args:
+        loaded: the loaded plan.
+        conditions: the conditions to run, in plan order.
+        out: the audit directory.
+        provider: forces every run onto that provider.
+        reuse: reuse a completed run directory that would run the same scenario on the current
+            kernel (see `run_audit`).
+        store: the run store to copy finished runs from.
+        llm: overrides keys of every run's `llm` section (e.g. model, baseUrl).
+        checks: what each run checks while loading (default: the plan's purpose and nothing
+            the ledger holds), given with the scenario version its condition records; the
+            purpose and version are part of its store key (KEYED_CHECKS), so a run is never
+            reused under another purpose or as another version.
+
+    Returns:
+        The (condition, replication) slots in plan order, the jobs still to run, and the
+        results already at hand by slot index.
+    """
     slots: list[tuple[Condition, int]] = []
     jobs: list[RunJob] = []
     results: dict[int, RunResult] = {}
@@ -446,8 +496,21 @@ def execute_jobs(
     finished: Callable[[RunJob, RunResult], None] | None = None,
 ) -> dict[int, RunResult]:
     """Run jobs in a caller-owned pool (shared by concurrent callers) or, without one, here.
-    `finished(job, result)` is called as each run ends, in completion order. Raises Interrupted
-    when the pool's workers were told to stop."""
+    When the shared pool breaks (a worker died), its unfinished runs end in fresh pools of their
+    own, so a run that kills its process is recorded as crashed and takes nothing along.
+
+    Args:
+        jobs: the runs to execute (`plan_jobs`).
+        executor: the shared pool (`worker_pool`), or None to run in this process.
+        finished: called as `finished(job, result)` as each run ends, in completion order.
+
+    Returns:
+        Each job's result, by its index.
+
+    Raises:
+        Interrupted: the pool's workers were told to stop, or a run of this batch was
+            interrupted.
+    """
     out: dict[int, RunResult] = {}
 
     def record(job: RunJob, result: RunResult) -> None:

@@ -1,17 +1,8 @@
-"""A content-addressed store of finished runs.
+"""A content-addressed store of finished runs, keyed by what determines a run's result, so a batch
+executed again copies its finished runs back instead of recomputing them.
 
-A replication is keyed by what determines its result: the scenario document it runs (with its
-seed lineage; `core.versions.run_document`: keys sorted, nothing no run reads), the condition id
-and replication index written into its result, the provider override, the kernel's code
-fingerprint and the version of this key's own scheme (RUN_KEY_VERSION). A batch that is executed
-again — because a workflow manager removed its outputs, or a plan gained replications — copies
-finished runs back from the store instead of recomputing them. Only final runs are kept
-(completed, no model call lost to a provider error); failures and lost calls always run again.
-
-An entry records the sha256 of each of its files when it is stored, and every fetch checks them:
-an entry edited, truncated or left incomplete is discarded and its run computed again. Files go in
-and out of the store as copies (reflinks where the filesystem can make them), never as hard links,
-so editing a result in place cannot reach the stored copy.
+Only final runs are kept; every fetch checks each file's sha256 and discards a damaged entry,
+and files go in and out as copies, never hard links. The key and the design: docs/harness.md.
 """
 
 from __future__ import annotations

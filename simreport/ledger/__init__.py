@@ -1,16 +1,8 @@
-"""The run ledger (SPEC §10): a database of what ran, beside the files.
-
-It records every run's manifest, statuses, events and — for agent-testbed runs — records,
-observations, evidence, completeness and fault steps, and every analysis as a build of its plan.
-SQLite by default (`<results>/ledger.sqlite`), PostgreSQL for teams. The ledger reads run
-directories through the core schemas only; the kernel, the analysis and the report never
-import it.
-
-    engine = connect(ledger_url(results_dir="results"))
-    ingest_run(engine, "results/pd/runs/base/0")
-    ingest_build(engine, "results/pd")
-
-The database libraries load on first use of a name below, so importing this package is cheap.
+"""The run ledger (SPEC §10): a database of what ran, beside the files — SQLite by default
+(`<results>/ledger.sqlite`), PostgreSQL for teams. It reads run directories through the core
+schemas only; the kernel, the analysis and the report never import it. The names it exports
+load the database libraries on first use, so importing this package is cheap. The design:
+docs/ledger.md.
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
-"""Linking a recorded run to its evaluation: the run table's `quality_ref`.
-
-A run never sets its own quality_ref (it is recorded null). `simreport evaluate` writes the run's
-evaluation.json; `record_evaluation` then sets the run's `quality_ref` to the evaluation's
-`qualityRef` (`evaluation.json#sha256:<digest>`, see simreport.core.quality), once the
-evaluation has been checked: its qualityRef matches its content and it was made from the
-result.json the run folder holds. The run row points at the evaluation its folder holds now:
-judging the run again (another evaluator version, another spec) replaces the evaluation.json
-and so the link, since a link to a file that is gone would cite nothing. The run itself — its
-records, observations, evidence — never changes.
+"""Linking a recorded run to its evaluation: the run table's `quality_ref`, set from the
+evaluation.json its folder holds once that is checked (its qualityRef matches its content, and it
+was made from the folder's result.json). Judging a run again replaces the link; the run itself
+never changes. The design: docs/ledger.md.
 """
 
 from __future__ import annotations

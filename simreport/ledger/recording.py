@@ -1,14 +1,9 @@
 """Recording what a command or a workflow job produced, without ever losing its files.
 
-`simreport run`, `audit` and `analyse` and the workflow's jobs hand their finished run
-directories and analysed audits to a `LedgerRecorder` once the files are complete. It opens the
-ledger on first use (one engine, so one connection, per command or job) and records each run
-whole or not at all: in a transaction of its own, or in a savepoint of its own when several
-share one (GATHER_RUNS). What the ledger cannot record — it is unreachable, it refuses a run as a
-conflict — is said in one line naming the run (or audit) and the ledger's URL with credentials
-redacted, and kept in `problems`, so the caller can end non-zero: a ledger that silently misses
-runs is worse than none. The files are never touched. A recorder without a URL (`ledger: null`,
-`--no-ledger`) does nothing at all.
+A `LedgerRecorder` records finished run directories and analysed audits, each run whole or not
+at all; what the ledger cannot record is said in one line and kept in `problems`, so the caller
+can end non-zero. The files are never touched; a recorder without a URL does nothing. The
+design: docs/ledger.md.
 """
 
 from __future__ import annotations

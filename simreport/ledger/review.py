@@ -1,16 +1,8 @@
 """The scenario library's review, held in the ledger: every scenario version and asset version
-goes draft → reviewing → reviewed → online → offline, and every step is kept with who took it,
-when, a note and, for a high-risk scenario going online, who signed off the risk.
-
-`import_scenario` registers a scenario file's version and every asset version of its library with
-the status their headers give; after that only `transition` moves a status, as a compare-and-set
-in the transaction that records the step, so of two reviewers racing exactly one moves it.
-The ledger never imports the kernel: whoever imports hands over the kernel's scenario loader
-(`simreport.kernel.load_scenario`), so a version's design digest is the one its runs record.
-`simreport review …` (cli/review.py) is the command line over these functions.
-
-    import_scenario(engine, "examples/refund_desk/scenario.yaml", load=load_scenario)
-    transition(engine, "scenario", "refund-timeout-retry", "1.3.0", "submit", reviewer="ana")
+goes draft → reviewing → reviewed → online → offline, each step kept with who took it, when, a
+note and, for a high-risk scenario going online, who signed off the risk. `import_scenario`
+registers versions; only `transition` moves a status, as a compare-and-set. The design:
+docs/ledger.md.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """Every table of the run ledger, declared once for SQLite and PostgreSQL alike.
 
-The `sim` tables follow the agent-testbed design's minimal schema (scenario, scenario version,
-asset, asset version, manifest, run, run task and session, event, record, observation, evidence,
-completeness, fault plan and fault record) with its columns, checks and keys; columns added here
-for what a file-based run carries beyond them are marked "added". The history tables (plan,
-build, build condition, build run) and the review transitions are written in the same style.
-
-On PostgreSQL the tables live in the schema `sim`; on SQLite the same names are reached through
-`schema_translate_map={"sim": None}` (see db.py). Every schema change is an Alembic revision under
-`migrations/versions/`; a test checks that the migrated database matches these declarations.
+The `sim` tables follow the agent-testbed design's minimal schema; what a file-based run carries
+beyond it is marked "added". Every schema change is an Alembic revision under
+`migrations/versions/`, and a test checks that the migrated database matches these declarations.
+The design: docs/ledger.md.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""Pages rendered from audit.json alone (no statistics here): report.html and its figures, the
-methods paragraphs, and the static site that lists every audit.
+"""Pages rendered from audit.json (no statistics here): report.html and its figures (with what
+changed since the build kept in `history/`), the methods paragraphs, and the static site that
+lists every audit.
 
 The names load lazily: the workflow asks for figure names at parse time without paying for
 matplotlib, Jinja2 and markdown-it.

@@ -1,14 +1,9 @@
-"""report.html: one self-contained page per audit, rendered from audit.json alone.
+"""report.html: one self-contained page per audit, rendered from audit.json (and, for what changed
+since the previous build, the audit kept in `history/`).
 
-The page has no scripts, fonts or external resources; the figures are inlined as SVG. Every
-string from the plan or the scenario reaches the page through Jinja's autoescaping; only the SVG
-this package draws is marked safe. The same audit gives the same bytes (no dates, no dict order
-taken from the input: audit.json is written with sorted keys, so order comes from the plan's
-lists or from sorting).
-
-The page is built from the audit's model (`AuditDoc`), read by attribute, so a renamed or
-missing key fails at the entry with the key named rather than as a blank cell; an audit of an
-older schema is refused there (`document.audit_document`).
+No scripts, fonts or external resources; every string from the plan or the scenario is
+autoescaped; the same audit gives the same bytes. The page reads the audit's model (`AuditDoc`),
+so a renamed key fails loudly. The design: docs/report.md.
 """
 
 from __future__ import annotations

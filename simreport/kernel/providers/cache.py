@@ -1,17 +1,7 @@
-"""The response cache: request → response, content-addressed, shared by every process of a machine
-(the CLI, pool workers, Snakemake jobs), so re-runs and replays of unchanged prompts cost no calls.
-
-Storage is one JSON file per key under `<dir>/v1/<first two hex digits>/<key>.json`, written to a
-temporary file in the same folder and renamed into place. Chosen over SQLite because it needs no
-lock at all: readers see either no entry or a whole one, two processes that write the same key
-write the same content (the last rename wins, harmlessly), and it stays safe on the network file
-systems that cluster jobs share, where SQLite's WAL mode (which needs shared memory on one host)
-is not. Entries are not fsynced: a torn entry after a power cut reads as a miss and is rewritten.
-
-Where and how, from the environment (so every process agrees):
-    SIMREPORT_CACHE_DIR   default $XDG_CACHE_HOME/simreport, else ~/.cache/simreport
-    SIMREPORT_CACHE_MODE  record (default: read and write), replay (read only; a miss is a
-                          CacheMiss failure naming the key) or live (no cache at all)
+"""The response cache: request → response, content-addressed, one JSON file per key renamed into
+place, shared by every process of a machine without locks, so re-runs and replays of unchanged
+prompts cost no calls. `SIMREPORT_CACHE_DIR` says where, `SIMREPORT_CACHE_MODE` how (`record`,
+`replay` or `live`). Why files and not SQLite: docs/kernel.md.
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
-"""The embedded offline provider: a deterministic behavioural stand-in for a language model.
-
-It is not a model of people and not a language model. It reads the rendered prompt the way a
-simple in-context reader would: it counts the words that share a stem with each answer option,
-gives later text and system-turn text more weight, reads structured blocks (JSON, tables, bullets)
-less well, reacts to moral and risk vocabulary, and has a bias toward the first listed option. The
-model name selects a behavioural profile (how strongly each of those features sways it), so two
-offline "models" differ in sensitivity the way real model families do. Its choice depends only on
-the prompt, the model name and the request seed, so representation changes move outcomes and the
-same request always gets the same answer.
+"""The embedded offline provider: a deterministic behavioural stand-in for a language model, not a
+model of people. It picks an answer option from the evidence in the rendered prompt, swayed by a
+behavioural profile the model name selects; the same request always gets the same answer. What
+it reads, and how: docs/kernel.md.
 """
 
 from __future__ import annotations
@@ -97,7 +91,7 @@ class Profile:
     valence: float
     """Sensitivity to moral and risk vocabulary."""
     position_bias: float
-    """Logit bonus for the first listed option."""
+    """Logit bonus for the favoured option: the first of two, the middle one of a longer scale."""
     noise: float
     """Decision noise kept even at temperature 0 (a stand-in for sampling variety)."""
 

@@ -1,24 +1,7 @@
 """The `openai` provider: any server that speaks the OpenAI Chat Completions protocol over HTTP
-(vLLM, llama.cpp server, Ollama, hosted APIs).
-
-What it adds to a bare POST: answers constrained by a JSON-schema response format where the server
-supports one (and prompt-plus-parsing where it does not, learnt once per provider instance), the
-decision seed where the server takes it, retries with exponential backoff and jitter on 429, 5xx,
-timeouts and dropped connections (honouring Retry-After), a limit on requests in flight, and a
-budget of calls and tokens whose exhaustion is a counted failure rather than a hang.
-
-The API key is read from the environment variable that `llm.apiKeyEnv` names. It is sent in the
-Authorization header and nowhere else: not in errors, events, the manifest or `describe()`.
-Credentials in `llm.baseUrl` itself (`http://user:secret@host/v1`, `?api_key=…`) are used as given
-and shown redacted (simreport.core.redaction); a URL read back redacted is refused, not sent.
-
-Settings beyond the scenario's `llm` section are properties of the machine, read from the
-environment so that the CLI, pool workers and Snakemake jobs agree:
-    SIMREPORT_MAX_CONCURRENCY      requests in flight per provider instance (one per run), default 8
-    SIMREPORT_LLM_RETRIES          retries after the first attempt, default 4
-    SIMREPORT_LLM_BACKOFF_SECONDS  the first backoff, doubled per retry with jitter, default 0.5
-`llm.maxConcurrency`, `llm.retries`, `llm.budgetCalls` and `llm.budgetTokens` are honoured when the
-scenario schema has them (a scenario value wins over the environment).
+(vLLM, llama.cpp server, Ollama, hosted APIs), with structured answers, seeds, retries, a limit
+on requests in flight and budgets. The API key goes in the Authorization header and nowhere
+else. Its settings and environment variables: docs/kernel.md.
 """
 
 from __future__ import annotations

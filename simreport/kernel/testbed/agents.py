@@ -1,20 +1,7 @@
-"""Agents under test, reached only through their public entry.
-
-The harness keeps the conversation as OpenAI-style chat messages (user, assistant with tool calls,
-tool results) and asks the agent for its next step: tool calls, or a reply to the user. Whatever
-the agent decides — which tool, which arguments, how to recover — is its own; the harness only
-executes the calls against the environment and hands back the answers.
-
-- `ReferenceAgent`: the built-in tool-calling agent. Each step is a decision among actions
-  ("check the refund status", "create the refund again", …) made through the scenario's provider,
-  so its behaviour under an ambiguous timeout depends on its prompt wording and the model.
-- `HttpAgent`: an external agent behind an OpenAI-compatible chat completions endpoint with tool
-  calls (`POST <entry>/chat/completions`).
-- `PythonAgent`: an external agent as a `module:function` taking the same request body and
-  returning an assistant message (or a whole chat completion).
-
-`probe_http_agent` is what LOADING asks before the user says a word: is the HTTP agent there
-(its declared health entry answers, or its entry's host accepts a connection)?
+"""Agents under test, reached only through their public entry: the built-in `ReferenceAgent`, an
+`HttpAgent` (OpenAI-compatible chat completions with tool calls), a `PythonAgent`
+(`module:function`), a `ReplayAgent`, and `probe_http_agent`, LOADING's check that an HTTP agent
+is there. The harness only executes the calls an agent decides. The design: docs/testbed.md.
 """
 
 from __future__ import annotations

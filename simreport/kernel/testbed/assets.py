@@ -1,15 +1,8 @@
 """The local asset library and the manifest: labels resolve to exact versions and sha256.
 
-Layout of a library (a folder next to the scenario, `provenance.assetLibrary`):
-
-    <library>/<name>/<version>.yaml     one immutable asset version (.yml and .json work too)
-    <library>/<name>/labels.yaml        label → version, e.g. {stable: 1.2.0}
-
-Each asset file says what it is: `kind`, `name`, `version`, optional `status` and `owner`, and its
-`content`, which is validated by the model of its kind. A reference is `<name>@<version>` or
-`<name>@<label>`; the manifest records what it resolved to (name, version, sha256 of the file's
-bytes), never the label. Anything that does not resolve exactly is an `AssetError`: the run fails
-in LOADING with `manifest_unresolved`, and nothing falls back to "any available version".
+A reference is `<name>@<version>` or `<name>@<label>`; the manifest records what it resolved to,
+never the label. Anything that does not resolve exactly is an `AssetError` (LOADING fails with
+`manifest_unresolved`). The library's layout: docs/testbed.md.
 """
 
 from __future__ import annotations

@@ -1,14 +1,7 @@
-"""The four clocks of a testbed run, kept apart.
-
-- business time: the business calendar (refund windows are judged on it); it starts at the
-  scenario's `environment.clock.start` and follows the simulated timeline, or stays frozen;
-- logical time: the harness's scheduler clock in milliseconds (turns, tool latencies, timeouts);
-  it never waits for real time, so a 30-second timeout costs nothing real;
-- monotonic durations: how long an agent or tool call really took (performance, not behaviour);
-- wall time: when the run happened (UTC), for audit trails only.
-
-Only the first two enter a record's content (and so its digest): the last two differ from run to
-run and live in a record's `clock` field, which alignment and replay leave out.
+"""The four clocks of a testbed run, kept apart: business and logical time enter a record's
+content (and so its digest); monotonic durations and wall time live in its `clock` field, which
+alignment and replay leave out. Logical time never waits for real time. Each clock:
+docs/testbed.md.
 """
 
 from __future__ import annotations

@@ -1,27 +1,7 @@
-"""The environment simulator: one fact model behind every tool surrogate, and fault injection.
-
-Every tool (get_order, create_refund, get_refund, …) is answered from the same fact model of
-orders, refunds and accounts, so what one tool says the others confirm: a refund that
-create_refund accepted is what get_refund finds. Surrogates only answer calls; they never act on
-the agent's behalf. A surrogate participant's tool passes through the same gateway, so its
-calls are recorded and faults strike it like any other tool (see `participants`).
-
-Faults are planned in the scenario (`events.triggers`), decided by the harness (`FaultController`:
-when, on what, and whether it recovered) and executed by a backend behind `FaultBackend`, here the
-in-process one. A window opens at a call, a turn or a logical millisecond (`at`) and closes after
-some hits, at a turn or some logical milliseconds later (`recover`), all on the run's logical
-clock. Each fault is recorded planned → armed → hit → recovered, or failed with why; a planned
-fault that never hits makes the run `violated`. `recovered` is verified, never assumed: once the
-experiment is destroyed and the requests it held are processed, the fact model must be consistent
-again (every read agrees with what is stored, no half-applied write), else the fault `failed` with
-the inconsistencies named. A timeout (or an error) strikes at one of three points of a request's
-life:
-- not_sent: the call never reached the service (nothing changed; retrying is safe);
-- sent_not_committed: the service received it but holds it; it takes effect when the fault
-  recovers (the agent should wait and query);
-- committed_response_lost: the business action took effect but the answer was lost (the agent
-  should verify the state before submitting again).
-A `delay` answers correctly, late; an `abort` cuts the call at once, with no answer and no effect.
+"""The environment simulator: one fact model behind every tool surrogate, and fault injection
+(`FaultController` decides, a `FaultBackend` executes). Each fault is recorded planned → armed →
+hit → recovered, or failed with why; a recovery is verified against the fact model, never
+assumed. The fault points and windows: docs/testbed.md.
 """
 
 from __future__ import annotations

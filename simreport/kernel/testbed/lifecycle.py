@@ -1,31 +1,8 @@
 """The lifecycle of a testbed run and what each failure means for its statuses.
 
-    LOADING → INITIALIZING → RUNNING → DRAINING → COLLECTING → CLEANED
-       │            │            │          │           │
-       └────────────┴────────────┴──────────┴───────────┴─→ FAILED
-
-`NEXT` is this table; `Lifecycle.enter` refuses any other move. FAILED and CLEANED are final, and
-each stage is claimed only once it holds: CLEANED only after a cleanup that succeeded.
-
-- LOADING fails (manifest or asset does not resolve, a declared setting is not implemented, the
-  boundary is replaced, the SUT's entry is unknown or does not answer its probe): execution
-  crashed, no agent call made, no user message sent, nothing to clean.
-- INITIALIZING fails (environment data or user model cannot be set up): crashed, and the run is
-  `violated` (its conditions never held); what was set up is torn down.
-- RUNNING fails (the SUT crashed or timed out, a budget ran out): the run enters FAILED at once
-  (crashed; cancelled for a budget). Being FAILED does not kill it: it still stops injecting,
-  settles the calls in flight, collects what it has and cleans up, recorded as control records
-  after the FAILED transition. The records made so far are kept, evidence is `partial` and the
-  missing items are listed.
-- DRAINING stops injecting and waits for calls in flight (and held requests) to settle; if that
-  itself fails, the run enters FAILED and still collects and cleans.
-- COLLECTING builds observations, evidence and completeness; an extraction that fails marks its
-  items missing and never fills them with zeros (it does not fail the run).
-- Cleaning destroys the run's workspace and temporary credentials. When that succeeds the run is
-  CLEANED; when it fails an alert is recorded, the run is `violated` (the next run could not trust
-  its world) and it ends in FAILED instead (failed in `cleanup`), its execution still completed.
-
-Every transition is a `lifecycle` record (and so an event).
+LOADING → INITIALIZING → RUNNING → DRAINING → COLLECTING → CLEANED, or FAILED from any of them:
+`NEXT` is the table and `Lifecycle.enter` refuses any other move; every transition is a
+`lifecycle` record. What each stage's failure means: docs/testbed.md.
 """
 
 from __future__ import annotations

@@ -1,14 +1,7 @@
-"""Surrogate participants: other parties the agent under test works with, answered by the testbed.
-
-A surrogate participant is a script, the most deterministic kind of surrogate: its n-th answer is
-the n-th of its `replies`, the last one repeating. The agent reaches it through a tool of its own
-(`ask_<id>` unless the scenario names it), with one string argument `message`, so every call is
-recorded and a planned fault strikes it like any other tool. It only answers; it never acts for
-the agent. A participant of kind `real` is not implemented and is refused at load (`settings`).
-
-Under a fault, a participant behaves as a service without state to commit: `not_sent` and
-`sent_not_committed` leave its script where it was (the message never reached it, or was held
-and dropped), `committed_response_lost` moves the script on (it answered; the answer was lost).
+"""Surrogate participants: other parties the agent under test works with, answered by the testbed
+from a script (the n-th answer is the n-th reply, the last one repeating) and reached through a
+tool of their own, so their calls are recorded and faults strike them. They never act for the
+agent. How a fault moves the script: docs/testbed.md.
 """
 
 from __future__ import annotations

@@ -1,27 +1,7 @@
-"""Quality control of the user simulator (design §四 "独立质控"), measured on one run's records.
-
-The user simulator's quality is never read from the agent's success: an over-cooperative user
-overrates the agent, a user who always refuses makes meaningless failures. So each run's records
-are checked against the persona, the rules and the disclosure settings, independently of the
-simulator's own pre-send checks (the records are re-read; nothing the simulator computed is
-trusted), along four dimensions, each with its unit and what falling short does:
-
-- persona consistency, per message: a message states a fact other than the persona's or uses a
-  phrase that contradicts its tone, expertise or patience. Below the allowed share the run is
-  marked for review with the messages named; its statuses do not change.
-- reaction-rule compliance, per trigger: a rule whose condition held on its n-th occurrence did
-  not fire, fired without it, or its effect was neither carried out, nor suppressed by a
-  disclosure rule, nor pre-empted by a higher-priority intent. Below the allowed share the run is
-  `violated`.
-- visibility, per disclosure: a fact disclosed against the disclosure rules, or a fact stated
-  that is outside what the user knows. More than allowed and the run is `violated`.
-- termination, per run: the user stopped without the reason the rules give (a confirmed refund,
-  patience spent, a give-up rule) or went on when they said stop. The run's validity is then
-  `unchecked` (or the problem only reported, `termination: report`).
-
-The fifth dimension, diversity across replications, is a property of a condition's batch of runs:
-each run's opening and path (its intents in order) are kept here, and the analysis compares them
-(analysis/user_quality.py).
+"""Quality control of the user simulator (design §四 "独立质控"), measured on one run's records and
+never on the agent's success: persona consistency, reaction-rule compliance, visibility and
+termination, each with what falling short does to the run, and the run's opening and path for
+the analysis's diversity check. The dimensions: docs/testbed.md.
 """
 
 from __future__ import annotations

@@ -1,16 +1,7 @@
-"""Event replay of a testbed run: what a replay takes from the recorded run, how a world reads
-it while the replay runs, and how two record lists are compared.
-
-A replay answers every provider decision with the recorded choice, plays back an external
-agent's recorded steps, strikes exactly the calls the recorded faults hit and pins every asset to
-the version the manifest recorded; the environment and the harness run for real. The world reads
-the active `ReplaySource` (`active_replay`) and tells the engine it needs no provider
-(`World.needs_provider`), so the engine itself knows nothing of replays. Before anything is
-replayed the manifest is checked against itself (`manifest_problems`), and each original record's
-own sha256 is checked (`tampered_records`).
-
-Running a replay through the engine, and `simreport replay`, live in `simreport.kernel.replay`:
-this module stays beneath the engine and the worlds.
+"""Event replay of a testbed run: what a replay takes from the recorded run (`ReplaySource`, read
+through `active_replay`), the manifest checked against itself (`manifest_problems`), tampered
+records (`tampered_records`), and the comparison of two record lists. Running a replay is
+`simreport.kernel.replay`, above the engine. The design: docs/testbed.md.
 """
 
 from __future__ import annotations

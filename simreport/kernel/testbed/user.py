@@ -1,28 +1,7 @@
-"""The user simulator: a state machine chooses the intent, the provider chooses the wording, and
-two checks run before any message is sent.
-
-Three layers, governed separately:
-- persona (expertise, patience, tone): configuration, rendered into the wording prompt;
-- cognitive state: what the user knows (private facts, what the agent told them); it may differ
-  from the environment's facts;
-- behaviour: reaction rules and a patience clock drive a state machine that picks the next intent
-  (give the order number, ask for the status, threaten a complaint, close…).
-
-The wording of an intent comes from the simulator config's templates, filled from the user's
-knowledge; the provider picks one (the offline provider reads the prompt like any other decision).
-Before sending, a fact check (no order number or amount outside what the user knows) and a
-disclosure check (the order number only when the rules allow) run on the chosen wording. A
-failing wording is blocked, counted and another is chosen; a user who cannot say what the state
-machine asks within the rules, or a reaction rule that cannot be carried out, makes the run
-`violated` (the simulator left its specification).
-
-Two modes (`user.mode`). Exploration relaxes the branches the persona leaves open — open with the
-order number or without it when it may be given upfront, wait or ask for news when the agent
-gives nothing to react to — and shuffles the wordings offered, each draw from the run's seeded
-generator and recorded (`user.branch`), so replications walk different paths within the persona.
-Regression pins the path: canonical branches, wordings offered in declared order and a wording
-seed fixed by the scenario's seed, turn and intent, so every replication of a scenario says the
-same given the same agent.
+"""The user simulator: a state machine chooses the intent, the provider chooses the wording, and a
+fact check and a disclosure check run before any message is sent. Exploration users walk seeded,
+recorded branches; regression users say the same given the same agent. A user who cannot keep
+to its specification makes the run `violated`. The design: docs/testbed.md.
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
 """The refund desk: an agent testbed world around a system under test (SPEC §8).
 
-A simulated customer wants a refund; the agent under test talks to them and calls tools (order
-lookup, refund submission, refund status) answered by one fact model, and perhaps consults
-surrogate participants, while planned faults strike its calls. The world runs the testbed
-lifecycle (LOADING → INITIALIZING → RUNNING → DRAINING → COLLECTING → CLEANED, or FAILED: see
-`testbed.lifecycle`), writes the result layers (records.jsonl, observations.json, evidence.json,
-completeness.json) into the run directory, and reports the audit metrics — facts, never
-verdicts — with the run's validity and evidence status. It judges nothing: evaluation is a step
-of its own (`simreport evaluate`, the `simreport.evaluation` package) that reads these files.
-Its settings live in the scenario's testbed groups (`sut`, `user`, `environment`, `events`, …);
-`params` stays empty.
-
-Two decision makers share the scenario's provider: agent 0 is the built-in reference agent (when
-the SUT is the reference agent) and agent 1 words the simulated user's messages.
+A simulated customer wants a refund; the agent under test talks to them and calls tools answered
+by one fact model while planned faults strike its calls. The world runs the testbed lifecycle,
+writes the result layers and reports metrics — facts, never verdicts (evaluation is a step of its
+own). The design: docs/testbed.md.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """The sim schema: scenario library, manifests, runs and what they recorded, audit history.
 
-Creates every table of simreport.ledger.tables as it stood at this revision (written out here, so
-later edits to the table module never change what this revision does), and makes manifests,
-their asset rows, events, records and review transitions append-only in the database itself:
-PostgreSQL refuses UPDATE, DELETE and TRUNCATE on them with a trigger, SQLite refuses UPDATE and
-DELETE with triggers of its own.
+Creates every table as it stood at this revision (written out here) and makes manifests, their
+asset rows, events, records and review transitions append-only with triggers (docs/ledger.md).
 
 Revision ID: 0001
 Revises:

@@ -1,9 +1,7 @@
 """Run purpose and derived scenario versions.
 
-A run is made for `regression` (every version it records online) or `exploration` (recorded as
-such, never in a regression conclusion); runs recorded before this revision were exploration
-runs. A scenario version derived by an audit condition that changes the design names the version
-it derives from.
+`run.purpose` (`regression` or `exploration`; earlier runs were exploration runs) and
+`scenario_version.derived_from` (docs/ledger.md).
 
 Revision ID: 0002
 Revises: 0001

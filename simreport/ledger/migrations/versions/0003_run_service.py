@@ -1,11 +1,7 @@
 """The run service: queued runs with leases, cancellation, and idempotency keys.
 
-A run started through the service is a `pending` row claimed by a worker, which holds a lease
-(`lease_owner` until `lease_expires_at`, renewed by its heartbeat) and counts its `attempts`; a
-cancellation is requested on the row and carried out by the worker at the run's next step. The
-request that started a run and who made it (`principal`, a token's name, never the token) are
-kept with it. Every write request's Idempotency-Key is stored with the sha256 of its request and
-the response it got, so a repeated request gets the same answer from any process.
+Lease, heartbeat, cancellation, request and principal columns and `attempts` on `run`, and the
+`idempotency_key` table (docs/ledger.md).
 
 Revision ID: 0003
 Revises: 0002

@@ -1,12 +1,7 @@
 """The run service's retry of a run whose worker was lost.
 
-A run queued while the service retries lost runs (`simreport api --retry-lost-runs 1`) carries
-`retries_allowed`: how many times it goes back to `pending` when its worker vanished, rather than
-ending `crashed` ("worker_lost"); `retries` counts the times it did, so it is on attempt
-retries + 1. Its events stay one sequence across attempts: a retry is marked by a harness event,
-and `event_seq_base` is the seq of that mark, after which the current attempt's events are
-numbered (its kernel's event n is recorded as seq event_seq_base + n). Runs recorded before this
-revision were never retried: all three are 0.
+`run.retries_allowed`, `run.retries` and `run.event_seq_base`, all 0 for earlier runs, which
+were never retried (docs/ledger.md).
 
 Revision ID: 0004
 Revises: 0003

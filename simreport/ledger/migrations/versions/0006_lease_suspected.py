@@ -1,11 +1,7 @@
 """Two-phase reclaim of an expired lease: `run.lease_suspected_at`.
 
-A reclaimer that finds a running run's lease expired no longer ends it at once: it notes when it
-first found it so (`lease_suspected_at`), and reclaims the run only if the lease is still expired
-and unrenewed a confirmation period later. A heartbeat clears the mark. A worker whose heartbeats
-could not reach the ledger (the database down, its disk full) thus gets that period to renew its
-lease once the ledger answers again, since marking needs the ledger to take writes too. Runs
-recorded before this revision carry no mark: a reclaimer marks them the first time it looks.
+A reclaimer marks an expired lease first and reclaims the run only if it is still expired a
+confirmation period later; a heartbeat clears the mark (docs/ledger.md).
 
 Revision ID: 0006
 Revises: 0005
