@@ -10,21 +10,11 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "simreport"
 CLI = PACKAGE / "cli"
 
-COMMANDS_OUTSIDE_CLI = {
-    # The run service's commands (`simreport api`, `simreport worker`) and the remote client's
-    # (`simreport remote …`) still register themselves beside the code they run; they move into
-    # simreport/cli/ with the service's restructuring. No other file may join this list.
-    "service/app.py",
-    "service/worker.py",
-    "remote_cli.py",
-}
+COMMANDS_OUTSIDE_CLI: set[str] = set()
+"""Modules outside simreport/cli/ that may register a command: none."""
 
-REEXPORTS = {
-    # Where those three commands still import the argument types and the printing from; each
-    # re-exports its simreport/cli/ module and goes when they move.
-    "core/arguments.py": "simreport.cli.arguments",
-    "ledger/output.py": "simreport.cli.output",
-}
+REEXPORTS: dict[str, str] = {}
+"""Modules outside simreport/cli/ that re-export its parts: none."""
 
 
 def _modules(*, outside_cli: bool) -> list[tuple[str, ast.Module]]:

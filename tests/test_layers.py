@@ -22,13 +22,8 @@ TOP = 5  # api, cli and other entry points
 # harness, which will hand it runs), and analysis and report never touch it.
 ONLY = {"ledger": {"core", "ledger"}}
 NEVER = {"analysis": {"ledger"}, "report": {"ledger"}, "evaluation": {"ledger"}}
-REEXPORTED_FROM_THE_CLI = {
-    # The run service's and the remote client's commands still import the argument types and
-    # the printing from where they were; these two modules only re-export them (see
-    # test_cli_layout.py) and go when those commands move into simreport/cli/.
-    ("simreport.core.arguments", "simreport.cli.arguments"),
-    ("simreport.ledger.output", "simreport.cli.output"),
-}
+REEXPORTED_FROM_THE_CLI: set[tuple[str, str]] = set()
+"""(module, the simreport/cli/ module it may import): none; every command is in the CLI."""
 
 
 def _layer(module: str) -> int:

@@ -54,10 +54,8 @@ LONG_DOCSTRINGS = {
     "simreport/service/auth.py",
     "simreport/service/limits.py",
     "simreport/service/metrics.py",
-    "simreport/service/queue.py",
     "simreport/service/spool.py",
     "simreport/service/supervisor.py",
-    "simreport/service/worker.py",
 }
 
 

@@ -43,10 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     # Imported here, not above: `import simreport.cli` stays cheap (the service and the remote
     # client read their argument types through it), and the order below is the order of the
     # commands in `simreport --help`.
-    from ..remote_cli import register_cli as register_remote
-    from ..service.serve import register_cli as register_api
-    from ..service.worker import register_cli as register_worker
     from . import audit, doctor, ledger, mcp, replay, review
+    from .remote import register_cli as register_remote
+    from .service import register_api, register_worker
 
     audit.register_cli(sub)
     doctor.register_cli(sub)

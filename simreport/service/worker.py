@@ -1,31 +1,12 @@
 """Workers of the run service: claim queued runs from the ledger and execute them, one after
-another, in a run process of their own (run_process.py).
-
-`run_worker` loops: claim the oldest pending run, send it to the run process, stream its events
-into the ledger while it executes (execution.py), record it. As soon as a run has ended in the
-run process, the worker claims the next run and sends it there, then records the ended run
-(`finish`, one transaction with its events not streamed yet, read from its run directory: a
-run that ended whole does not hand them over) while the next one executes: a second lease is
-held only while that recording lasts. Beside it, the worker's keeper (keeper.py) renews its
-leases, reclaims the runs of vanished workers and records the runs the ledger could not take
-yet from its spool; the worker claims no run while its spool holds one.
-
-A worker killed outright loses its lease: its run process notices it is orphaned and exits, and
-another worker's `reclaim_expired` ends the run `crashed` ("worker_lost"), or queues it again
-when it was queued with a retry (`simreport api --retry-lost-runs 1`): a worker claims it as any
-pending run, and the ledger numbers the retry's events after those recorded. The scratch run
-folders a killed worker leaves are removed by the next worker to start (scratch.py).
-
-`simreport worker --ledger URL --library DIR` runs one worker until SIGINT or SIGTERM, which let
-the current run finish (for up to --drain-seconds, then cancel it) and record it before exiting.
-"""
+another, in a run process of their own (run_process.py), streaming their events into the ledger
+and recording each run once; the keeper (keeper.py) renews leases and empties the spool. How a
+run is handed over, reclaimed and retried: docs/service.md."""
 
 from __future__ import annotations
 
-import argparse
 import gc
 import os
-import signal
 import socket
 import uuid
 from collections.abc import Callable
@@ -317,116 +298,4 @@ class Worker:
             self.process = None
 
 
-# --------------------------------------------------------------------------- command line
-
-
-def register_cli(sub: Any) -> None:
-    """Add `simreport worker` to the `simreport` parser's subcommands."""
-    from ..core.arguments import int64
-    from .config import DEFAULT_TOKENS_ENV
-
-    p = sub.add_parser(
-        "worker",
-        help="execute the run service's queued runs (claims them from the ledger)",
-        description="Claim the run service's queued runs from the ledger and execute them, "
-        "one after another in a run process of the worker's, streaming their events into the "
-        "ledger, until SIGINT or SIGTERM.",
-    )
-    p.add_argument(
-        "--ledger",
-        metavar="URL",
-        help="the ledger database: sqlite:///PATH or postgresql+psycopg://USER@HOST/DB "
-        "(default: $SIMREPORT_LEDGER_URL, else sqlite:///results/ledger.sqlite)",
-    )
-    p.add_argument(
-        "--library",
-        metavar="DIR",
-        default="assets",
-        help="the asset library the service freezes manifests from (default: assets)",
-    )
-    p.add_argument("--lease-seconds", type=float, default=30.0, metavar="N", help="(default 30)")
-    p.add_argument("--heartbeat-seconds", type=float, default=5.0, metavar="N", help="(default 5)")
-    p.add_argument(
-        "--poll-seconds",
-        type=float,
-        default=0.05,
-        metavar="N",
-        help="how often an idle worker looks for runs (default 0.05)",
-    )
-    p.add_argument(
-        "--drain-seconds",
-        type=float,
-        default=5.0,
-        metavar="N",
-        help="on SIGINT/SIGTERM, how long the current run may go on before it is cancelled "
-        "(default 5)",
-    )
-    p.add_argument(
-        "--spool",
-        metavar="DIR",
-        help="the folder on local disk where runs the ledger could not take yet are kept until "
-        "it does (default: $XDG_STATE_HOME/simreport/spool, else "
-        "~/.local/state/simreport/spool)",
-    )
-    p.add_argument(
-        "--policy",
-        metavar="FILE",
-        help="the execution policy: the model endpoints, external simulators and providers "
-        "runs may use (default: the offline provider only); as `simreport api --policy`",
-    )
-    p.add_argument(
-        "--tokens-env",
-        metavar="NAME",
-        default=DEFAULT_TOKENS_ENV,
-        help="the variable holding the service's API tokens, which runs never see "
-        f"(default: {DEFAULT_TOKENS_ENV})",
-    )
-    p.add_argument("--max-runs", type=int64, metavar="N", help="exit after N runs")
-    p.add_argument("--worker-id", metavar="ID", help="(default: host-pid-random)")
-    p.set_defaults(func=cmd_worker)
-
-
-def cmd_worker(args: argparse.Namespace) -> int:
-    import threading
-
-    from ..core.errors import EXIT_OK, InputError
-    from ..ledger.db import describe, ledger_url
-    from .spool import default_spool
-
-    if not 0 < args.heartbeat_seconds < args.lease_seconds:
-        raise InputError(
-            "the heartbeat must come more often than the lease runs out",
-            path="--heartbeat-seconds",
-            expected=f"a number of seconds between 0 and --lease-seconds ({args.lease_seconds})",
-        )
-    url = ledger_url(args.ledger, results_dir="results")
-    assert url is not None  # an explicit or default URL, never "off"
-    worker_id = args.worker_id or default_worker_id()
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: object) -> None:
-        stop.set()
-
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, on_signal)
-    say(f"{worker_id} claims runs from {describe(url)}; its spool: {args.spool or default_spool()}")
-    runs = run_worker(
-        url,
-        worker_id=worker_id,
-        lease_seconds=args.lease_seconds,
-        heartbeat_seconds=args.heartbeat_seconds,
-        poll_seconds=args.poll_seconds,
-        library=args.library,
-        stop_event=stop,
-        max_runs=args.max_runs,
-        drain_seconds=args.drain_seconds,
-        on_run=lambda run_id, outcome: say(f"{run_id} {outcome}"),
-        policy=args.policy,
-        tokens_env=args.tokens_env,
-        spool=args.spool,
-    )
-    say(f"{worker_id} stopped after {runs} run(s)")
-    return EXIT_OK
-
-
-__all__ = ["StopEvent", "default_worker_id", "register_cli", "run_worker", "sweep_scratch"]
+__all__ = ["StopEvent", "default_worker_id", "run_worker", "sweep_scratch"]

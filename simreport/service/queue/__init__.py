@@ -1,15 +1,7 @@
-"""The run service's state, all of it in the ledger: scenarios and their versions, queued runs
-with frozen manifests and leases, their events while they run, what they recorded when they
-end, and every write request's Idempotency-Key. No state lives only in a process, so API
-processes and workers can be restarted or multiplied.
-
-Every function takes an Engine and raises a ServiceError (simreport.service.errors) for what
-the caller asked wrongly; the HTTP app maps those to answers in one place. The modules, one job
-each: `scenarios` (scenarios, versions, review), `manifests` (resolution, pins, the execution
-policy's refusals), `runs` (starting within capacity, cancelling), `leases` (claims, heartbeats,
-reclaiming), `recording` (a worker's events and end), `reads` (statuses, events, evidence),
-`statistics` (for /healthz and /metrics), `idempotency`, and `transaction`.
-"""
+"""The run service's state, all of it in the ledger: scenarios and versions, queued runs with
+frozen manifests and leases, their events, what they recorded, and every Idempotency-Key. Every
+function takes an Engine and raises a ServiceError for what the caller asked wrongly; the
+modules, one job each, are listed in docs/service.md."""
 
 from ..errors import Conflict, Gone, LeaseLost, NotFound, ServiceError, Unprocessable
 from .idempotency import IdempotencyKey, Stored, StoredAnswer, idempotent, remember

@@ -17,13 +17,13 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .core.arguments import count, positive_int
-from .core.errors import EXIT_OK, InputError
-from .core.versions import DEFAULT_PURPOSE, PURPOSES
-from .ledger.output import print_json, print_table, shortened
+from ..core.errors import EXIT_OK, InputError
+from ..core.versions import DEFAULT_PURPOSE, PURPOSES
+from .arguments import count, positive_int
+from .output import print_json, print_table, shortened
 
 if TYPE_CHECKING:
-    from .client import EventPage, SimClient
+    from ..client import EventPage, SimClient
 
 URL_ENV = "SIMREPORT_URL"
 TOKEN_FILE_ENV = "SIMREPORT_TOKEN_FILE"
@@ -196,7 +196,7 @@ def cmd_scenario(args: argparse.Namespace) -> int:
 
 
 def cmd_version(args: argparse.Namespace) -> int:
-    from .core.files import load_document
+    from ..core.files import load_document
 
     spec = load_document(args.file).data
     if not isinstance(spec, dict):
@@ -356,7 +356,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def _client(args: argparse.Namespace) -> SimClient:
-    from .client import SimClient, load_token
+    from ..client import SimClient, load_token
 
     url = args.url or os.environ.get(URL_ENV)
     if not url:
