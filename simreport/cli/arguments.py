@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import math
 
+from ..core.errors import InputError
 from ..core.values import INT64_MAX, INT64_MIN
 
 
@@ -66,3 +67,12 @@ def correlation(text: str) -> float:
     if not -1.0 <= value < 1.0:
         raise argparse.ArgumentTypeError(f"must lie in [-1, 1), not {text}")
     return value
+
+
+def version_ref(ref: str, *, path: str, example: str) -> tuple[str, str]:
+    """`NAME@VERSION` split at its last `@`; InputError naming `path` and an `example` when
+    either side is empty."""
+    name, sep, version = ref.rpartition("@")
+    if not sep or not name or not version:
+        raise InputError(f"{ref!r} names no version", path=path, expected=f"e.g. {example}")
+    return name, version

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.errors import EXIT_OK, InputError
 from ..core.versions import DEFAULT_PURPOSE, PURPOSES
-from .arguments import count, positive_int
+from .arguments import count, positive_int, version_ref
 from .output import print_json, print_table, shortened
 
 if TYPE_CHECKING:
@@ -226,7 +226,9 @@ def cmd_version(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    scenario_id, version = _split_ref(args.ref)
+    scenario_id, version = version_ref(
+        args.ref, path="SCENARIO_ID@VERSION", example="refund_desk@1.0.0"
+    )
     limits = {
         "maxToolCalls": args.budget_calls,
         "maxTurns": args.budget_turns,
@@ -378,17 +380,6 @@ def _client(args: argparse.Namespace) -> SimClient:
         max_retries=args.retries,
         token_source=setting,
     )
-
-
-def _split_ref(ref: str) -> tuple[str, str]:
-    scenario_id, sep, version = ref.rpartition("@")
-    if not sep or not scenario_id or not version:
-        raise InputError(
-            f"{ref!r} names no version",
-            path="SCENARIO_ID@VERSION",
-            expected="e.g. refund_desk@1.0.0",
-        )
-    return scenario_id, version
 
 
 def _print_status(run_id: str, status: dict[str, Any]) -> None:

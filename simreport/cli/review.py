@@ -11,8 +11,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..core.errors import EXIT_OK, InputError
+from ..core.errors import EXIT_OK
 from ..core.versions import REVIEW_STATUSES
+from .arguments import version_ref
 from .ledger import command_group, ledger_url_from, open_ledger
 from .output import print_json, print_table, short_time
 
@@ -85,14 +86,9 @@ def _version_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _split_ref(ref: str) -> tuple[str, str]:
-    name, sep, version = ref.rpartition("@")
-    if not sep or not name or not version:
-        raise InputError(
-            f"{ref!r} names no version",
-            path="NAME@VERSION",
-            expected="e.g. refund-timeout-retry@1.3.0 or refund-prompt@1.0.0",
-        )
-    return name, version
+    return version_ref(
+        ref, path="NAME@VERSION", example="refund-timeout-retry@1.3.0 or refund-prompt@1.0.0"
+    )
 
 
 # --------------------------------------------------------------------------- commands
