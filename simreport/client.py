@@ -1,21 +1,9 @@
-"""A client for the run service's `/v1/sim` API that applies the seed's error semantics itself.
-
-409 raises `StateConflict` at once and, for a run, carries the run's current state (never
-retried); 410 on events re-reads the snapshot (the run's status and the oldest events still
-served); 422 raises `InvalidRequest` with the located errors (fix the request and create anew);
-429 waits for Retry-After; 503, a dropped connection or a timeout is retried with the same
-Idempotency-Key, so a write the service already applied is answered from its record instead of
-being applied twice.
-
-The client's errors are its own, named for what its caller meets: `RemoteError` (a
-`SimreportError`) and one subclass per kind of answer. They are not the server's errors
-(simreport.service.errors), which say what the service refuses: the two share the error `code`
-strings and HTTP statuses the service answers with, never their classes.
-
-    with SimClient("http://127.0.0.1:8080", token) as client:
-        started = client.start_run("refund_desk", "1.0.0", seed=7)
-        for event in client.follow_events(started.run_id):
-            ...
+"""A client for the run service's `/v1/sim` API (`SimClient`): one method per call, each
+applying the service's error semantics itself. 429, 502–504, a dropped connection and a timeout
+are retried, within bounds, with the same Idempotency-Key; 409 and 422 never are; a 410 on
+events resumes from the run's snapshot. Whatever cannot be carried out raises a `RemoteError`
+(a `SimreportError`) subclass named for the answer, never the server's error classes, and no
+message holds the token. The design: docs/service.md.
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
-"""An MCP server (Model Context Protocol, over stdio) exposing simreport's audits.
+"""An MCP server (Model Context Protocol, over stdio) exposing the audits under a results root:
+`simreport mcp [--results DIR]`, or `python -m simreport.mcp_server [--results DIR]`.
 
-    simreport mcp [--results DIR]
-    python -m simreport.mcp_server [--results DIR]
-
-Tools:
-    list_audits()                         the audit directories under the results root
-    get_audit(plan_id, sections, metric)  an audit's audit.json, whole or in part
-    get_run(plan_id, condition, replication)  one run's result.json and manifest.json
-    validate(path)                        validate a scenario or plan file
-    run_audit(plan, replications, concurrency, provider)  run a plan into the results root
-
-An audit is addressed by its plan id (or by its directory name under the results root). Every
-simreport error comes back as a tool error whose text is the error's one-line message (file:line:
-path: what was wrong); the server itself keeps running.
+Tools: `list_audits`, `get_audit`, `get_run`, `validate`, `run_audit`. An audit is addressed by
+its plan id (or its directory name under the results root). A simreport error comes back as a
+tool error holding its one-line message, and the server keeps running. The design: docs/mcp.md.
 """
 
 # No `from __future__ import annotations`: the tools' annotations are evaluated where the tools

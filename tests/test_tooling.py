@@ -45,19 +45,6 @@ MAX_DOCSTRING_LINES = 10
 """A module docstring says what the module does, guarantees and needs; why it is shaped so
 belongs in docs/."""
 
-LONG_DOCSTRINGS = {
-    # Restructured elsewhere at the time of writing; each entry leaves once its docstring is
-    # a contract and its design has moved to docs/.
-    "simreport/client.py",
-    "simreport/kernel/replay.py",
-    "simreport/mcp_server.py",
-    "simreport/service/auth.py",
-    "simreport/service/limits.py",
-    "simreport/service/metrics.py",
-    "simreport/service/spool.py",
-    "simreport/service/supervisor.py",
-}
-
 
 def _docstring_lines() -> dict[str, int]:
     """Module path (relative to the repository) → lines of its module docstring."""
@@ -69,17 +56,7 @@ def _docstring_lines() -> dict[str, int]:
 
 
 def test_module_docstrings_state_a_contract_in_a_few_lines() -> None:
-    long = {
-        path: n
-        for path, n in _docstring_lines().items()
-        if n > MAX_DOCSTRING_LINES and path not in LONG_DOCSTRINGS
-    }
+    long = {path: n for path, n in _docstring_lines().items() if n > MAX_DOCSTRING_LINES}
     assert not long, (
         f"module docstrings over {MAX_DOCSTRING_LINES} lines (move the design to docs/): {long}"
     )
-
-
-def test_the_long_docstring_allowlist_names_only_long_docstrings() -> None:
-    lines = _docstring_lines()
-    stale = sorted(p for p in LONG_DOCSTRINGS if lines.get(p, 0) <= MAX_DOCSTRING_LINES)
-    assert not stale, f"within the limit now, remove from LONG_DOCSTRINGS: {stale}"

@@ -1,26 +1,10 @@
-"""Replaying a recorded testbed run through the engine: `simreport replay <runDir>`.
-
-The replay uses the run's scenario.json, pins every asset to the version its manifest recorded
-(labels are not resolved again), answers every provider decision with the recorded choice, plays
-back an external agent's recorded steps, and strikes exactly the calls the recorded faults hit.
-The environment and the harness run for real, so a change in their logic, in an asset's content
-or in a record shows up as a difference. Each original record's own sha256 is checked too, so a
-record edited after the run is reported even where the replay would follow the edit.
-
-Before anything is replayed the manifest is checked against itself: its `manifestSha256` is
-recomputed from the parts it locks (purpose, scenario version and digests, every resolved
-asset's version and sha256, seed lineage) and compared, and so are the digest the records locked,
-the scenario.json beside it and its asset list. An asset file is then checked against the digest
-the (verified) manifest holds for it while the replay loads. A manifest, scenario or asset altered
-after the run is reported as such, and nothing is replayed from it.
-
-`simreport replay <runDir>` exits 0 when the records match, 1 (with a summary) when not, and 2
-when the replay itself could not run (an error, not a difference: nothing was compared). A replay
-never builds the scenario's provider: it makes no call, so it needs no API key.
-
-The module sits above the engine: it hands the engine an ordinary run while the replay source is
-active, and the world plugs the source in (`World.needs_provider`, `active_replay`). Neither the
-engine nor the testbed imports it.
+"""Replaying a recorded testbed run through the engine: `simreport replay <runDir>`
+(`replay_run`). The manifest is checked against its own digests first (an altered one replays
+nothing); then the run is re-run from its recorded decisions, agent steps and faults, its assets
+pinned, and the records are compared. The `ReplayReport` says whether they match, where they
+first differ, or why the replay could not run (the command then exits `REPLAY_ERROR`). No
+provider is built. The module sits above the engine; neither the engine nor the testbed imports
+it. The design: docs/testbed.md.
 """
 
 from __future__ import annotations

@@ -1,19 +1,8 @@
-"""Who may call the run service: bearer tokens, each with a name, a tenant, its namespaces and a
-quota of concurrent runs.
-
-Tokens come from a YAML file (`--tokens-file`) and from an environment variable (by default
-SIMREPORT_API_TOKENS): a list of entries
-
-    - name: ci-pipeline          # the principal recorded with its runs and keys
-      sha256: 9f86d081…          # or `token: <the token itself>`
-      tenant: local              # default: local
-      namespaces: [payments]     # or "*" (the default): every namespace of the tenant
-      maxConcurrentRuns: 4       # runs pending or running at once (default: no limit)
-
-or, in the variable only, one bare token (named `default`, tenant `local`, every namespace).
-Only the sha256 of each token is kept once loaded; the ledger, the logs and every answer know a
-token by its name. Without any token the service answers 401 to everything but its health check
-and its OpenAPI document.
+"""Who may call the run service: bearer tokens (`load_tokens`, from `--tokens-file` and an
+environment variable), each a `Principal` with a name, a tenant, its namespaces and a quota of
+concurrent runs. Only each token's sha256 is kept; everything else knows a token by its name.
+`Tokens.authenticate` answers 401, `check_namespace` 403 (never for another tenant's objects).
+The design: docs/service.md.
 """
 
 from __future__ import annotations

@@ -1,26 +1,8 @@
-"""What one HTTP connection may cost the run service, bounded where uvicorn reads it.
-
-uvicorn bounds none of it: it waits for a request's headers and body as long as the client
-takes, reads headers of any size, and its `limit_concurrency` answers plain-text 503s only once
-a request's headers have arrived, to connections it keeps counting. So the service runs uvicorn
-with its httptools protocol subclassed (`uvicorn.run(http=...)`), which enforces:
-
-- at most `max_connections` open at once: one more gets 503 (`too_many_connections`) at once;
-- a request's line and headers within `header_timeout` seconds of the connection's opening
-  (of the request's first byte, on a kept-alive connection; 408 `request_timeout`) and within
-  MAX_HEADER_BYTES (431 `headers_too_large`), counted as they arrive, before they are parsed
-  whole;
-- a body of at most `max_body` bytes: 413 (`body_too_large`) as soon as its Content-Length says
-  more, before any of it is read (an `Expect: 100-continue` client never sends it), or as soon
-  as its chunks pass the limit, with nothing more buffered;
-- a body within `body_timeout` seconds of its headers (408 `request_timeout`).
-
-A refusal is the service's one error shape (`refusals.error_response`), sent with
-`Connection: close`; then the connection reads and drops what the client still sends, for up
-to LINGER_SECONDS, so the client can read the answer before it is closed (closing a socket with
-unread data resets it, and the answer can be lost). The application never sees the request, or
-sees it disconnected. A connection that never started a request is closed silently at its
-header timeout, as an idle keep-alive connection is.
+"""What one HTTP connection may cost the run service, bounded where uvicorn reads it:
+`limited_http` is uvicorn's httptools protocol with `Limits` on open connections (503), the time
+and size of a request's headers (408, 431) and of its body (408, 413). A refusal is the
+service's one error shape, sent with `Connection: close` before the application sees the
+request. The design: docs/service.md.
 """
 
 from __future__ import annotations
@@ -43,7 +25,7 @@ LINGER_SECONDS: Final = 2.0
 
 @dataclass(frozen=True)
 class Limits:
-    """The bounds of each connection (see the module's docstring)."""
+    """The bounds of each connection (see docs/service.md)."""
 
     max_connections: int
     header_timeout: float

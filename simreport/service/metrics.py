@@ -1,22 +1,8 @@
-"""The run service's `/metrics`, in Prometheus' text format (prometheus-client), open like
-`/healthz`: it holds counts, never a token, a name or a run's content.
-
-Every API process has a registry of its own (an application's, never the module-wide default)
-with one collector, read at each scrape:
-
-- from the ledger, so every API of a ledger says the same: `simreport_runs{status}` (the runs
-  the service queued, by execution status), `simreport_queue_depth` (runs pending),
-  `simreport_oldest_pending_seconds`, and `simreport_run_claim_to_finish_seconds{status}`, a
-  histogram of the time from a run's first claim to its end, from each ended run's started_at
-  and ended_at. Computed at the scrape rather than observed, it counts the runs of every
-  worker (those `simreport worker` runs elsewhere too) and survives restarts of the API;
-- from this process: `simreport_workers_asked`, `simreport_workers_alive`,
-  `simreport_worker_restarts_total`, `simreport_ledger_errors_total{process="api"|"workers"}`
-  (failed ledger calls: the database refused or did not answer; "workers" are those this API
-  started), `simreport_ledger_up` (0 when this scrape's ledger reads failed; the ledger's
-  families are then left out), `simreport_http_refused_total{code}` (the connection limits'
-  refusals: body_too_large, headers_too_large, request_timeout, too_many_connections) and the
-  process' CPU and memory (`process_*`).
+"""The run service's `/metrics`, in Prometheus' text format, open like `/healthz`: counts, never a
+token, a name or a run's content. `ServiceCollector` reads the queue's families from the ledger
+at each scrape (so every API of a ledger says the same) and this process' own (workers, ledger
+errors, refused connections); `count_ledger_errors` counts the ledger calls that failed.
+The design: docs/service.md.
 """
 
 from __future__ import annotations
@@ -87,7 +73,7 @@ def count_ledger_errors(target: Engine | type[Engine], add: Callable[[], None]) 
 
 
 class ServiceCollector(Collector):
-    """The families of one API process (see the module's docstring), read at each scrape."""
+    """The families of one API process (see docs/service.md), read at each scrape."""
 
     def __init__(
         self,

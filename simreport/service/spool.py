@@ -1,20 +1,8 @@
-"""A worker's spool: the runs it executed that the ledger could not take yet (the database down,
-its connection lost, its disk full), kept on local disk until it does.
-
-Each entry is a folder `<spool>/<ledger>/<run id>.<attempt>`: the run directory (`run/`) and
-`entry.json`, which says how to record the run (`finish` it from its directory, or `fail` it
-with a reason), the events not streamed yet, and the worker id that holds the run's lease — the
-lease the run is recorded under. An entry is made under a temporary name and renamed into place
-whole, so a reader finds it complete or not at all.
-
-A live worker holds a lock (flock) on each of its entries. A worker that finds an entry nobody
-holds — its worker died — takes it over (`adopt`): it renews the lease under the entry's worker
-id and records the run, if the lease still stands; the ledger answers a lost lease, and the
-entry is removed then. Two workers never record one entry: taking it over takes its lock.
-
-`<ledger>` is a digest of the ledger's URL without its credentials (a SQLite file's absolute
-path: `ledger_name`): workers of other ledgers sharing the spool leave each other's entries
-alone.
+"""A worker's spool: the runs it executed that the ledger could not take yet, kept on local disk
+(`<spool>/<ledger>/<run id>.<attempt>`) until it does. An entry is written whole or not at all;
+a live worker holds a lock on each of its entries, and a worker that finds one nobody holds takes
+it over (`Spool.adopt`), so no entry is recorded twice. Workers of other ledgers leave each
+other's entries alone. The design: docs/service.md.
 """
 
 from __future__ import annotations
@@ -94,7 +82,7 @@ class Entry:
 
 
 class Spool:
-    """The spool of one ledger's workers under `root` (see the module's docstring)."""
+    """The spool of one ledger's workers under `root` (see docs/service.md)."""
 
     def __init__(self, root: Path, ledger: str) -> None:
         """`ledger`: the ledger's `ledger_name`."""

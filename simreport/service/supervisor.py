@@ -1,17 +1,8 @@
-"""The worker processes `simreport api --workers N` runs beside its API, supervised.
-
-A thread of the API watches them: a worker that exited (killed, crashed, or ended by itself) is
-reaped at once, so it never stays a zombie, logged in one line (which worker, its pid, its exit
-code or signal) and started again after a backoff that doubles for each death in a row, from
-`--restart-backoff` up to a minute; a worker that had stayed up for STABLE_SECONDS starts from
-the first backoff again. The restarted worker takes a new worker id (its lease owner), so the
-runs its predecessor held are reclaimed like those of any lost worker. `/healthz` and `/metrics`
-read the pool: workers alive against workers asked for, restarts, and the workers' failed
-ledger calls (one counter in shared memory, which every worker of the pool adds to).
-
-The same thread stops the workers when the API stops: it asks them, waits for them, and kills
-what is left. A worker asks the kernel for SIGTERM when the thread that started it ends, so
-workers never outlive the API, even one that was killed.
+"""The worker processes `simreport api --workers N` runs beside its API (`WorkerPool`),
+supervised by a thread of the API: a worker that exits is reaped, logged and started again
+under a new worker id after a growing backoff (`restart_delay`); the pool tells `/healthz` and
+`/metrics` how many are alive, their restarts and their failed ledger calls. When the API stops
+the workers stop, and they never outlive it. The design: docs/service.md.
 """
 
 from __future__ import annotations
