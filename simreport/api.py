@@ -48,7 +48,14 @@ plan, even when it lacks its base scenario."""
 
 def is_plan_document(data: Any) -> bool:
     """Whether a document is an audit plan: it names a base scenario (`baseScenario`, `base`),
-    or it has a key only plans have and names no world or simulator."""
+    or it has a key only plans have and names no world or simulator.
+
+    Args:
+        data: a parsed YAML or JSON document.
+
+    Returns:
+        True for a plan.
+    """
     if not isinstance(data, dict):
         return False
     if "baseScenario" in data or "base" in data:
@@ -59,7 +66,14 @@ def is_plan_document(data: Any) -> bool:
 
 def is_workflow_config(data: Any) -> bool:
     """Whether a document is a workflow config: it lists `plans` and names no base scenario,
-    world or simulator."""
+    world or simulator.
+
+    Args:
+        data: a parsed YAML or JSON document.
+
+    Returns:
+        True for a workflow config.
+    """
     if not isinstance(data, dict) or "plans" not in data:
         return False
     return not any(key in data for key in ("baseScenario", "base", "world", "simulator"))

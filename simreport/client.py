@@ -155,6 +155,12 @@ class EventPage:
     expired_after: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
+        """The page as `simreport remote events --json` prints it.
+
+        Returns:
+            `events` and `next_seq`, with `snapshot` and `expired_after` after an expired
+            cursor.
+        """
         out: dict[str, Any] = {"events": self.events, "next_seq": self.next_seq}
         if self.snapshot is not None:
             out["snapshot"] = self.snapshot
@@ -166,13 +172,25 @@ class EventPage:
 
 
 class SimClient:
-    """The `/v1/sim` calls, each with bounded retries.
+    """The `/v1/sim` calls, each with bounded retries; a context manager that closes its
+    connections.
 
-    `timeout` bounds one HTTP exchange; `max_retries` the retries of one call after its first
-    attempt; `max_wait` one wait between attempts (a Retry-After longer than this raises
-    `RateLimited` or `ServiceUnavailable` at once instead of waiting). `token_source` says where the
-    token came from, for the message of a 401 or 403. `sleep` is how the client waits (tests
-    pass a recorder).
+    Args:
+        base_url: the service's URL (http:// or https://), without `/v1/sim`.
+        token: the bearer token.
+        timeout: the seconds one HTTP exchange may take.
+        max_retries: the retries of one call after its first attempt.
+        max_wait: the longest wait between attempts; a Retry-After longer than this raises
+            `RateLimited` or `ServiceUnavailable` at once instead of waiting.
+        backoff: the first wait when the service gives no Retry-After, doubled per attempt
+            (with jitter).
+        sleep: how the client waits (tests pass a recorder).
+        token_source: where the token came from, named in the message of a 401 or 403.
+
+    Raises:
+        RemoteError: the URL is not an http(s) URL.
+        NotAuthenticated: the token is empty or holds white space.
+        ValueError: a timeout that is not positive, or a negative retry setting.
     """
 
     def __init__(
@@ -218,6 +236,7 @@ class SimClient:
         return f"SimClient({self.base_url!r})"
 
     def close(self) -> None:
+        """Close the client's connections (leaving a `with` block does)."""
         self._http.close()
 
     def __enter__(self) -> SimClient:
@@ -237,7 +256,26 @@ class SimClient:
         risk_level: str,
         idempotency_key: str | None = None,
     ) -> str:
-        """Create a scenario (201); its id. 409 when the name is taken."""
+        """Create a scenario (201).
+
+        Args:
+            namespace: the namespace of the token's tenant it belongs to.
+            name: its name, unique in the namespace.
+            owner: who owns it.
+            risk_level: "low", "medium" or "high" (a high-risk version is published only with
+                a risk sign-off).
+            idempotency_key: the key to send (default: a fresh one); repeating a call with the
+                key of one that failed gets the original answer.
+
+        Returns:
+            The scenario's id.
+
+        Raises:
+            StateConflict: the name is taken in the namespace (409).
+            InvalidRequest: a field the service refuses (422).
+            RemoteError: any other refusal, or no answer (`ServiceUnavailable`) after the
+                retries.
+        """
         body = {"namespace": namespace, "name": name, "owner": owner, "risk_level": risk_level}
         data = self._write("create scenario", "/v1/sim/scenarios", body, key=idempotency_key)
         return str(_field(data, "scenario_id", "create scenario"))
@@ -251,8 +289,25 @@ class SimClient:
         source: str,
         idempotency_key: str | None = None,
     ) -> str:
-        """Submit a version for review (202); its review status ("reviewing"). 409 when the
-        version exists, 422 (with located errors) when the spec fails the Scenario schema."""
+        """Submit a version of a scenario for review (202).
+
+        Args:
+            scenario_id: the scenario's id.
+            version: the version's name (a semantic version).
+            spec: the scenario document.
+            source: where it comes from (an incident, a ticket), recorded with the version.
+            idempotency_key: the key to send (default: a fresh one).
+
+        Returns:
+            The version's review status ("reviewing").
+
+        Raises:
+            StateConflict: the version exists (409).
+            InvalidRequest: the spec fails the scenario schema or the execution policy (422,
+                with the located errors).
+            RemoteError: any other refusal, or no answer (`ServiceUnavailable`) after the
+                retries.
+        """
         body = {"version": version, "spec": dict(spec), "source": source}
         data = self._write(
             "submit version",
@@ -275,11 +330,31 @@ class SimClient:
         purpose: str = "exploration",
         idempotency_key: str | None = None,
     ) -> StartedRun:
-        """Queue a run (202: accepted with a frozen manifest, not started). `seed` None runs
-        the scenario's seed; `budget` replaces its execution.budget (any of maxTurns,
-        maxToolCalls, wallClock). A 409 (the key was used with another body) is not retried:
-        the run that key started is read and attached to the `StateConflict` when the service
-        names it."""
+        """Queue a run (202: accepted with a frozen manifest, not started).
+
+        Args:
+            scenario_id: the scenario's id.
+            version: the version to run.
+            mode: how the environment's backend runs ("surrogate").
+            seed: the run's seed (default: the scenario's).
+            budget: replaces the scenario's execution.budget (any of maxTurns, maxToolCalls,
+                wallClock).
+            purpose: "exploration", or "regression", which needs every version the run
+                resolves online.
+            idempotency_key: the key to send (default: a fresh one).
+
+        Returns:
+            The run's id and its manifest's id.
+
+        Raises:
+            StateConflict: the key was used with another body (409), not retried; the run that
+                key started is read and attached (`state`) when the service names it.
+            InvalidRequest: the request, or the version under the execution policy, cannot run
+                (422).
+            RateLimited: the token's concurrent runs stayed at its quota (429).
+            RemoteError: any other refusal, or no answer (`ServiceUnavailable`) after the
+                retries.
+        """
         body: dict[str, Any] = {
             "scenario_id": scenario_id,
             "version": version,
@@ -298,14 +373,39 @@ class SimClient:
         )
 
     def run_status(self, run_id: str) -> dict[str, Any]:
-        """{execution_status, validity_status, evidence_status, quality_ref, attempt}."""
+        """A run's status.
+
+        Args:
+            run_id: the run's id.
+
+        Returns:
+            {execution_status, validity_status, evidence_status, quality_ref, attempt}.
+
+        Raises:
+            NoSuchResource: no such run in the token's tenant (404).
+            RemoteError: any other refusal, or no answer after the retries.
+        """
         return self._read("run status", f"/v1/sim/runs/{_segment(run_id)}")
 
     def cancel(
         self, run_id: str, *, reason: str, idempotency_key: str | None = None
     ) -> dict[str, Any]:
-        """Ask the service to cancel a run (202). A run that already ended gives a `StateConflict`
-        carrying its current state; it is not retried."""
+        """Ask the service to cancel a run (202): a pending run ends at once, a running one at
+        its next step.
+
+        Args:
+            run_id: the run's id.
+            reason: why, recorded with the cancellation.
+            idempotency_key: the key to send (default: a fresh one).
+
+        Returns:
+            The service's answer: {execution_status: "cancelled"}.
+
+        Raises:
+            StateConflict: the run has already ended (409), not retried; it carries the run's
+                current state.
+            RemoteError: any other refusal, or no answer after the retries.
+        """
         try:
             return self._write(
                 "cancel run",
@@ -317,9 +417,21 @@ class SimClient:
             raise self._with_run_state(conflict, run_id) from None
 
     def events(self, run_id: str, after_seq: int = 0) -> EventPage:
-        """The events after `after_seq` (one page). When that cursor has expired (410) the
-        snapshot is re-read instead: the run's status, and the events from the oldest cursor the
-        service still serves (its hint, else the start)."""
+        """One page of a run's events.
+
+        Args:
+            run_id: the run's id.
+            after_seq: the cursor: the last seq already read (0: from the start).
+
+        Returns:
+            The events after `after_seq` and the cursor to ask with next. When that cursor has
+            expired (410) the snapshot is read instead: the run's status (`snapshot`) and the
+            events from the oldest cursor the service still serves (its hint, else the start).
+
+        Raises:
+            CursorExpired: the cursor expired and no newer one could be read.
+            RemoteError: any other refusal, or no answer after the retries.
+        """
         try:
             return self._events_page(run_id, after_seq)
         except CursorExpired as gone:
@@ -350,9 +462,22 @@ class SimClient:
         poll_interval: float = 1.0,
         on_gap: Callable[[EventPage], None] | None = None,
     ) -> Iterator[dict[str, Any]]:
-        """Every event after `after_seq`, as it appears, until the run has ended and its last
-        events are read. Each seq is yielded once. An expired cursor re-reads the snapshot and
-        goes on from there; `on_gap` is told (with the page that resumed)."""
+        """Every event of a run after `after_seq`, as it appears, until the run has ended and
+        its last events are read. Each seq is yielded once.
+
+        Args:
+            run_id: the run's id.
+            after_seq: the last seq already read (0: from the start).
+            poll_interval: the seconds to wait between reads while nothing new has come.
+            on_gap: told, with the page that resumed, when an expired cursor made the client go
+                on from the snapshot (the events in between are no longer served).
+
+        Returns:
+            An iterator of the events, in order.
+
+        Raises:
+            RemoteError: a refusal, or no answer after the retries, while reading.
+        """
         cursor = after_seq
         ended = False
         while True:
@@ -377,13 +502,36 @@ class SimClient:
             self._sleep(poll_interval)
 
     def evidence(self, run_id: str, criterion: str | None = None) -> dict[str, Any]:
-        """{records, observations, evidence, completeness}, optionally for one criterion. 409
-        while the run has not ended (its evidence has not converged)."""
+        """A run's evidence.
+
+        Args:
+            run_id: the run's id.
+            criterion: only this criterion's (default: every one).
+
+        Returns:
+            {records, observations, evidence, completeness}.
+
+        Raises:
+            StateConflict: the run has not ended: its evidence has not converged (409).
+            NoSuchResource: no such run, or criterion, in the token's tenant (404).
+            RemoteError: any other refusal, or no answer after the retries.
+        """
         params = {"criterion": criterion} if criterion is not None else None
         return self._read("evidence", f"/v1/sim/runs/{_segment(run_id)}/evidence", params)
 
     def manifest(self, manifest_id: str) -> dict[str, Any]:
-        """{resolved, manifest_sha256}: the frozen composition a run executes."""
+        """The frozen composition a run executes.
+
+        Args:
+            manifest_id: the manifest's id (`StartedRun.manifest_id`).
+
+        Returns:
+            {resolved, manifest_sha256}.
+
+        Raises:
+            NoSuchResource: no such manifest in the token's tenant (404).
+            RemoteError: any other refusal, or no answer after the retries.
+        """
         return self._read("manifest", f"/v1/sim/manifests/{_segment(manifest_id)}")
 
     # ------------------------------------------------------------------ plumbing
@@ -554,8 +702,19 @@ class SimClient:
 
 
 def load_token(path: str, *, setting: str = TOKEN_SETTING) -> str:
-    """The bearer token in a file (its first line, stripped); an InputError names the file and
-    the setting, never the content."""
+    """The bearer token in a file: its first line, stripped.
+
+    Args:
+        path: the token file.
+        setting: the option or variable that named the file, for the error.
+
+    Returns:
+        The token.
+
+    Raises:
+        InputError: the file cannot be read, is not UTF-8 text, or its first line is empty or
+            holds white space; it names the file and the setting, never the content.
+    """
     from .core.errors import InputError
 
     try:

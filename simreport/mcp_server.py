@@ -364,8 +364,18 @@ def _tool_errors(fn: Callable[P, R]) -> "Callable[P, R | CallToolResult]":
 
 
 def build_server(results_root: str | Path = DEFAULT_RESULTS) -> "MCPServer[Any]":
-    """The MCP server over the audits under `results_root` (relative paths are taken from the
-    current working directory)."""
+    """The MCP server over the audits under a results root, not yet serving.
+
+    Args:
+        results_root: the results root (relative paths are taken from the current working
+            directory).
+
+    Returns:
+        The server, with its five tools.
+
+    Raises:
+        SimreportError: the `mcp` package is not installed (naming what to install).
+    """
     from pydantic import Field
 
     try:
@@ -517,7 +527,17 @@ def build_server(results_root: str | Path = DEFAULT_RESULTS) -> "MCPServer[Any]"
 
 
 def serve_stdio(results_root: str | Path) -> int:
-    """Serve over stdin/stdout until the client disconnects."""
+    """Serve over stdin/stdout until the client disconnects.
+
+    Args:
+        results_root: the results root, as in `build_server`.
+
+    Returns:
+        The exit code: EXIT_OK, or EXIT_INTERRUPTED after Ctrl-C.
+
+    Raises:
+        SimreportError: the `mcp` package is not installed.
+    """
     try:
         build_server(results_root).run("stdio")
     except KeyboardInterrupt:

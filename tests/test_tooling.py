@@ -1,9 +1,12 @@
-"""The code stays clean: ruff (lint and format), strict mypy on the package, and module
-docstrings that state a contract in a few lines (the design lives in docs/)."""
+"""The code stays clean: ruff (lint and format), strict mypy on the package, module docstrings
+that state a contract in a few lines (the design lives in docs/), and the Python API's verbs
+documented with `Args:` and `Returns:`."""
 
 from __future__ import annotations
 
 import ast
+import inspect
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -60,3 +63,46 @@ def test_module_docstrings_state_a_contract_in_a_few_lines() -> None:
     assert not long, (
         f"module docstrings over {MAX_DOCSTRING_LINES} lines (move the design to docs/): {long}"
     )
+
+
+def _api_verbs() -> list[str]:
+    """The functions `simreport` exports as its Python API."""
+    import simreport
+
+    return [name for name in simreport.__all__ if inspect.isfunction(getattr(simreport, name))]
+
+
+def _section(doc: str, title: str) -> list[str] | None:
+    """The lines of a Google-style section (`Args:`, `Returns:` …) of a docstring, or None."""
+    lines = doc.splitlines()
+    if f"{title}:" not in lines:
+        return None
+    body = lines[lines.index(f"{title}:") + 1 :]
+    end = next((i for i, line in enumerate(body) if line and not line.startswith(" ")), len(body))
+    return body[:end]
+
+
+_ARG = re.compile(r" {4}\*{0,2}(\w+)(?: \([^)]*\))?:")
+"""An entry of an `Args:` section: `name:` or `name (type):`, indented once."""
+
+
+@pytest.mark.parametrize("name", _api_verbs())
+def test_every_api_verb_documents_its_arguments_and_result(name: str) -> None:
+    import simreport
+
+    verb = getattr(simreport, name)
+    doc = inspect.getdoc(verb) or ""
+    signature = inspect.signature(verb)
+    params = list(signature.parameters)
+    args = _section(doc, "Args")
+    if params:
+        assert args is not None, f"simreport.{name} takes {params}: its docstring needs `Args:`"
+        listed = {match[1] for line in args if (match := _ARG.match(line))}
+        unlisted = [p for p in params if p not in listed]
+        assert not unlisted, f"simreport.{name}'s `Args:` does not name {unlisted}"
+    returned = signature.return_annotation
+    assert returned is not inspect.Signature.empty, f"simreport.{name} has no return annotation"
+    if returned not in (None, "None"):
+        assert _section(doc, "Returns") is not None, (
+            f"simreport.{name} returns {returned}: its docstring needs `Returns:`"
+        )

@@ -46,9 +46,19 @@ def cache_token_rates(
     provider: str,
     models: Sequence[str],
 ) -> TokenRates | None:
-    """Tokens per call from the response cache's entries (meta, prompt, completion): those of
-    the plan's provider and models, else (with a note) those of the provider's other models.
-    None when the cache holds no response of the provider."""
+    """Tokens per call from the response cache's entries: those of the plan's provider and
+    models, else (with a note) those of the provider's other models.
+
+    Args:
+        usage: the cache's entries as (meta, prompt tokens, completion tokens)
+            (`ResponseCache.recorded_usage`).
+        provider: the plan's provider.
+        models: the plan's models.
+
+    Returns:
+        The rates and what they rest on; None when the cache holds no response of the
+        provider.
+    """
     wanted = set(models)
     same_model: list[tuple[str, int, int]] = []
     same_provider: list[tuple[str, int, int]] = []
@@ -92,7 +102,19 @@ def estimate_cost(
     """LLM calls and tokens for `runs` runs: per-run averages of a pilot times the runs, or
     without a pilot, the tokens per call the response cache recorded (the calls per run then
     stay unknown). Every request counts as a call: requests already in the response cache
-    will cost none, so this is an upper bound."""
+    will cost none, so this is an upper bound.
+
+    Args:
+        runs: the runs planned.
+        provider: the plan's provider.
+        pilot: the pilot's cost (`Pilot.cost`), if there is a pilot.
+        rates: tokens per call from the response cache (`cache_token_rates`).
+
+    Returns:
+        The estimate: `perRun`, `perCall` and `total` calls and tokens (None where unknown),
+        what it rests on (`basis`: "pilot", "cache" or "none"), how (`notes`), and whether the
+        provider is `free`.
+    """
     notes: list[str] = []
     per_run: dict[str, float] | None = None
     per_call: dict[str, float] | None = None
@@ -195,8 +217,18 @@ def _need(value: Any, kind: type | tuple[type, ...], file: Path, path: str, expe
 
 
 def read_pilot(audit_dir: str | Path) -> Pilot:
-    """Read a pilot audit directory's audit.json; InputError naming the file and the path inside
-    it when it is missing or not an audit."""
+    """Read a pilot audit directory's audit.json.
+
+    Args:
+        audit_dir: an analysed audit directory.
+
+    Returns:
+        What sizing and estimates use of it: its plan hash, replications, tests and cost.
+
+    Raises:
+        InputError: audit.json is missing or is not an audit, naming the file and the path
+            inside it.
+    """
     root = Path(audit_dir)
     file = root / "audit.json"
     if not file.is_file():
@@ -288,9 +320,22 @@ def check_pilot(
     *,
     max_runs: int | None = None,
 ) -> str | None:
-    """Whether `pilot` ran the plan at `plan_path` (meaning hash `planned_hash` with
-    `planned_replications`): None when it ran it as it stands, a warning when only the
-    replications differ, and InputError naming what differs otherwise."""
+    """Whether `pilot` ran the plan at `plan_path` as it stands.
+
+    Args:
+        plan_path: the plan file.
+        planned_hash: the plan's meaning hash, with `planned_replications`.
+        planned_replications: the replications the plan asks for now.
+        pilot: the pilot audit (`read_pilot`).
+        max_runs: the most runs the plan may ask for, as the plan was loaded.
+
+    Returns:
+        None when the pilot ran the plan as it stands; a warning when only the replications
+        differ.
+
+    Raises:
+        InputError: the pilot ran something else, naming what differs.
+    """
     if pilot.plan_hash == planned_hash:
         return None
     from ..harness import build_conditions, load_plan

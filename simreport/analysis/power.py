@@ -284,7 +284,25 @@ def detectable_effect(
     seed: int = 0,
     draws: int = POWER_DRAWS,
 ) -> tuple[float | None, str | None]:
-    """(mde, note) for one comparison at one α: `detectable_effects` for a single threshold."""
+    """The smallest effect one comparison detects at one α: `detectable_effects` for a single
+    threshold.
+
+    Args:
+        n_base: the base condition's replications (pairs, when paired).
+        n_cond: the condition's replications.
+        alpha: the threshold the comparison is tested at.
+        power: the power to reach.
+        paired: size the paired test rather than the unpaired one.
+        seed: the simulations' seed (`simulation_seed`).
+        draws: the simulations' size.
+
+    Returns:
+        (mde, note): the minimal detectable pooled |d|, or None with the reason (too few
+        replications, or a test that cannot reach α at these sizes).
+
+    Raises:
+        ValueError: an α or power outside (0, 1), or a power not above α.
+    """
     found = detectable_effects(
         n_base, n_cond, [alpha], power, paired=paired, seed=seed, draws=draws
     )
@@ -795,6 +813,8 @@ def recommend_replications(
         pilot_tests: audit.json `tests` rows (`condition`, `nBase`, `nCond`, `cohenD`, and
             `identicalToBase` when the caller knows it).
         effect: a pooled-SD |d| for every row instead of the pilot's.
+        power: the power to reach.
+        alpha: the family-wise α, split over the family (α/m).
         m: the size of the decision family the full plan tests; by default the rows of all
             metrics not identical to their base.
         paired: size the paired test (the plan pairs its replications): the pooled |d| becomes
@@ -808,6 +828,10 @@ def recommend_replications(
         `paired`, `pairedEffect` (δ, paired only), `alpha`, `replications`, `power` (the
         test's power at that n), `test`, `note`). Rows identical to their base are listed
         with a note and no number.
+
+    Raises:
+        ValueError: an α or power no sizing can use, an effect that is not a positive finite
+            |d|, or an `m` below 1.
     """
     _check_levels(alpha, power)
     if effect is not None and not (math.isfinite(effect) and effect > 0):
@@ -876,9 +900,15 @@ def _sized(
 def plan_recommendation(
     recommendations: Mapping[str, Sequence[Mapping[str, Any]]],
 ) -> dict[str, Any] | None:
-    """The plan-level number: the largest recommendation over every row that has one, with the
-    metric, condition, |d| and α that drive it, the test and its power there (the first such
-    row on ties). None when no row has a number."""
+    """The plan-level number: the largest recommendation over every row that has one.
+
+    Args:
+        recommendations: metric → rows, as `recommend_replications` returns them.
+
+    Returns:
+        The replications, with the metric, condition, |d| and α that drive them, the test and
+        its power there (the first such row on ties); None when no row has a number.
+    """
     best: dict[str, Any] | None = None
     for metric, rows in recommendations.items():
         for row in rows:
@@ -900,13 +930,26 @@ def plan_recommendation(
 
 
 def simulation_seed(plan_hash: str) -> int:
-    """The seed of a plan's power simulations: the first 16 bytes of a sha256 of the plan hash
-    in its own namespace (never the clock), so the same plan states the same power."""
+    """The seed of a plan's power simulations, so the same plan states the same power.
+
+    Args:
+        plan_hash: the plan's hash.
+
+    Returns:
+        The first 16 bytes of a sha256 of the plan hash in its own namespace (never the clock).
+    """
     digest = hashlib.sha256(f"power\x1f{plan_hash}".encode()).digest()
     return int.from_bytes(digest[:16], "big")
 
 
 def varies_seed(target: str) -> bool:
     """Whether an axis on `target` gives conditions different seeds, which breaks the pairing
-    of base and condition replications by their shared seed path."""
+    of base and condition replications by their shared seed path.
+
+    Args:
+        target: an axis' target (a dotted path of the scenario).
+
+    Returns:
+        True for `seed` and the paths under it.
+    """
     return target == "seed" or target.startswith("seed.")

@@ -81,7 +81,14 @@ class RankDesign:
 
 
 def test_kind(paired: bool) -> str:
-    """The name of the test a paired or unpaired comparison runs."""
+    """The name of the test a comparison runs.
+
+    Args:
+        paired: whether the comparison pairs base and condition replications.
+
+    Returns:
+        The paired test's name, or the unpaired one's.
+    """
     return PAIRED_TEST if paired else UNPAIRED_TEST
 
 

@@ -35,7 +35,18 @@ def audit_document(audit: AuditDoc | Mapping[str, Any], *, file: Path | None = N
 
 
 def read_audit_document(audit_file: str | Path) -> AuditDoc:
-    """Read `audit_file` (an audit directory's audit.json) and check it (`audit_document`)."""
+    """Read an audit directory's audit.json and check it against its model (`audit_document`).
+
+    Args:
+        audit_file: the audit.json.
+
+    Returns:
+        The audit, read by attribute.
+
+    Raises:
+        InputError: the file cannot be read, is not an audit, or is of an older schema.
+        SchemaError: the audit breaks its contract (a key renamed or missing).
+    """
     path = Path(audit_file)
     # Strings in audit.json may carry control characters: every one printed is made visible.
     data = load_document(path, allow_control_characters=True).data

@@ -514,7 +514,14 @@ def draw(audit: AuditDoc, kind: str, name: str) -> str:
 
 
 def figure_files(audit: AuditDoc) -> dict[str, str]:
-    """Filename → standalone SVG document for every figure of the audit."""
+    """Every figure of an audit, drawn.
+
+    Args:
+        audit: the audit (`document.read_audit_document`).
+
+    Returns:
+        Filename → standalone SVG document, in report order.
+    """
     return {
         filename: draw(audit, kind, name) for filename, (kind, name) in figure_names(audit).items()
     }

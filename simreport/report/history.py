@@ -36,7 +36,16 @@ NOT_TESTED = "not tested"
 
 def load_audit(path: str | Path) -> dict[str, Any]:
     """An audit read from an audit directory or from an audit.json (or a kept audit) file.
-    Raises InputError naming the file when it is missing or is not an audit."""
+
+    Args:
+        path: an audit directory, an audit.json, or an audit kept in `history/`.
+
+    Returns:
+        The audit document as read (not checked against its model: older audits compare too).
+
+    Raises:
+        InputError: the file is missing or is not an audit, naming it.
+    """
     target = Path(path)
     if not target.exists():
         raise InputError(
@@ -96,9 +105,18 @@ def copy_history(audit_dir: str | Path, site_audit_dir: str | Path) -> list[Path
 
 
 def diff_audits(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
-    """What differs from `old` to `new`: the grade and its reasons, conditions and metrics
-    added or removed, rows (per metric, conditions in both) whose significance (Holm p < 0.05;
-    rows not tested kept apart) or direction (sign of the difference) moved, and the cause."""
+    """What differs from one audit to another.
+
+    Args:
+        old: the earlier audit (`load_audit`).
+        new: the later audit.
+
+    Returns:
+        Whether they are `identical`; the `grade` and its reasons; `conditions` and `metrics`
+        added or removed; the rows (per metric, conditions in both) whose significance (Holm
+        p < 0.05; rows not tested kept apart) or direction (sign of the difference) `moved`;
+        and the `cause`.
+    """
     old_ids = _condition_ids(old)
     new_ids = _condition_ids(new)
     old_metrics = _metrics(old)
@@ -293,8 +311,14 @@ def _changed(old: Any, new: Any) -> dict[str, Any] | None:
 
 
 def diff_lines(diff: Mapping[str, Any]) -> list[str]:
-    """`diff` (from `diff_audits`) as plain sentences, one per line, control characters made
-    visible."""
+    """A difference of two audits as plain sentences.
+
+    Args:
+        diff: what `diff_audits` returned.
+
+    Returns:
+        One sentence per line, control characters made visible.
+    """
     if diff.get("identical"):
         return ["No changes: the two audits are identical."]
     lines = _grade_lines(diff.get("grade") or {})

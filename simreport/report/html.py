@@ -909,9 +909,21 @@ def render_report(audit: AuditDoc | Mapping[str, Any]) -> str:
 
 def write_report(audit_dir: str | Path, *, draw_figures: bool = True) -> Path:
     """Read `audit_dir/audit.json`; write `figures/*.svg` and `report.html` there (atomically).
-    Figures this module wrote earlier that the audit no longer has are removed. Returns the
-    report's path. With `draw_figures` false the figures already in `figures/` (drawn by the
-    workflow's figure job from the same audit.json) are inlined as they are."""
+    Figures this module wrote earlier that the audit no longer has are removed.
+
+    Args:
+        audit_dir: an analysed audit directory; report.html's section of changes also reads
+            the build kept in its `history/`.
+        draw_figures: False inlines the figures already in `figures/` (drawn by the workflow's
+            figure job from the same audit.json) as they are, drawing only those missing.
+
+    Returns:
+        The path of report.html.
+
+    Raises:
+        InputError: audit.json is missing, not an audit, or of an older schema.
+        SchemaError: audit.json breaks its contract (a key renamed or missing).
+    """
     root = Path(audit_dir)
     audit = read_audit_document(root / "audit.json")
     figure_dir = root / FIGURE_DIR

@@ -541,7 +541,16 @@ def methods_title(audit: AuditDoc) -> str:
 
 def write_methods(audit_dir: str | Path) -> tuple[Path, Path]:
     """Read `audit_dir/audit.json`; write `methods.md` and `methods.html` there (atomically).
-    Returns their paths."""
+
+    Args:
+        audit_dir: an analysed audit directory.
+
+    Returns:
+        The paths of methods.md and methods.html.
+
+    Raises:
+        InputError: audit.json is missing, not an audit, or breaks its contract.
+    """
     root = Path(audit_dir)
     audit = read_audit_document(root / "audit.json")
     markdown_text = methods_markdown(audit)

@@ -38,10 +38,18 @@ def _unique(stem: str, name: str, taken: set[str]) -> str:
 def planned_figure_names(
     metrics: Sequence[str], design: str, distributions: Iterable[str]
 ) -> dict[str, tuple[str, str]]:
-    """Filename → (kind, name) for every figure of an audit of `metrics`, a plan of `design` and
-    the target `distributions`, in report order: `sensitivity.svg`, `effects-<metric>.svg` per
-    metric, `main-effects-<metric>.svg` per metric of a full-factorial plan,
-    `distribution-<name>.svg` per target distribution. Known before the audit exists."""
+    """The figures an audit will have, known before the audit exists.
+
+    Args:
+        metrics: the plan's metrics.
+        design: the plan's design (a full-factorial one adds main-effect figures).
+        distributions: the names of the target distributions.
+
+    Returns:
+        Filename → (kind, name), in report order: `sensitivity.svg`, `effects-<metric>.svg`
+        per metric, `main-effects-<metric>.svg` per metric of a full-factorial plan,
+        `distribution-<name>.svg` per target distribution.
+    """
     out: dict[str, tuple[str, str]] = {"sensitivity.svg": ("sensitivity", "")}
     taken = set(out)
     for metric in metrics:

@@ -228,10 +228,22 @@ def write_site(
     audits: Sequence[tuple[str, str | Path]],
     title: str = DEFAULT_TITLE,
 ) -> Path:
-    """Copy each (plan id, audit dir) into `site_dir/<plan id>/` and write `site_dir/index.html`
-    listing them in the order given. Folders of audits not listed are left alone. An audit whose
-    pages are missing or out of date with its audit.json is refused before anything is written
-    (`check_pages`). Returns the index's path."""
+    """Copy each audit into `site_dir/<plan id>/` and write `site_dir/index.html` listing them
+    in the order given. Folders of audits not listed are left alone.
+
+    Args:
+        site_dir: the site's folder.
+        audits: (plan id, audit directory) pairs, in the order the index lists them.
+        title: the index page's title.
+
+    Returns:
+        The path of index.html.
+
+    Raises:
+        InputError: a plan id given twice or unfit for a folder name, or an audit whose
+            audit.json cannot be read or whose pages are missing or out of date with it
+            (`check_pages`); all before anything is written.
+    """
     root = Path(site_dir)
     ids = [plan_id for plan_id, _ in audits]
     repeated = sorted({i for i in ids if ids.count(i) > 1})
@@ -289,7 +301,17 @@ def serve(
     on_ready: Callable[[ThreadingHTTPServer], None] | None = None,
 ) -> None:
     """Serve `site_dir` over HTTP until interrupted (or until another thread calls `shutdown()` on
-    the server `on_ready` receives). Binds to localhost by default."""
+    the server `on_ready` receives).
+
+    Args:
+        site_dir: a built site.
+        host: the address to bind (default: localhost only).
+        port: the port to listen on (0: a free one).
+        on_ready: called with the bound server before it serves.
+
+    Raises:
+        InputError: `site_dir` is not a folder.
+    """
     server = site_server(site_dir, host, port)
     with server:
         if on_ready is not None:

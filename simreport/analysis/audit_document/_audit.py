@@ -624,5 +624,9 @@ def read_audit(path: str | Path) -> AuditDoc:
 
 
 def audit_json_schema() -> dict[str, Any]:
-    """The JSON Schema of audit.json (`simreport schema audit`)."""
+    """The JSON Schema of audit.json (`simreport schema audit`).
+
+    Returns:
+        The schema of `AuditDoc`, with audit.json's key names.
+    """
     return AuditDoc.model_json_schema(by_alias=True)
