@@ -151,8 +151,8 @@ def size_replications(
     The search starts at the t-test's n (no test beats the t-test on normal data) and walks up
     one n at a time while the test is exact (its power is a sawtooth in n there), then bisects
     on n; beyond `rank_power.SIMULATION_LIMIT` it uses the efficiency rule of
-    `rank_test_power`. None with a note for d = 0, an infinite or undefined d, and an n beyond
-    MAX_REPLICATIONS.
+    `rank_test_power`. Every step is bounded by MAX_REPLICATIONS: None with a note for d = 0,
+    an infinite or undefined d, and an n beyond it.
     """
     check_levels(alpha, power)
     reason = _effect_note(None if d is None else abs(float(d)))
@@ -167,11 +167,12 @@ def size_replications(
         value = rank_test_power(size, n, n, alpha, paired=paired, seed=seed, draws=draws)
         return 0.0 if value is None else value
 
+    out_of_reach = ReplicationSizing(
+        None, None, f"|d| = {size:.3g} needs more than {MAX_REPLICATIONS:,} replications", None
+    )
     t_n = _t_test_replications(t_power, power)
     if t_n is None or t_n / rank_power.RANK_EFFICIENCY > MAX_REPLICATIONS:
-        return ReplicationSizing(
-            None, None, f"|d| = {size:.3g} needs more than {MAX_REPLICATIONS:,} replications", None
-        )
+        return out_of_reach
     reach = _smallest_reaching_n(alpha, paired)
     n = max(t_n, reach)
     exact_end = inference.EXACT_MAX_PAIRS if paired else inference.EXACT_MAX_POOLED // 2
@@ -181,7 +182,9 @@ def size_replications(
         # Past the exact tests the power grows smoothly with n: bracket, then bisect.
         lo, hi = n - 1, n
         while rank_power_at(hi) < power:
-            lo, hi = hi, hi * 2
+            if hi >= MAX_REPLICATIONS:
+                return out_of_reach
+            lo, hi = hi, min(hi * 2, MAX_REPLICATIONS)
         while hi - lo > 1:
             mid = (lo + hi) // 2
             if rank_power_at(mid) >= power:
