@@ -284,6 +284,37 @@ def test_normal_approximation_matches_scipy_beyond_60_values() -> None:
         assert ours == pytest.approx(theirs, rel=1e-9)
 
 
+def test_critical_distance_beyond_the_exact_tests_is_found_without_the_grid() -> None:
+    """Past the exact tests the critical distance is the grid's first distance with p < α, as
+    listing the grid finds it, also at sizes whose M/2 + 1 distances could not be held (a
+    pilot's |d| of 0.02 asks for tens of thousands of values per group)."""
+    for design in (rp.RankDesign(31, 30), rp.RankDesign(200, 150), rp.RankDesign(61, 61, True),
+                   rp.RankDesign(700, 700, True)):  # fmt: skip
+        grid, p = rp.distance_pvalues(design)
+        probes = [0.05, 0.01, 0.05 / 36, 1e-9, 1e-12, float(p[len(p) // 3])]
+        for alpha in [*probes, *(math.nextafter(a, 1.0) for a in probes)]:
+            below = np.flatnonzero(p < alpha)
+            want = int(grid[below[0]]) if below.size else None
+            assert rp.critical_distance(design, alpha) == want, (design, alpha)
+        assert rp.smallest_p(design) == float(p[-1])
+
+    def normal_p(design: rp.RankDesign, distance: int) -> float:
+        n_b, n_c = design.n_base, design.n_cond
+        if design.paired:
+            sd = math.sqrt(n_b * (n_b + 1) * (2 * n_b + 1) / 24.0)
+        else:
+            sd = math.sqrt(n_b * n_c * (n_b + n_c + 1) / 12.0)
+        return min(2.0 * float(scipy_stats.norm.sf((distance / 2.0 - 0.5) / sd)), 1.0)
+
+    for design in (rp.RankDesign(100_000, 90_000), rp.RankDesign(80_000, 80_000, True)):
+        alpha = 0.05 / 36
+        c = rp.critical_distance(design, alpha)
+        assert c is not None and (design.span - c) % 2 == 0
+        assert normal_p(design, c) < alpha <= normal_p(design, c - 2)
+        assert rp.smallest_p(design) == normal_p(design, design.span)
+        assert pw.smallest_rank_p(design.n_base, design.n_cond, paired=design.paired) < alpha
+
+
 def test_rank_sum_null_with_ties_matches_enumeration_and_scipy() -> None:
     # The example where scipy's exact Mann-Whitney ignores ties (0.2) and permutation gives 0.3.
     null = inference.RankSumNull(np.array([1.0, 2, 2, 2, 3, 4]), 3)
@@ -895,6 +926,36 @@ def test_power_command_sizes_the_plan_from_the_pilot(
         sized["recommendation"]["replications"]
         == pw.required_replications(0.5, 0.025, 0.9, seed=seed)[0]
     )
+
+
+def test_power_command_sizes_a_tiny_pilot_effect(
+    pilot_study: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without --effect a pilot's |d| of 0.02 (noise at a few replications) is sized as it is:
+    tens of thousands of pairs, the smallest n at which the test that runs there has the power,
+    and the plan's recommendation."""
+    doc = _audit_doc(pilot_study)
+    rows = doc["tests"]["cooperationRate"]
+    rows[0]["cohenD"], rows[1]["cohenD"] = 0.02, -0.03
+    pilot = tmp_path / "pilot"
+    shutil.copytree(pilot_study / "pilot", pilot)
+    (pilot / "audit.json").write_text(json.dumps(doc))
+    argv = ["power", str(pilot_study / "audit.yaml"), "--pilot", str(pilot), "--json"]
+    assert main(argv) == 0
+    result = json.loads(capsys.readouterr().out)
+    tiny, small = result["metrics"]["cooperationRate"]
+    assert (tiny["pilotD"], tiny["effect"], tiny["alpha"]) == (0.02, 0.02, 0.025)
+    assert tiny["paired"] and tiny["pairedEffect"] == pytest.approx(0.02 / math.sqrt(2))
+    n = tiny["replications"]
+    assert isinstance(n, int) and rp.SIMULATION_LIMIT < n < pw.MAX_REPLICATIONS
+    assert tiny["test"] == "Wilcoxon signed-rank sign-flip test (normal approximation)"
+    assert "3/π" in tiny["note"] and tiny["power"] >= 0.8
+    below = pw.rank_test_power(tiny["pairedEffect"], n - 1, n - 1, 0.025, paired=True)
+    assert below is not None and below < 0.8
+    assert small["effect"] == 0.03 and small["replications"] < n
+    best = result["recommendation"]
+    assert (best["replications"], best["condition"]) == (n, tiny["condition"])
+    assert best["test"] == tiny["test"] and best["power"] == tiny["power"]
 
 
 def test_power_command_with_the_plan_the_pilot_ran_has_no_warning(

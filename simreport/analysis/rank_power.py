@@ -123,13 +123,26 @@ def _distances(span: int) -> IntArray:
 
 def distance_pvalues(design: RankDesign) -> tuple[IntArray, FloatArray]:
     """(distances, p): the two-sided p of every distance |2X - M| the statistic can take,
-    for distinct values (exact or normal approximation, as the test that runs)."""
+    for distinct values (exact or normal approximation, as the test that runs). The grid has
+    M/2 + 1 entries, so it is for designs of moderate size; `critical_distance` and
+    `smallest_p` never list it beyond the exact tests."""
     distances = _distances(design.span)
     if design.exact:
         tails = _exact_tails(design)
         return distances, np.array([t / tails[0] for t in tails], dtype=np.float64)
+    return distances, _normal_pvalues(design, distances)
+
+
+def _normal_pvalues(design: RankDesign, distances: IntArray | FloatArray) -> FloatArray:
+    """The normal approximation's two-sided p (continuity-corrected) at these distances."""
     z = (distances / 2.0 - 0.5) / _null_sd(design)
-    return distances, np.minimum(2.0 * _scipy_stats.norm.sf(z), 1.0)
+    p: FloatArray = np.minimum(2.0 * _scipy_stats.norm.sf(z), 1.0)
+    return p
+
+
+def _normal_pvalue_at(design: RankDesign, distance: int) -> float:
+    # As a float, as the grid's integers become in the division: the same p, at any size.
+    return float(_normal_pvalues(design, np.array([float(distance)]))[0])
 
 
 @lru_cache(maxsize=256)
@@ -148,33 +161,50 @@ def critical_distance(design: RankDesign, alpha: float) -> int | None:
     """The smallest distance |2X - M| whose p is below `alpha`: the test rejects exactly when
     the statistic is at least this far from its centre. None when no data of these sizes
     (with distinct values) reach p < alpha. Exact p values are compared with alpha as
-    fractions, so a p equal to alpha never rejects through rounding."""
-    distances, p = distance_pvalues(design)
+    fractions, so a p equal to alpha never rejects through rounding. Beyond the exact tests
+    the p falls as the distance grows, so the distance is found by bisection on the grid of
+    distances, which is never listed (M/2 + 1 of them: billions at tens of thousands of
+    values per group)."""
     if design.exact:
+        distances, _ = distance_pvalues(design)
         tails = _exact_tails(design)
         level = Fraction(alpha)
         for c, tail in zip(distances.tolist(), tails, strict=True):
             if tail * level.denominator < level.numerator * tails[0]:
                 return int(c)
         return None
-    below = np.flatnonzero(p < alpha)
-    return int(distances[below[0]]) if below.size else None
+    span = design.span
+    if not _normal_pvalue_at(design, span) < alpha:
+        return None
+    # Grid index i is the distance span % 2 + 2 i; the last index, span // 2, is span itself.
+    lo, hi = 0, span // 2
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _normal_pvalue_at(design, span % 2 + 2 * mid) < alpha:
+            hi = mid
+        else:
+            lo = mid + 1
+    return span % 2 + 2 * lo
 
 
 def smallest_p(design: RankDesign) -> float:
     """The smallest two-sided p the test reaches with distinct values: complete separation
     (unpaired) or differences all of one sign (paired)."""
-    _, p = distance_pvalues(design)
-    return float(p[-1])
+    if design.exact:
+        _, p = distance_pvalues(design)
+        return float(p[-1])
+    return _normal_pvalue_at(design, design.span)
 
 
 # ------------------------------------------------------------------------------- simulation
 
 
-@lru_cache(maxsize=32)
+@lru_cache(maxsize=4)
 def _noise(design: RankDesign, seed: int, draws: int) -> FloatArray:
     """Standard normal draws shared by every effect and α at these sizes (common random
     numbers): `draws` rows of n_base + n_cond values (paired: n differences)."""
+    # Up to 64 MB each at the simulation limit; a sizing search visits a new n at every step,
+    # so only the last few are kept (a search that needs one again draws it again, identically).
     width = design.n_base if design.paired else design.n_base + design.n_cond
     material = [seed, int(design.paired), design.n_base, design.n_cond, draws]
     rng = np.random.default_rng(np.random.SeedSequence(material))
