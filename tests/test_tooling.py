@@ -49,7 +49,7 @@ LONG_DOCSTRINGS = {
     # Restructured elsewhere at the time of writing; each entry leaves once its docstring is
     # a contract and its design has moved to docs/.
     "simreport/client.py",
-    "simreport/kernel/replay.py",
+    "simreport/kernel/replay_runner.py",
     "simreport/mcp_server.py",
     "simreport/service/auth.py",
     "simreport/service/limits.py",

@@ -20,17 +20,23 @@ from ..core.canonical import canonical_json, sha256_bytes
 from ..core.errors import InputError
 from ..core.files import read_json, write_atomic
 from ..core.overrides import lookup
-from ..core.quality import EVALUATION_FILE, QUALITY_REF_KEY, quality_ref_problem
+from ..core.package_version import __version__
+from ..core.quality_ref import EVALUATION_FILE, QUALITY_REF_KEY, quality_ref_problem
 from ..core.schema import RunResult
-from ..core.version import __version__
-from ..kernel.testbed.quality import QUALITY_FILE
 from ..kernel.testbed.records import RECORDS_FILE
+from ..kernel.testbed.user_quality import QUALITY_FILE
 from . import conclusions, factorial, power, stats
+from .audit_cost import cost_section
 from .audit_document import AUDIT_SCHEMA_VERSION
-from .cost import cost_section
 from .coverage import coverage_matrix, read_condition_specs
 from .grade import GRADE_RULE, evidence_grade
-from .testbed import EvaluatedRun, FaultSteps, fault_problems, fault_steps, summarise_testbed
+from .testbed_summary import (
+    EvaluatedRun,
+    FaultSteps,
+    fault_problems,
+    fault_steps,
+    summarise_testbed,
+)
 from .user_quality import UserQualityRun, summarise_user_quality
 
 IDENTICAL_NOTE = "identical to the base, not tested"

@@ -506,8 +506,8 @@ class Scenario(Model):
         default_factory=dict, description="World parameters (validated by the world)."
     )
     hypothesis: Hypothesis | None = Field(None, description="Expected directions and targets.")
-    # Agent-testbed groups (SPEC §8, models in core/testbed.py). Left out of the document when
-    # absent, so scenarios of other worlds keep their form and hashes.
+    # Agent-testbed groups (SPEC §8, models in core/testbed_schema.py). Left out of the document
+    # when absent, so scenarios of other worlds keep their form and hashes.
     identity: Identity | None = Field(
         None, exclude_if=_absent, description="Testbed: scenario id, version, owner, risk."
     )
@@ -896,7 +896,7 @@ class RunResult(Model):
 # scenario's annotations resolved then. When core/testbed.py is imported first it is still partial
 # here; it completes `Scenario` itself once its classes exist.
 try:
-    from .testbed import (
+    from .testbed_schema import (
         EnvironmentConfig,
         EvaluationRef,
         EventsConfig,

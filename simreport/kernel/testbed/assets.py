@@ -19,7 +19,7 @@ from ...core.canonical import content_hash, sha256_bytes
 from ...core.errors import DocumentError
 from ...core.files import parse_document
 from ...core.schema import Model, Scenario
-from ...core.testbed import ASSET_REF, ReactionRule
+from ...core.testbed_schema import ASSET_REF, ReactionRule
 from ...core.validation import issues_from
 from ...core.values import Int64, http_url
 from ...core.versions import RunChecks, design_sha256
