@@ -116,7 +116,7 @@ class RefundDeskParams(WorldParams):
     """The refund desk reads its settings from the testbed groups; `params` stays empty."""
 
 
-class BudgetExhausted(Exception):
+class BudgetExhausted(RunError):
     def __init__(self, what: str) -> None:
         super().__init__(f"budget exhausted: {what}")
         self.what = what
