@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .core.version import __version__
+from .core.package_version import __version__
 
 _VERBS = {"analyse", "audit", "conditions", "estimate", "power", "report", "run", "validate"}
 

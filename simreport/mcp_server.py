@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar, cast
 
 from .core.errors import EXIT_INTERRUPTED, EXIT_OK, InputError, SchemaError, SimreportError
+from .core.package_version import __version__
 from .core.redaction import redact_document, redact_text
-from .core.version import __version__
 
 if TYPE_CHECKING:  # the SDK is imported when a server is built: `simreport --help` stays fast
     from mcp.server.mcpserver import MCPServer

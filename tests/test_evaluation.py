@@ -18,7 +18,7 @@ import yaml
 from simreport.cli import main
 from simreport.core.canonical import sha256_bytes
 from simreport.core.errors import EXIT_INPUT, EXIT_OK
-from simreport.core.quality import QUALITY_REF_PREFIX, quality_ref, quality_ref_problem
+from simreport.core.quality_ref import QUALITY_REF_PREFIX, quality_ref, quality_ref_problem
 from simreport.evaluation import DEFAULT_EVALUATOR, EVALUATORS
 from simreport.ledger import connect
 from simreport.ledger import tables as t
@@ -108,7 +108,7 @@ def test_evaluate_writes_verdicts_with_the_evaluator_and_spec_digests(
     name, version = DEFAULT_EVALUATOR.split("@")
     assert (doc["evaluator"]["name"], doc["evaluator"]["version"]) == (name, version)
     digest = hashlib.sha256()
-    for source in ("evaluation/checks.py", "evaluation/layers.py"):
+    for source in ("evaluation/judgement.py", "evaluation/layers.py"):
         data = (ROOT / "simreport" / source).read_bytes()
         digest.update(f"{source}\0{sha256_bytes(data)}\0".encode())
     assert doc["evaluator"]["sha256"] == digest.hexdigest()

@@ -1,10 +1,14 @@
 """Dependencies point downward only: core ← kernel ← harness ← analysis ← report ← entry points;
-and a room (a subpackage, or a module at the top) uses only the public names of another."""
+a room (a subpackage, or a module at the top) uses only the public names of another; and every
+exception the package defines descends from core.errors.SimreportError."""
 
 from __future__ import annotations
 
 import ast
+import importlib
+import pkgutil
 from pathlib import Path
+from types import ModuleType
 
 PACKAGE = Path(__file__).resolve().parent.parent / "simreport"
 RANK = {
@@ -183,3 +187,43 @@ def test_the_private_name_check_sees_each_spelling() -> None:
         f"{module}:6 uses simreport.ledger.ingest._write_rows",
         f"{module}:8 uses simreport.service.queue._iso",
     ]
+
+
+NOT_IMPORTED = {
+    # Alembic's environment script runs the migrations when imported; it defines no exception.
+    "simreport.ledger.migrations.env": "runs the migrations on import",
+}
+"""Modules the exception check does not import, each with why."""
+OUTSIDE_THE_ERROR_ROOT: dict[str, str] = {}
+"""`module.Class` → why that exception may descend from something other than SimreportError.
+Empty: every exception simreport defines is one of its errors."""
+
+
+def _package_modules() -> list[ModuleType]:
+    import simreport
+
+    modules = []
+    for info in pkgutil.walk_packages(simreport.__path__, "simreport."):
+        if info.name.endswith(".__main__") or info.name in NOT_IMPORTED:
+            continue
+        modules.append(importlib.import_module(info.name))
+    return modules
+
+
+def test_every_exception_descends_from_the_one_error_root() -> None:
+    """Every exception class defined in simreport is a core.errors.SimreportError, so a caller
+    catching simreport's errors catches them all and each can say where it happened."""
+    from simreport.core.errors import SimreportError
+
+    outside = set()
+    for module in _package_modules():
+        for value in vars(module).values():
+            if (
+                isinstance(value, type)
+                and issubclass(value, BaseException)
+                and value.__module__ == module.__name__
+                and not issubclass(value, SimreportError)
+            ):
+                outside.add(f"{value.__module__}.{value.__qualname__}")
+    assert sorted(outside - set(OUTSIDE_THE_ERROR_ROOT)) == []
+    assert not set(OUTSIDE_THE_ERROR_ROOT) - outside, "allowed but gone: remove from the list"

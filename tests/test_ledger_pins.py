@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from simreport.cli import main
 from simreport.core.errors import EXIT_INPUT, EXIT_RUN_FAILED
 from simreport.kernel import load_scenario
-from simreport.kernel.replay import replay_run
+from simreport.kernel.replay_runner import replay_run
 from simreport.ledger import connect
 from simreport.ledger import tables as t
 from simreport.ledger.db import ENV_VAR

@@ -479,7 +479,7 @@ EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "refund_desk"
 
 
 def test_a_testbed_run_with_credentials_replays(tmp_path: Path) -> None:
-    from simreport.kernel.replay import replay_run
+    from simreport.kernel.replay_runner import replay_run
 
     loaded = load_scenario(EXAMPLE / "scenario.yaml")
     llm = loaded.scenario.llm.model_copy(update={"base_url": secret_url(9)})

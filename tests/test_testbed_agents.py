@@ -18,7 +18,7 @@ import sqlalchemy as sa
 
 from simreport.core.overrides import set_path
 from simreport.kernel import load_scenario, run_scenario, validate_scenario
-from simreport.kernel.replay import replay_run
+from simreport.kernel.replay_runner import replay_run
 from simreport.kernel.testbed.agents import (
     CHECK,
     CREATE_AGAIN,

@@ -13,7 +13,7 @@ import pytest
 from audits import with_provenance
 
 from simreport.analysis.stats import zero_violation_upper_bound
-from simreport.analysis.testbed import EvaluatedRun, summarise_testbed
+from simreport.analysis.testbed_summary import EvaluatedRun, summarise_testbed
 from simreport.cli import main
 from simreport.core.schema import RunResult
 from simreport.report.html import render_report

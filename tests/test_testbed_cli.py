@@ -14,7 +14,7 @@ import yaml
 from simreport.cli import main
 from simreport.core.errors import EXIT_OK, EXIT_RUN_FAILED
 from simreport.kernel.testbed.records import read_records
-from simreport.kernel.testbed.replay import compare_records
+from simreport.kernel.testbed.replay_records import compare_records
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "refund_desk"
 

@@ -25,7 +25,12 @@ from audits import with_provenance
 from scipy import stats as sps
 
 from simreport.analysis.audit import RunRecord, analyse, read_fault_steps, usable
-from simreport.analysis.testbed import EvaluatedRun, fault_problems, fault_steps, summarise_testbed
+from simreport.analysis.testbed_summary import (
+    EvaluatedRun,
+    fault_problems,
+    fault_steps,
+    summarise_testbed,
+)
 from simreport.cli import main
 from simreport.core.errors import EXIT_OK
 from simreport.core.schema import RunResult

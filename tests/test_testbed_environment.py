@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from simreport.core.testbed import ClockConfig, FaultTrigger
+from simreport.core.testbed_schema import ClockConfig, FaultTrigger
 from simreport.kernel.testbed.assets import EnvironmentDataAsset, ToolContractAsset, ToolSpec
 from simreport.kernel.testbed.clock import Clocks
 from simreport.kernel.testbed.environment import (

@@ -23,7 +23,7 @@ from simreport.core.errors import SchemaError
 from simreport.core.overrides import set_path
 from simreport.core.schema import RunResult, Scenario
 from simreport.kernel import load_scenario, run_scenario, validate_scenario
-from simreport.kernel.replay import replay_run
+from simreport.kernel.replay_runner import replay_run
 from simreport.kernel.testbed.lifecycle import Lifecycle, LifecycleError
 from simreport.kernel.testbed.records import RecordLog
 from simreport.kernel.worlds import refund_desk
@@ -428,7 +428,7 @@ def test_one_declared_refund_entry_against_two_offered_is_refused(
 
 
 def test_the_lifecycle_follows_the_design_table() -> None:
-    from simreport.core.testbed import ClockConfig
+    from simreport.core.testbed_schema import ClockConfig
     from simreport.kernel.testbed.clock import Clocks
 
     life = Lifecycle(RecordLog(Clocks(ClockConfig()), "0" * 32))

@@ -13,10 +13,10 @@ from pydantic import ValidationError
 from test_testbed_world import scenario_doc
 
 from simreport.analysis.audit import read_fault_steps, usable
-from simreport.analysis.testbed import fault_problems
+from simreport.analysis.testbed_summary import fault_problems
 from simreport.core.errors import InputError
 from simreport.core.overrides import set_path
-from simreport.core.testbed import ClockConfig, FaultTrigger
+from simreport.core.testbed_schema import ClockConfig, FaultTrigger
 from simreport.kernel import load_scenario, run_scenario, validate_scenario
 from simreport.kernel.testbed.assets import EnvironmentDataAsset, ToolContractAsset
 from simreport.kernel.testbed.clock import Clocks
@@ -27,7 +27,7 @@ from simreport.kernel.testbed.environment import (
     ToolGateway,
 )
 from simreport.kernel.testbed.records import RecordLog, read_records
-from simreport.kernel.testbed.replay import compare_records
+from simreport.kernel.testbed.replay_records import compare_records
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "refund_desk"
 ASSETS = EXAMPLE / "assets"
@@ -310,7 +310,7 @@ def test_the_refund_desk_runs_each_new_fault_and_replays_it(
     assert first.status.validity == "valid"
     report = compare_records(read_records(a / "records.jsonl"), read_records(b / "records.jsonl"))
     assert report.ok, report.summary()
-    from simreport.kernel.replay import replay_run
+    from simreport.kernel.replay_runner import replay_run
 
     replayed = replay_run(a, tmp_path / "replayed")
     assert replayed.ok, replayed.summary()

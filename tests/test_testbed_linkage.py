@@ -12,7 +12,7 @@ import pytest
 
 from simreport.core.files import load_document
 from simreport.kernel import load_scenario, run_scenario, validate_scenario
-from simreport.kernel.replay import replay_run
+from simreport.kernel.replay_runner import replay_run
 from simreport.kernel.testbed.records import (
     check_linkages,
     linkage_record_faults,

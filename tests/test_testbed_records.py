@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from simreport.core.testbed import ClockConfig
+from simreport.core.testbed_schema import ClockConfig
 from simreport.evaluation import RunLayers, judge
 from simreport.kernel.testbed.assets import EvaluationSpecAsset
 from simreport.kernel.testbed.clock import Clocks

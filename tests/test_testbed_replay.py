@@ -12,9 +12,9 @@ import pytest
 
 from simreport.cli.replay import register_cli
 from simreport.kernel import load_scenario, run_scenario, validate_scenario
-from simreport.kernel.replay import replay_run
+from simreport.kernel.replay_runner import replay_run
 from simreport.kernel.testbed.records import read_records, record_digest
-from simreport.kernel.testbed.replay import ReplaySource, compare_records
+from simreport.kernel.testbed.replay_records import ReplaySource, compare_records
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "refund_desk"
 

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from simreport.core.overrides import get_path
 from simreport.core.schema import Scenario
-from simreport.core.testbed import (
+from simreport.core.testbed_schema import (
     Budget,
     FaultTrigger,
     ReactionRule,
@@ -124,7 +124,7 @@ def test_groups_reject_unknown_keys() -> None:
 
 
 def test_the_design_documents_trigger_shorthand_reads() -> None:
-    from simreport.core.testbed import EventsConfig
+    from simreport.core.testbed_schema import EventsConfig
 
     events = EventsConfig.model_validate(
         {

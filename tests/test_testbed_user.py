@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from simreport.core.testbed import ClockConfig, UserConfig
+from simreport.core.testbed_schema import ClockConfig, UserConfig
 from simreport.kernel.testbed.assets import SimulatorConfigAsset, UserPolicyAsset
 from simreport.kernel.testbed.clock import Clocks
 from simreport.kernel.testbed.records import RecordLog

@@ -16,13 +16,13 @@ from simreport.analysis.audit_document import UserQualitySection
 from simreport.analysis.user_quality import UserQualityRun, summarise_user_quality
 from simreport.core.errors import InputError
 from simreport.core.schema import RunResult
-from simreport.core.testbed import ClockConfig, ReactionRule, UserConfig
+from simreport.core.testbed_schema import ClockConfig, ReactionRule, UserConfig
 from simreport.kernel import load_scenario, run_scenario, validate_scenario
 from simreport.kernel.providers import make_provider
 from simreport.kernel.testbed.clock import Clocks
-from simreport.kernel.testbed.quality import NamedRule, assess_run
 from simreport.kernel.testbed.records import RecordLog, read_records
 from simreport.kernel.testbed.user import UserSimulator
+from simreport.kernel.testbed.user_quality import NamedRule, assess_run
 from simreport.kernel.worlds import refund_desk
 from simreport.report.html import _user_quality
 

@@ -17,7 +17,7 @@ from simreport.core.versions import design_sha256
 from simreport.evaluation import evaluate_run
 from simreport.kernel import load_scenario, run_scenario, validate_scenario
 from simreport.kernel.testbed.records import read_records
-from simreport.kernel.testbed.replay import compare_records
+from simreport.kernel.testbed.replay_records import compare_records
 from simreport.kernel.worlds import refund_desk
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "refund_desk"

@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from ..core.files import read_json, write_atomic
-from ..core.version import __version__
+from ..core.package_version import __version__
 from . import conclusions, factorial
+from .audit_cost import cost_section
 from .audit_document import AUDIT_SCHEMA_VERSION
 from .audit_inputs import load_audit_inputs, read_fault_steps
 from .condition_table import condition_table, cross_model, distribution, moved_axes
-from .cost import cost_section
 from .coverage import coverage_matrix, read_condition_specs
 from .expectations import Expectations, direction_consistency
 from .grade import GRADE_RULE, evidence_grade
@@ -35,7 +35,7 @@ from .run_records import (
     user_quality_unchecked,
 )
 from .sensitivity import sensitivity
-from .testbed import EvaluatedRun, fault_problems, summarise_testbed
+from .testbed_summary import EvaluatedRun, fault_problems, summarise_testbed
 from .user_quality import UserQualityRun, summarise_user_quality
 
 __all__ = [
@@ -203,8 +203,8 @@ def analyse(
         "cost": cost_section([str(row["id"]) for row in condition_rows], ran.spent),
     }
     # Agent-testbed runs carry evaluations: verdicts per criterion, validity exclusions and the
-    # zero-violation bound per condition (analysis/testbed.py). Other audits keep their exact
-    # form. A regression audit's verdict counts never include exploration runs (purpose
+    # zero-violation bound per condition (analysis/testbed_summary.py). Other audits keep their
+    # exact form. A regression audit's verdict counts never include exploration runs (purpose
     # section), and no run whose planned fault never hit or recovered counts anywhere.
     testbed = summarise_testbed(
         conditions,

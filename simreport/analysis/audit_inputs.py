@@ -13,12 +13,12 @@ from typing import Any
 from ..core.canonical import sha256_bytes
 from ..core.errors import InputError
 from ..core.files import read_json
-from ..core.quality import EVALUATION_FILE, quality_ref_problem
+from ..core.quality_ref import EVALUATION_FILE, quality_ref_problem
 from ..core.schema import RunResult
-from ..kernel.testbed.quality import QUALITY_FILE
 from ..kernel.testbed.records import RECORDS_FILE
+from ..kernel.testbed.user_quality import QUALITY_FILE
 from .run_records import RunRecord
-from .testbed import fault_steps
+from .testbed_summary import fault_steps
 
 
 def load_audit_inputs(

@@ -266,7 +266,25 @@ def detectable_effect(
     seed: int = 0,
     draws: int = POWER_DRAWS,
 ) -> tuple[float | None, str | None]:
-    """(mde, note) for one comparison at one α: `detectable_effects` for a single threshold."""
+    """The smallest effect one comparison detects at one α: `detectable_effects` for a single
+    threshold.
+
+    Args:
+        n_base: the base condition's replications (pairs, when paired).
+        n_cond: the condition's replications.
+        alpha: the threshold the comparison is tested at.
+        power: the power to reach.
+        paired: size the paired test rather than the unpaired one.
+        seed: the simulations' seed (`simulation_seed`).
+        draws: the simulations' size.
+
+    Returns:
+        (mde, note): the minimal detectable pooled |d|, or None with the reason (too few
+        replications, or a test that cannot reach α at these sizes).
+
+    Raises:
+        ValueError: an α or power outside (0, 1), or a power not above α.
+    """
     found = detectable_effects(
         n_base, n_cond, [alpha], power, paired=paired, seed=seed, draws=draws
     )

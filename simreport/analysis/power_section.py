@@ -226,7 +226,13 @@ def power_by_family(
 
 
 def simulation_seed(plan_hash: str) -> int:
-    """The seed of a plan's power simulations: the first 16 bytes of a sha256 of the plan hash
-    in its own namespace (never the clock), so the same plan states the same power."""
+    """The seed of a plan's power simulations, so the same plan states the same power.
+
+    Args:
+        plan_hash: the plan's hash.
+
+    Returns:
+        The first 16 bytes of a sha256 of the plan hash in its own namespace (never the clock).
+    """
     digest = hashlib.sha256(f"power\x1f{plan_hash}".encode()).digest()
     return int.from_bytes(digest[:16], "big")

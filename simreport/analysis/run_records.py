@@ -10,9 +10,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.quality import QUALITY_REF_KEY
+from ..core.quality_ref import QUALITY_REF_KEY
 from ..core.schema import RunResult
-from .testbed import FaultSteps, fault_problems
+from .testbed_summary import FaultSteps, fault_problems
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """`simreport replay <runDir>`: re-run a recorded testbed run and compare its records (see
-kernel/replay.py). Exits 0 when the records match, 1 when not, 2 when nothing could be compared."""
+kernel/replay_runner.py). Exits 0 when the records match, 1 when not, 2 when nothing could be
+compared."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from ..core.files import check_output_dir
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from ..kernel.replay import REPLAY_ERROR, replay_run
+    from ..kernel.replay_runner import REPLAY_ERROR, replay_run
 
     if args.out is not None:
         check_output_dir(args.out, name="--out")

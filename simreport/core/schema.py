@@ -8,72 +8,35 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from typing import Annotated, Any, ClassVar, Literal, Self
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    field_validator,
-    model_validator,
-)
-from pydantic.alias_generators import to_camel
+from pydantic import Field, field_validator, model_validator
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from .canonical import canonical_json, parse_number
-from .values import HttpUrl, Int64, Name, Number
+
+# The base model and the model access are the scenario's vocabulary: readers import them from
+# here, beside the scenario that uses them.
+from .document_model import Model as Model
+from .llm_config import LLMConfig as LLMConfig
+from .testbed_schema import (
+    EnvironmentConfig,
+    EvaluationRef,
+    EventsConfig,
+    ExecutionConfig,
+    Identity,
+    InteractionConfig,
+    Participant,
+    Provenance,
+    SutConfig,
+    UserConfig,
+)
+from .values import RESOURCE_NAME as RESOURCE_NAME
+from .values import Int64, Name, Number
 
 SCHEMA_VERSION = 1
 
-RESOURCE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
-"""How a model endpoint or an external simulator the operator declared is named."""
-
 JsonValue = Any
-
-
-class Model(BaseModel):
-    """Base for every document model: camelCase keys, no unknown keys, aliases on output."""
-
-    model_config = ConfigDict(
-        extra="forbid",
-        alias_generator=to_camel,
-        validate_by_alias=True,
-        # Python code builds models with field names (Cost(llm_calls=...)); documents must use
-        # the camelCase keys, which `model_validate` below enforces.
-        validate_by_name=True,
-        serialize_by_alias=True,
-        validate_assignment=False,
-    )
-
-    key_noun: ClassVar[str] = "key"
-    """What an unknown key of this model is called in error messages."""
-
-    @classmethod
-    def model_validate(
-        cls,
-        obj: Any,
-        *,
-        strict: bool | None = None,
-        from_attributes: bool | None = None,
-        context: Any | None = None,
-        by_alias: bool | None = None,
-        by_name: bool | None = None,
-        **kwargs: Any,
-    ) -> Self:
-        """Validate a document: keys must be the camelCase aliases unless `by_name` says so."""
-        return super().model_validate(
-            obj,
-            strict=strict,
-            from_attributes=from_attributes,
-            context=context,
-            by_alias=True if by_alias is None else by_alias,
-            by_name=False if by_name is None else by_name,
-            **kwargs,
-        )
-
-    def to_doc(self) -> dict[str, Any]:
-        """The document (JSON) form, with every default filled in."""
-        return self.model_dump(mode="json", by_alias=True)
 
 
 class WorldParams(Model):
@@ -208,88 +171,6 @@ class Population(Model):
 
 
 # --------------------------------------------------------------------------- model access
-
-
-class LLMConfig(Model):
-    """Which provider and model make the agents' decisions."""
-
-    provider: str = Field(
-        "offline", min_length=1, description="Provider name: offline (embedded) or openai."
-    )
-    model: str = Field(
-        "offline-base", min_length=1, description="Model name; offline accepts any name."
-    )
-    temperature: Number = Field(
-        0.7, ge=0, le=2, description="Sampling temperature; forced to 0 inside an audit."
-    )
-    max_tokens: Int64 = Field(64, ge=1, description="Completion token limit per decision.")
-    max_prompt_tokens: Int64 = Field(
-        8192, ge=16, description="Prompt token limit; longer prompts fail the decision."
-    )
-    base_url: HttpUrl | None = Field(
-        None, description="Endpoint for HTTP providers: an http(s) URL with a host."
-    )
-    api_key_env: str | None = Field(
-        None, description="Name of the environment variable that holds the API key."
-    )
-    endpoint: str | None = Field(
-        None,
-        exclude_if=lambda value: value is None,
-        pattern=RESOURCE_NAME,
-        description=(
-            "A model endpoint the operator declared (the run service's policy, or `simreport "
-            "run --policy`), named instead of provider, baseUrl and apiKeyEnv: its provider is "
-            "openai, its URL and key are the operator's."
-        ),
-    )
-    timeout_seconds: Number = Field(60.0, gt=0, description="Per-request timeout.")
-    budget_calls: Int64 | None = Field(
-        None,
-        ge=1,
-        description=(
-            "Most HTTP requests one run may send, retries included; then decisions fail as "
-            "BudgetExhausted."
-        ),
-    )
-    budget_tokens: Int64 | None = Field(
-        None,
-        ge=1,
-        description=(
-            "Most prompt + completion tokens one run may spend; then decisions fail as "
-            "BudgetExhausted."
-        ),
-    )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _endpoint_is_openai(cls, data: Any) -> Any:
-        # A named endpoint speaks the OpenAI protocol: a document that names one and no
-        # provider reads as what it is, not as the offline stand-in.
-        named = isinstance(data, Mapping) and data.get("endpoint") is not None
-        if named and "provider" not in data:
-            return {**data, "provider": "openai"}
-        return data
-
-    @model_validator(mode="after")
-    def _endpoint_alone(self) -> LLMConfig:
-        if self.endpoint is None:
-            return self
-        given = [
-            key
-            for key, value in (("baseUrl", self.base_url), ("apiKeyEnv", self.api_key_env))
-            if value is not None
-        ]
-        if given:
-            raise ValueError(
-                f"an endpoint brings its own URL and key: remove {' and '.join(given)}, or "
-                "the endpoint"
-            )
-        if self.provider != "openai":
-            raise ValueError(
-                f"an endpoint speaks the OpenAI protocol: provider {self.provider!r} cannot "
-                "use it (leave provider out, or set it to openai)"
-            )
-        return self
 
 
 class PromptConfig(Model):
@@ -506,8 +387,8 @@ class Scenario(Model):
         default_factory=dict, description="World parameters (validated by the world)."
     )
     hypothesis: Hypothesis | None = Field(None, description="Expected directions and targets.")
-    # Agent-testbed groups (SPEC §8, models in core/testbed.py). Left out of the document when
-    # absent, so scenarios of other worlds keep their form and hashes.
+    # Agent-testbed groups (SPEC §8, models in core/testbed_schema.py). Left out of the document
+    # when absent, so scenarios of other worlds keep their form and hashes.
     identity: Identity | None = Field(
         None, exclude_if=_absent, description="Testbed: scenario id, version, owner, risk."
     )
@@ -890,25 +771,3 @@ class RunResult(Model):
         error. Such a loss (a server that answered 500 throughout, say) is retried by the next
         build; a run that merely decided badly (unparseable answers) is final."""
         return self.succeeded and self.lost_calls == 0
-
-
-# The agent-testbed groups (core/testbed.py) build on `Model`, so they are imported last and the
-# scenario's annotations resolved then. When core/testbed.py is imported first it is still partial
-# here; it completes `Scenario` itself once its classes exist.
-try:
-    from .testbed import (
-        EnvironmentConfig,
-        EvaluationRef,
-        EventsConfig,
-        ExecutionConfig,
-        Identity,
-        InteractionConfig,
-        Participant,
-        Provenance,
-        SutConfig,
-        UserConfig,
-    )
-except ImportError:  # pragma: no cover - only when core/testbed.py is imported first
-    pass
-else:
-    Scenario.model_rebuild()

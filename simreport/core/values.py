@@ -63,6 +63,8 @@ NAME_REFUSED = re.compile(f"[\x00-\x1f\x7f-\x9f{BIDI_CONTROLS}]")
 """What a name or an identifier must not hold: any control character, any bidirectional control."""
 
 NAME_EXPECTED = "text without control characters or bidirectional controls"
+RESOURCE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+"""How a model endpoint or an external simulator the operator declared is named."""
 TEXT_EXPECTED = "text without control characters other than tab, newline and carriage return"
 
 

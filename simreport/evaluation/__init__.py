@@ -5,10 +5,9 @@ null. An evaluator reads those outputs — manifest.json (with the evaluation sp
 result.json, observations.json, evidence.json, completeness.json — and writes evaluation.json:
 a verdict per criterion, each undecidable one with the check that failed, the evaluator's name,
 version and sha256, the spec's version and sha256, and the `qualityRef` that links the run to
-it (`simreport.core.quality`). The kernel never imports this package.
+it (`simreport.core.quality_ref`). The kernel never imports this package.
 """
 
-from .checks import GATES, VERDICTS, decide, judge
 from .evaluator import (
     CONDITION_SUMMARIES,
     DEFAULT_EVALUATOR,
@@ -27,6 +26,7 @@ from .evaluator import (
     problems_of,
     write_audit_summary,
 )
+from .judgement import GATES, VERDICTS, decide, judge
 from .layers import NotEvaluable, RunLayers, read_run
 
 __all__ = [

@@ -15,8 +15,8 @@ from ..core.canonical import sha256_bytes
 from ..core.errors import DocumentError, InputError
 from ..core.files import read_json, write_json
 from ..core.fingerprint import PACKAGE_ROOT
-from ..core.quality import EVALUATION_FILE, QUALITY_REF_KEY, quality_ref
-from .checks import VERDICTS, judge
+from ..core.quality_ref import EVALUATION_FILE, QUALITY_REF_KEY, quality_ref
+from .judgement import VERDICTS, judge
 from .layers import NotEvaluable, read_run
 
 EVALUATION_SCHEMA_VERSION = 1
@@ -64,7 +64,7 @@ EVALUATORS: dict[str, Evaluator] = {
         Evaluator(
             "simreport-checks",
             "1.0.0",
-            ("evaluation/checks.py", "evaluation/layers.py"),
+            ("evaluation/judgement.py", "evaluation/layers.py"),
             judge,
         ),
     )

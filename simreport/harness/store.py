@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.canonical import content_hash, pretty_json
+from ..core.errors import SimreportError
 from ..core.schema import RunResult
 
 RUN_FILES = (
@@ -77,7 +78,7 @@ def run_key(
     )
 
 
-class _Damaged(Exception):
+class _Damaged(SimreportError):
     """A store entry whose files are not the ones it recorded."""
 
 

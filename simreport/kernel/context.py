@@ -16,7 +16,6 @@ from ..core.execution_policy import ExecutionPolicy
 from ..core.schema import LLMConfig, Scenario
 from ..core.versions import RunChecks
 from . import prompts
-from .cost import AGENTS, CostMeter
 from .events import EventLog
 from .interrupt import check as check_interrupt
 from .personas import sample_personas
@@ -30,6 +29,7 @@ from .providers.base import (
     estimate_tokens,
 )
 from .rules import RULES
+from .run_cost import AGENTS, CostMeter
 from .world import Agent, Decision, DecisionRequest
 
 # Independent random streams of one run, so that e.g. adding a persona field never shifts the

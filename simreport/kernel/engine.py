@@ -20,6 +20,7 @@ from ..core.errors import InputError, RunError, SchemaError, ValidationIssue, jo
 from ..core.execution_policy import ExecutionPolicy, resolve_llm
 from ..core.files import Document, load_document, write_atomic, write_json
 from ..core.fingerprint import code_fingerprint
+from ..core.package_version import __version__
 from ..core.redaction import Scrubber, redact_document
 from ..core.schema import (
     SCHEMA_VERSION,
@@ -31,7 +32,6 @@ from ..core.schema import (
     Scenario,
 )
 from ..core.validation import issues_from, validate_model
-from ..core.version import __version__
 from ..core.versions import RunChecks, run_document
 from .context import RunContext, assign_executors
 from .events import EventLog
@@ -396,7 +396,7 @@ def _counters(ctx: RunContext | None) -> dict[str, int]:
 
 
 def _cost(ctx: RunContext | None) -> Cost:
-    """The run's cost by segment (kernel/cost.py), with the bytes of its events so far."""
+    """The run's cost by segment (kernel/run_cost.py), with the bytes of its events so far."""
     if ctx is None:
         return Cost()
     if ctx.events.keep:

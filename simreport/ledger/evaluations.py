@@ -15,7 +15,7 @@ from sqlalchemy.engine import Connection, Engine
 from ..core.canonical import sha256_bytes
 from ..core.errors import DocumentError, InputError
 from ..core.files import read_json
-from ..core.quality import EVALUATION_FILE, QUALITY_REF_KEY, quality_ref_problem
+from ..core.quality_ref import EVALUATION_FILE, QUALITY_REF_KEY, quality_ref_problem
 from . import tables as t
 from .errors import NotRecorded
 from .migrate import prepare_once

@@ -321,7 +321,7 @@ class LedgerRecorder:
                     raise refuse(exc.message) from None
                 # Exploring goes on; the first run handed over says the ledger is unreachable.
                 return RunChecks(purpose=purpose)
-        from .checks import read_checks
+        from .run_checks import read_checks
 
         identity = getattr(scenario, "identity", None)
         if identity is not None and file is not None:

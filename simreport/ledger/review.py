@@ -21,7 +21,7 @@ from ..core.canonical import sha256_bytes
 from ..core.errors import DocumentError, InputError
 from ..core.files import parse_document
 from ..core.redaction import redact_document
-from ..core.testbed import SEMVER
+from ..core.testbed_schema import SEMVER
 from ..core.versions import design_document, design_sha256
 from . import tables as t
 from .db import as_utc, insert_new, reading, utc_now

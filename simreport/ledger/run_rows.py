@@ -33,7 +33,7 @@ from .rundir import SCENARIO_FILE, RunDirectory, wall_time
 from .tables import DEFAULT_TENANT, UNKNOWN_OWNER
 
 if TYPE_CHECKING:
-    from ..core.testbed import Identity
+    from ..core.testbed_schema import Identity
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,8 @@ from ..analysis.audit_document import (
     UserQualitySection,
 )
 from ..core.files import write_atomic
+from ..core.package_version import __version__
 from ..core.schema import PerturbationAxis
-from ..core.version import __version__
 from ..harness.conditions import level_text
 from . import figures, history, naming, verdict
 from .document import audit_document, read_audit_document

@@ -19,7 +19,7 @@ from typing import Any
 from ..analysis.audit_document import AuditDoc
 from ..core.errors import InputError
 from ..core.files import write_atomic
-from ..core.version import __version__
+from ..core.package_version import __version__
 from . import history, naming, verdict
 from .document import read_audit_document
 from .figures import format_number

@@ -19,7 +19,7 @@ from sqlalchemy.engine import Engine
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ..core.version import __version__
+from ..core.package_version import __version__
 from ..ledger.db import connect, utc_now
 from ..ledger.migrate import prepare_for_writing
 from . import queue, refusals

@@ -1,11 +1,11 @@
 """What the Snakemake workflow calls: the Snakefile and rules/*.smk call these names, one per rule
 step, and the logic behind them is tested here. Parse time: `load_workflow` expands the config's
-plans into targets (targets). Jobs: condition jobs and their state files (conditions), run in a
-pool shared by the jobs of one Snakemake process (pool); the evaluation, analysis, pages and site
-(outputs); ledger recording (ledger); the end-of-build report of failed runs (failures) and the
-terminal (terminal). docs/workflow.md describes the design."""
+plans into targets (targets). Jobs: condition jobs and their state files (condition_jobs), run
+in a pool shared by the jobs of one Snakemake process (pool); the evaluation, analysis, pages and
+site (outputs); ledger recording (ledger); the end-of-build report of failed runs (failures) and
+the terminal (terminal). docs/workflow.md describes the design."""
 
-from .conditions import (
+from .condition_jobs import (
     failure_lines,
     remove_obsolete_runs,
     retry_token,

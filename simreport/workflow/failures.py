@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .conditions import read_state
+from .condition_jobs import read_state
 from .targets import Workflow
 from .terminal import say
 

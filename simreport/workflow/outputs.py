@@ -13,7 +13,7 @@ from typing import Any
 from ..core.errors import InputError
 from ..core.files import write_atomic
 from ..core.fingerprint import code_fingerprint, package_files
-from .conditions import damaged_runs, repair_runs
+from .condition_jobs import damaged_runs, repair_runs
 from .ledger import record_in_ledger
 from .targets import Workflow
 from .terminal import say

@@ -32,7 +32,7 @@ from ..harness.plan import bounded_workers, plan_id_of
 from ..harness.runner import check_llm_access, validate_llm_override
 from ..harness.store import RUN_KEY_VERSION
 from ..kernel import input_hashes, kernel_fingerprint
-from .conditions import read_state, retry_token, runs_changed, state_file
+from .condition_jobs import read_state, retry_token, runs_changed, state_file
 from .ledger import ledger_of
 
 DEFAULT_STORE = ".store"

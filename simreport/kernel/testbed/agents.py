@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
+from ...core.errors import RunError
 from ...core.redaction import redact_secrets, redact_url
 from ..world import Decision, DecisionRequest
 from .assets import PromptAsset, ToolSpec
@@ -27,13 +28,12 @@ from .user import amounts_in, format_amount
 Decide = Callable[[DecisionRequest], Decision]
 
 
-class AgentError(Exception):
-    """The agent failed at its entry (crashed, timed out, unreachable, answered nonsense)."""
+class AgentError(RunError):
+    """The agent failed at its entry (crashed, timed out, unreachable, answered nonsense); `kind`
+    says how (`sut_timeout`, `sut_crashed`, …)."""
 
     def __init__(self, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.message = message
+        super().__init__(message, kind=kind)
 
 
 @dataclass

@@ -16,10 +16,10 @@ from typing import Any, Final, Literal, TypeVar
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from ...core.canonical import content_hash, sha256_bytes
-from ...core.errors import DocumentError
+from ...core.errors import DocumentError, InputError
 from ...core.files import parse_document
 from ...core.schema import Model, Scenario
-from ...core.testbed import ASSET_REF, ReactionRule
+from ...core.testbed_schema import ASSET_REF, ReactionRule
 from ...core.validation import issues_from
 from ...core.values import Int64, http_url
 from ...core.versions import RunChecks, design_sha256
@@ -41,13 +41,16 @@ M = TypeVar("M", bound=Model)
 _VERSION = re.compile(r"^\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.-]+)?$")
 
 
-class AssetError(Exception):
-    """An asset reference that does not resolve to one valid, exact version."""
+class AssetError(InputError):
+    """An asset reference that does not resolve to one valid, exact version. `message` says why;
+    the one-line form starts with the reference."""
 
     def __init__(self, ref: str, message: str) -> None:
-        super().__init__(f"{ref}: {message}")
+        super().__init__(message)
         self.ref = ref
-        self.message = message
+
+    def one_line(self) -> str:
+        return f"{self.ref}: {super().one_line()}"
 
 
 # --------------------------------------------------------------------------- content models

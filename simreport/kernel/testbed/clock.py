@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime, timedelta
 
-from ...core.testbed import ClockConfig
+from ...core.testbed_schema import ClockConfig
 
 
 class Clocks:

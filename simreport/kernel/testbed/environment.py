@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ...core.canonical import content_hash
-from ...core.testbed import FaultTrigger
+from ...core.testbed_schema import FaultTrigger
 from .assets import EnvironmentDataAsset, ToolSpec
 from .clock import Clocks
 from .participants import SurrogateParticipant

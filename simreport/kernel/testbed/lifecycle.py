@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from ...core.errors import RunError
+from ...core.errors import RunError, SimreportError
 from .records import RecordLog
 
 Stage = Literal["LOADING", "INITIALIZING", "RUNNING", "DRAINING", "COLLECTING", "CLEANED", "FAILED"]
@@ -27,7 +27,7 @@ NEXT: dict[Stage | None, tuple[Stage, ...]] = {
 """Stage → the stages it may move to (the design's lifecycle table)."""
 
 
-class LifecycleError(RuntimeError):
+class LifecycleError(SimreportError):
     """A move the lifecycle table does not allow (a bug in the harness, not a run failure)."""
 
 

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...core.testbed import Participant
+from ...core.testbed_schema import Participant
 from .assets import ToolParameter
 
 LATENCY_MS = 1_000

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ...core.canonical import sha256_text
-from ...core.testbed import (
+from ...core.testbed_schema import (
     ReactionRule,
     UserConfig,
     UserMode,

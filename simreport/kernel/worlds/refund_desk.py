@@ -23,8 +23,8 @@ from ...core.redaction import redact_document
 from ...core.schema import Scenario, WorldParams
 from .. import prompts
 from ..context import STREAM_TESTBED_USER, assign_executors
-from ..cost import ENVIRONMENT, EVALUATION, SUT, USER_WORDING
 from ..providers import PROVIDERS, Provider, make_provider
+from ..run_cost import ENVIRONMENT, EVALUATION, SUT, USER_WORDING
 from ..testbed.agents import (
     AgentAdapter,
     AgentError,
@@ -63,7 +63,6 @@ from ..testbed.environment import (
 )
 from ..testbed.lifecycle import Lifecycle, TestbedFailure
 from ..testbed.participants import SurrogateParticipant
-from ..testbed.quality import add_quality_observations, assess_run, named_rules, write_quality
 from ..testbed.records import (
     Observations,
     RecordLog,
@@ -77,10 +76,11 @@ from ..testbed.records import (
     metrics_from,
     write_layers,
 )
-from ..testbed.replay import ReplaySource, active_replay
+from ..testbed.replay_records import ReplaySource, active_replay
 from ..testbed.settings import SETTING_NOT_IMPLEMENTED, channel_problems, unimplemented
 from ..testbed.user import UserSimulator, read_agent_message
-from ..testbed.versions import check_versions
+from ..testbed.user_quality import add_quality_observations, assess_run, named_rules, write_quality
+from ..testbed.version_checks import check_versions
 from ..world import Decision, DecisionRequest, World, WorldOutcome
 from . import WORLDS
 
@@ -116,7 +116,7 @@ class RefundDeskParams(WorldParams):
     """The refund desk reads its settings from the testbed groups; `params` stays empty."""
 
 
-class BudgetExhausted(Exception):
+class BudgetExhausted(RunError):
     def __init__(self, what: str) -> None:
         super().__init__(f"budget exhausted: {what}")
         self.what = what

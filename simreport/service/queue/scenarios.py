@@ -19,7 +19,7 @@ from ...core.canonical import content_hash
 from ...core.errors import InputError, SchemaError, join_path
 from ...core.execution_policy import ExecutionPolicy
 from ...core.redaction import redact_document
-from ...core.testbed import SEMVER
+from ...core.testbed_schema import SEMVER
 from ...core.values import refused_in_json
 from ...core.versions import design_document, design_sha256
 from ...ledger import tables as t

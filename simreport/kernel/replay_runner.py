@@ -18,7 +18,7 @@ from ..core.files import read_json
 from ..core.schema import FailureInfo, RunResult, Scenario
 from .engine import run_scenario
 from .testbed.records import RECORDS_FILE, read_records
-from .testbed.replay import (
+from .testbed.replay_records import (
     ReplayReport,
     ReplaySource,
     compare_records,
@@ -26,7 +26,7 @@ from .testbed.replay import (
     replaying,
     tampered_records,
 )
-from .testbed.versions import recorded_checks
+from .testbed.version_checks import recorded_checks
 
 REPLAY_ERROR = 2
 """`simreport replay`'s exit status when the replay itself could not run (nothing compared)."""

@@ -22,7 +22,8 @@ from pydantic import (
     model_validator,
 )
 
-from .schema import LLMConfig, Model
+from .document_model import Model
+from .llm_config import LLMConfig
 from .values import Int64, Name, Number
 
 BoundaryItem = Literal["reasoning", "tool-selection", "parameters", "recovery"]
@@ -817,15 +818,3 @@ class Provenance(Model):
     asset_library: str = Field(
         "assets", min_length=1, description="Asset library folder, relative to the scenario."
     )
-
-
-def _complete_scenario() -> None:
-    """Resolve the Scenario's group annotations when this module was imported before schema.py
-    finished (see the end of schema.py)."""
-    from . import schema
-
-    if not schema.Scenario.__pydantic_complete__:
-        schema.Scenario.model_rebuild(_types_namespace=dict(globals()))
-
-
-_complete_scenario()

@@ -1,7 +1,7 @@
 """Event replay of a testbed run: what a replay takes from the recorded run (`ReplaySource`, read
 through `active_replay`), the manifest checked against itself (`manifest_problems`), tampered
 records (`tampered_records`), and the comparison of two record lists. Running a replay is
-`simreport.kernel.replay`, above the engine. The design: docs/testbed.md.
+`simreport.kernel.replay_runner`, above the engine. The design: docs/testbed.md.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ...core.files import write_json
-from ...core.testbed import (
+from ...core.testbed_schema import (
     ReactionRule,
     UserConfig,
     UserMode,
