@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 from hypothesis import settings
-from ledgers import POSTGRES_URL, fresh_ledger
+
+from tests.support.ledgers import POSTGRES_URL, fresh_ledger
 
 # Property-based tests draw the same examples on every run, so CI never fails by chance: a new
 # counterexample comes from widening a strategy, never from the clock.

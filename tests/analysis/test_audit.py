@@ -518,8 +518,8 @@ def _check_against_reference(
                 assert "near-zero spread" in row["note"], where
             else:
                 assert row["note"] is None, where
-    # A full factorial ranks its axes by main effects (tests/test_factorial.py); the per-cell
-    # measures stay on each entry and are checked here.
+    # A full factorial ranks its axes by main effects (tests/analysis/test_factorial.py); the
+    # per-cell measures stay on each entry and are checked here.
     factorial = plan.get("design") == "full_factorial"
     got = {e["axis"]: e for e in audit["sensitivity"]}
     if not factorial:
@@ -823,7 +823,7 @@ def test_infinite_d_written_as_string() -> None:
 def test_analyse_dir_on_a_real_audit(tmp_path: Path) -> None:
     import simreport
 
-    plan = Path(__file__).resolve().parent.parent / "examples" / "prisoners_dilemma" / "audit.yaml"
+    plan = Path(__file__).resolve().parents[2] / "examples" / "prisoners_dilemma" / "audit.yaml"
     simreport.audit(plan, out=tmp_path / "pd", replications=2, analyse=False)
     audit = analyse_dir(tmp_path / "pd")
     first = (tmp_path / "pd" / "audit.json").read_bytes()
@@ -891,7 +891,8 @@ def test_factorial_sensitivity_prefers_cells_that_move_one_axis() -> None:
     ranked = {e["axis"]: e for e in audit["sensitivity"]}
     assert ranked["framing"]["isolated"]["condition"] == "framing=moral|window=3"
     assert ranked["window"]["isolated"]["condition"] == "framing=neutral|window=1"
-    # Ranked by main effects over the grid (tests/test_factorial.py); the cell measures stay.
+    # Ranked by main effects over the grid (tests/analysis/test_factorial.py); the cell measures
+    # stay.
     assert ranked["framing"]["rankedBy"] == ranked["window"]["rankedBy"] == "mainEffect"
     # The cell that moves both axes is no axis's isolated effect, but each axis's largest overall.
     assert all(e["isolated"]["condition"] != "framing=moral|window=1" for e in audit["sensitivity"])

@@ -13,18 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from audits import PROVENANCE
 from jsonschema import Draft202012Validator
-from test_audit import (
-    PLAN,
-    _base_and_one,
-    _conditions,
-    _factorial_case,
-    _records,
-    _result,
-    constant_groups_audit,
-)
-from test_audit_semantics import _identical_audit
 
 import simreport
 from simreport.analysis.audit import RunRecord, analyse
@@ -39,8 +28,19 @@ from simreport.analysis.provenance import AUDIT_FILE, write_audit
 from simreport.cli import main
 from simreport.core.canonical import pretty_json, to_plain
 from simreport.core.errors import EXIT_INTERNAL, SchemaError, SimreportError
+from tests.analysis.test_audit import (
+    PLAN,
+    _base_and_one,
+    _conditions,
+    _factorial_case,
+    _records,
+    _result,
+    constant_groups_audit,
+)
+from tests.analysis.test_audit_semantics import _identical_audit
+from tests.support.audits import PROVENANCE
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = (
     "prisoners_dilemma/audit.yaml",
     "echo_chamber/audit.yaml",
@@ -81,7 +81,8 @@ BUILT: dict[str, Callable[[], dict[str, Any]]] = {
     "infinite d": constant_groups_audit,
     "conditions identical to the base": lambda: _identical_audit()[0],
 }
-"""The audits the analysis tests build (tests/test_audit.py, tests/test_audit_semantics.py)."""
+"""The audits the analysis tests build (tests/analysis/test_audit.py,
+tests/analysis/test_audit_semantics.py)."""
 
 
 @pytest.fixture(scope="module")

@@ -317,8 +317,8 @@ def test_factorial_sensitivity_reports_isolated_and_any_cell() -> None:
         ("window", "framing=neutral|window=1"),
     ):
         entry = entries[axis]
-        # A full factorial ranks by main effects (tests/test_factorial.py); both cell measures
-        # stay on the entry.
+        # A full factorial ranks by main effects (tests/analysis/test_factorial.py); both cell
+        # measures stay on the entry.
         assert entry["rankedBy"] == "mainEffect"
         assert entry["isolated"]["condition"] == isolated_cell
         assert entry["isolated"]["metric"] == "score"

@@ -10,16 +10,16 @@ from typing import Any
 
 import numpy as np
 import pytest
-from audits import with_provenance
-from test_audit import PLAN, _conditions, _result
-from test_testbed_agents import AGENT_MODULE, add_agent, copy_example
-from test_testbed_world import records, run, scenario_doc
 
 from simreport.analysis.audit import RunRecord, analyse
 from simreport.core.errors import SchemaError
 from simreport.core.schema import RunResult
 from simreport.kernel import run_scenario, validate_scenario
 from simreport.report import render_report
+from tests.analysis.test_audit import PLAN, _conditions, _result
+from tests.kernel.testbed.test_testbed_agents import AGENT_MODULE, add_agent, copy_example
+from tests.kernel.testbed.test_testbed_world import records, run, scenario_doc
+from tests.support.audits import with_provenance
 
 SEGMENT_KEYS = ("llmCalls", "promptTokens", "completionTokens")
 

@@ -9,8 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from browser import needs_chromium, render
-from test_html_validity import VNU, needs_vnu
 
 from simreport.analysis.coverage import (
     ConditionSpec,
@@ -19,8 +17,10 @@ from simreport.analysis.coverage import (
     coverage_matrix,
 )
 from simreport.cli import main
+from tests.report.test_html_validity import VNU, needs_vnu
+from tests.support.browser import needs_chromium, render
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "refund_desk"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "refund_desk"
 SUBMIT = {"get_order": "get_order", "create_refund": "create_refund", "get_refund": "get_refund"}
 WITHDRAW = {**SUBMIT, "withdraw_refund": "withdraw_refund"}
 
@@ -124,7 +124,7 @@ def test_the_report_shows_the_coverage_section(audit_dir: Path) -> None:
 
 def test_other_audits_have_no_coverage_key(tmp_path: Path) -> None:
     out = tmp_path / "pd"
-    plan = Path(__file__).resolve().parent.parent / "examples" / "prisoners_dilemma" / "audit.yaml"
+    plan = Path(__file__).resolve().parents[2] / "examples" / "prisoners_dilemma" / "audit.yaml"
     assert main(["audit", str(plan), "--replications", "1", "--out", str(out)]) == 0
     assert "coverage" not in json.loads((out / "audit.json").read_text())
 

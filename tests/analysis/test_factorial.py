@@ -353,9 +353,7 @@ def _samples(values: Mapping[str, Sequence[float]]) -> dict[str, dict[str, list[
 # --------------------------------------------------------------------------- the example
 
 
-EXAMPLE = (
-    Path(__file__).resolve().parent.parent / "examples" / "echo_chamber" / "factorial-audit.yaml"
-)
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "echo_chamber" / "factorial-audit.yaml"
 
 
 def test_the_workflow_declares_the_main_effects_figures() -> None:

@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 from statsmodels.stats.power import NormalIndPower, TTestIndPower
-from tiny_study import PLAN, SCENARIO
 
 import simreport.api as api
 from simreport.analysis import inference, stats
@@ -28,6 +27,7 @@ from simreport.cli import main
 from simreport.core.errors import InputError
 from simreport.kernel.providers.base import ChatResponse
 from simreport.kernel.providers.cache import ResponseCache
+from tests.support.studies import PLAN, SCENARIO
 
 # ------------------------------------------------------------------------- mde against statsmodels
 

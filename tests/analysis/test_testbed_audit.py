@@ -10,15 +10,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from audits import with_provenance
 
 from simreport.analysis.stats import zero_violation_upper_bound
 from simreport.analysis.testbed import EvaluatedRun, summarise_testbed
 from simreport.cli import main
 from simreport.core.schema import RunResult
 from simreport.report.html import render_report
+from tests.support.audits import with_provenance
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "refund_desk"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "refund_desk"
 
 
 @pytest.fixture(scope="module")

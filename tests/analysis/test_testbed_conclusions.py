@@ -21,7 +21,6 @@ from typing import Any
 
 import pytest
 import yaml
-from audits import with_provenance
 from scipy import stats as sps
 
 from simreport.analysis.audit import RunRecord, analyse, read_fault_steps, usable
@@ -30,8 +29,9 @@ from simreport.cli import main
 from simreport.core.errors import EXIT_OK
 from simreport.core.schema import RunResult
 from simreport.report.html import render_report
+from tests.support.audits import with_provenance
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "refund_desk"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "refund_desk"
 CRITERIA = ("no_duplicate_refund", "correct_amount", "resolved")
 FAULT = "refund-timeout"
 FULL = ("planned", "armed", "hit", "recovered")

@@ -11,8 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tiny_study import PLAN
-from workflow_copy import copy_workflow
 
 import simreport
 from simreport.cli import main
@@ -20,8 +18,10 @@ from simreport.core.errors import EnvironmentProblem, InputError
 from simreport.harness import conditions
 from simreport.harness.plan import DEFAULT_MAX_RUNS, SITE_NAMES, worker_limit
 from simreport.workflow import load_workflow
+from tests.support.studies import PLAN
+from tests.support.workflow_copy import copy_workflow
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 HUGE = 1_000_000_000_000
 
 SCENARIO = """\

@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from tiny_study import PLAN, SCENARIO
 
 from simreport.cli import main
+from tests.support.studies import PLAN, SCENARIO
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 
 

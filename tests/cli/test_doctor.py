@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from llm_server import FakeLLM, Reply
 
 from simreport.cli.doctor import register_cli
 from simreport.core.errors import InputError
 from simreport.doctor import DoctorRow, concurrency_row, doctor_rows, format_table
+from tests.support.llm_server import FakeLLM, Reply
 
 KEY_ENV = "SIMREPORT_TEST_DOCTOR_KEY"
 SECRET = "sk-doctor-5a4b3c2d1e"

@@ -19,7 +19,7 @@ import simreport
 from simreport.cli.mcp import cmd_mcp, register_cli
 from simreport.mcp_server import build_server
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PD_PLAN = REPO / "examples" / "prisoners_dilemma" / "audit.yaml"
 TOOLS = {"list_audits", "get_audit", "get_run", "validate", "run_audit"}
 

@@ -28,7 +28,7 @@ from simreport.core.files import (
     visible_control_characters,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 PD = EXAMPLES / "prisoners_dilemma"
 

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from simreport.cli import main
 from simreport.core.errors import SimreportError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 PLAN_EXAMPLES = ["prisoners_dilemma", "echo_chamber"]
 

@@ -1,5 +1,5 @@
 """The execution policy's file, its names in scenarios and how a run resolves them, on the
-command line (the run service's side is in tests/security/test_execution_policy.py)."""
+command line (the run service's side is in tests/service/security/test_execution_policy.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from service_helpers import simreport_command
 
 from simreport.core.errors import RunError, SchemaError
 from simreport.core.execution_policy import (
@@ -21,8 +20,9 @@ from simreport.core.execution_policy import (
     spec_issues,
 )
 from simreport.core.schema import LLMConfig, Scenario, SimulatorConfig
+from tests.support.service_helpers import simreport_command
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 POLICY = {
     "endpoints": {

@@ -11,11 +11,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import llm_server
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from llm_server import FakeLLM, Reply
 
 from simreport.core.errors import InputError
 from simreport.core.redaction import (
@@ -32,6 +30,8 @@ from simreport.kernel import load_scenario, run_scenario, validate_scenario
 from simreport.kernel.providers import ProviderError
 from simreport.kernel.providers.cache import request_key
 from simreport.kernel.providers.openai import HttpSettings, OpenAIProvider, chat_base_url
+from tests.support import llm_server
+from tests.support.llm_server import FakeLLM, Reply
 
 PASSWORD = "s3cr3t-token"
 QUERY_KEY = "k3y-value"
@@ -475,7 +475,7 @@ def test_a_run_folder_read_back_is_refused_rather_than_sent_redacted(
     assert _leaks(tmp_path / "first") == [] and _leaks(tmp_path / "second") == []
 
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "refund_desk"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "refund_desk"
 
 
 def test_a_testbed_run_with_credentials_replays(tmp_path: Path) -> None:

@@ -23,8 +23,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from llm_server import FakeLLM, Reply
-from processes import (
+
+from simreport.core.schema import LLMConfig, RunResult, Scenario
+from simreport.kernel import interrupt, run_scenario, validate_scenario
+from simreport.kernel.providers import ChatRequest, Message
+from simreport.kernel.providers.openai import HttpSettings, OpenAIProvider
+from tests.support.llm_server import FakeLLM, Reply
+from tests.support.processes import (
     HANG_GUARD,
     children,
     descendants,
@@ -34,12 +39,7 @@ from processes import (
     wait_for,
     wait_gone,
 )
-from workflow_copy import copy_workflow
-
-from simreport.core.schema import LLMConfig, RunResult, Scenario
-from simreport.kernel import interrupt, run_scenario, validate_scenario
-from simreport.kernel.providers import ChatRequest, Message
-from simreport.kernel.providers.openai import HttpSettings, OpenAIProvider
+from tests.support.workflow_copy import copy_workflow
 
 SCENARIO = """\
 world: prisoners_dilemma
@@ -487,7 +487,7 @@ def test_workers_of_the_workflows_shared_pool_die_with_a_killed_parent(tmp_path:
             proc.stdout.close()
 
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow

@@ -39,8 +39,12 @@ import httpx
 import pytest
 import sqlalchemy as sa
 import yaml
-from processes import wait_gone
-from service_helpers import (
+from sqlalchemy.engine import Connection
+
+from simreport.ledger import connect
+from simreport.ledger import tables as t
+from tests.support.processes import wait_gone
+from tests.support.service_helpers import (
     QUOTA,
     QUOTA_TOKEN,
     TOKEN,
@@ -50,10 +54,6 @@ from service_helpers import (
     free_port,
     write_agents,
 )
-from sqlalchemy.engine import Connection
-
-from simreport.ledger import connect
-from simreport.ledger import tables as t
 
 POSTGRES_URL = os.environ.get("SIMREPORT_TEST_POSTGRES_URL", "")
 
@@ -74,7 +74,7 @@ on_postgresql = pytest.mark.parametrize(
 """The ledger_url fixture's PostgreSQL database only (a fresh one per test); tests without it
 run on SQLite and on PostgreSQL."""
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "refund_desk"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "refund_desk"
 HEADERS = {"Authorization": f"Bearer {TOKEN}"}
 VERSION = "1.3.0"
 TERMINAL = ("completed", "crashed", "cancelled")

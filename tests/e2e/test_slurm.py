@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_workflow import SNAKEMAKE, _copy, _env
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.e2e.test_workflow import SNAKEMAKE, _copy, _env
+
+ROOT = Path(__file__).resolve().parents[2]
 CONDITIONS = 12
 GROUP_SIZE = 4
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_workflow import SNAKEMAKE, _copy, _env
+
+from tests.e2e.test_workflow import SNAKEMAKE, _copy, _env
 
 PLANS = ("prisoners_dilemma", "echo_chamber")
 

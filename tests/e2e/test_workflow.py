@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from workflow_copy import copy_workflow
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.workflow_copy import copy_workflow
+
+ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 SNAKEMAKE = BIN / "snakemake"
 PLANS = ("examples/prisoners_dilemma/audit.yaml", "examples/echo_chamber/audit.yaml")
@@ -261,7 +262,7 @@ def test_cluster_executor_runs_jobs_as_separate_processes(tmp_path: Path) -> Non
     dest = _copy(tmp_path / "copy")
     config = {"plans": ["examples/prisoners_dilemma/audit.yaml"], "replications": 2}
     (dest / "config" / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    tests = Path(__file__).resolve().parent / "cluster"
+    tests = Path(__file__).resolve().parents[1] / "cluster"
     env_state = tmp_path / "cluster-state"
     proc = subprocess.run(
         [

@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 import yaml
-from llm_server import FakeLLM, Reply
-from workflow_copy import copy_workflow, write_config
 
 from simreport.workflow import failure_lines, retry_token, retype_command_line
+from tests.support.llm_server import FakeLLM, Reply
+from tests.support.workflow_copy import copy_workflow, write_config
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 SNAKEMAKE = BIN / "snakemake"
 

@@ -24,9 +24,9 @@ from simreport.ledger import connect
 from simreport.ledger import tables as t
 from simreport.ledger.evaluations import record_evaluation
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "refund_desk"
-PRE_SPLIT = Path(__file__).parent / "fixtures" / "evaluation_pre_split_run"
+PRE_SPLIT = Path(__file__).resolve().parents[1] / "fixtures" / "evaluation_pre_split_run"
 """A run made while the run still judged itself: its layers, and the evaluation.json the run
 wrote then (`in-run-evaluation.json`)."""
 SPEC_FILE = Path("assets") / "refund-assertions" / "1.1.0.yaml"
@@ -377,8 +377,8 @@ def test_the_workflow_evaluates_each_condition_in_one_job_and_matches_the_cli(
 ) -> None:
     import subprocess
 
-    from test_workflow import BIN, SNAKEMAKE, _env, snakemake
-    from workflow_copy import copy_workflow
+    from tests.e2e.test_workflow import BIN, SNAKEMAKE, _env, snakemake
+    from tests.support.workflow_copy import copy_workflow
 
     if not SNAKEMAKE.exists():
         pytest.skip("snakemake is not installed next to python")

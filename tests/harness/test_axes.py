@@ -229,7 +229,7 @@ def test_non_plan_shapes_are_left_for_the_schema() -> None:
     assert expand_axis_templates({"axes": "R3"}) == {"axes": "R3"}
 
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def test_every_default_target_exists_in_the_example_scenarios() -> None:

@@ -395,7 +395,7 @@ def test_hash_changes_with_the_replications_override(tmp_path: Path) -> None:
     assert load_plan(path, replications=4).hash != load_plan(path).hash
 
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 @pytest.mark.parametrize("name", ["prisoners_dilemma", "echo_chamber"])

@@ -16,8 +16,6 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_plan_meaning import PLAN
-from test_plan_meaning import write_plan as write_plan_files
 
 from simreport.core.canonical import content_hash
 from simreport.core.files import load_document
@@ -35,8 +33,10 @@ from simreport.harness.runner import KEYED_CHECKS, plan_document
 from simreport.harness.store import RunStore
 from simreport.kernel import kernel_fingerprint, run_scenario, validate_scenario
 from simreport.workflow import load_workflow
+from tests.harness.test_plan_meaning import PLAN
+from tests.harness.test_plan_meaning import write_plan as write_plan_files
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 PLANS = sorted(str(p.relative_to(EXAMPLES)) for p in EXAMPLES.glob("*/*audit.yaml"))
 """Every example plan, as `<example>/<plan file>`."""

@@ -18,9 +18,7 @@ from simreport.core.schema import RunResult
 from simreport.harness import RunStore, load_plan, run_audit
 from simreport.kernel import run_scenario, validate_scenario
 
-EXAMPLE_PLAN = (
-    Path(__file__).resolve().parent.parent / "examples" / "prisoners_dilemma" / "audit.yaml"
-)
+EXAMPLE_PLAN = Path(__file__).resolve().parents[2] / "examples" / "prisoners_dilemma" / "audit.yaml"
 KEY = "ab" + "0" * 62
 
 

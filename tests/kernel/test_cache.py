@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from llm_server import FakeLLM
 
 from simreport.cli.doctor import register_cli
 from simreport.core.errors import InputError
@@ -37,6 +36,7 @@ from simreport.kernel.providers.cache import (
 )
 from simreport.kernel.providers.offline import OfflineProvider
 from simreport.kernel.providers.openai import OpenAIProvider
+from tests.support.llm_server import FakeLLM
 
 DAY = 86400.0
 

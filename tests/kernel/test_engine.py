@@ -14,7 +14,7 @@ from simreport.kernel.providers import PROVIDERS, ChatRequest, ChatResponse, Pro
 from simreport.kernel.world import World, WorldOutcome
 from simreport.kernel.worlds import WORLDS
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def _pd(**extra: Any) -> Any:

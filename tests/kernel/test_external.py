@@ -10,7 +10,7 @@ import pytest
 
 from simreport.kernel import run_scenario, validate_scenario
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 def _scenario(script: str, timeout: float = 30.0, rate: float = 0.5):  # type: ignore[no-untyped-def]

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from llm_server import HANG_LIMIT, FakeLLM, Reply
 
 from simreport.core.schema import LLMConfig
 from simreport.kernel import run_scenario, validate_scenario
@@ -26,6 +25,7 @@ from simreport.kernel.providers.openai import (
     chat_base_url,
     parse_retry_after,
 )
+from tests.support.llm_server import HANG_LIMIT, FakeLLM, Reply
 
 KEY_ENV = "SIMREPORT_TEST_API_KEY"
 SECRET = "sk-test-9f8e7d6c5b4a-DO-NOT-LEAK"

@@ -17,7 +17,7 @@ from simreport.core.overrides import get_path
 from simreport.kernel import load_scenario
 from simreport.kernel.worlds import WORLDS
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 WORLD_NAMES = ["echo_chamber", "prisoners_dilemma", "refund_desk"]
 CAMEL = re.compile(r"^[a-z][A-Za-z0-9]*$")
 

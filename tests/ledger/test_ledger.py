@@ -43,9 +43,9 @@ from simreport.ledger.db import ENV_VAR, UNSET
 from simreport.ledger.migrate import current_revision, downgrade, head_revision, upgrade
 from simreport.ledger.queries import counts, list_runs, plan_history, show_run
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 SEED_TABLES = (
     "scenario",

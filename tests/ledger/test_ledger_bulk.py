@@ -32,7 +32,7 @@ from simreport.ledger.migrate import upgrade
 from simreport.ledger.queries import counts
 from simreport.ledger.rundir import record_digest, wall_time
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,7 @@ from simreport.ledger.db import ENV_VAR
 from simreport.ledger.migrate import current_revision, upgrade
 from simreport.ledger.review import import_scenario, transition
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "refund_desk"
 PROMPT = "assets/refund-prompt/1.0.0.yaml"
 

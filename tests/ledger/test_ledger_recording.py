@@ -15,7 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_workflow_failures import (
+
+from simreport.cli import main
+from simreport.core.errors import EXIT_RUN_FAILED, InputError
+from simreport.ledger import EXIT_LEDGER, LedgerIncomplete, LedgerRecorder, connect
+from simreport.ledger.db import ENV_VAR
+from simreport.ledger.queries import counts, list_runs
+from simreport.workflow import load_workflow, retype_command_line
+from tests.e2e.test_workflow_failures import (
     SNAKEMAKE,
     SwitchableLLM,
     _config,
@@ -24,16 +31,9 @@ from test_workflow_failures import (
     needs_snakemake,
 )
 
-from simreport.cli import main
-from simreport.core.errors import EXIT_RUN_FAILED, InputError
-from simreport.ledger import EXIT_LEDGER, LedgerIncomplete, LedgerRecorder, connect
-from simreport.ledger.db import ENV_VAR
-from simreport.ledger.queries import counts, list_runs
-from simreport.workflow import load_workflow, retype_command_line
-
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 UNREACHABLE = "postgresql+psycopg://auditor:hunter2@127.0.0.1:1/ledger"
 
 TINY_PLAN = """\

@@ -42,7 +42,7 @@ from simreport.ledger.review import (
     transition,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 SCENARIO = "refund-timeout-retry"
 

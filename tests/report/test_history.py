@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tiny_study import SCENARIO
 
 import simreport
 from simreport import api
@@ -32,6 +31,7 @@ from simreport.report.history import (
     previous,
     row_state,
 )
+from tests.support.studies import SCENARIO
 
 PLAN = """\
 baseScenario: scenario.yaml

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CANDIDATES = [
     os.environ.get("SIMREPORT_VNU_JAR", ""),
     str(ROOT / ".ci" / "vnu" / "node_modules" / "vnu-jar" / "build" / "dist" / "vnu.jar"),

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from browser import needs_chromium, render
 from markdown_it import MarkdownIt
 
 from simreport.analysis.audit_document import AuditDoc
@@ -28,8 +27,9 @@ from simreport.report.methods import (
     write_methods,
 )
 from simreport.report.naming import audit_fingerprint
+from tests.support.browser import needs_chromium, render
 
-EXAMPLE_PLAN = Path(__file__).resolve().parents[1] / "examples" / "prisoners_dilemma" / "audit.yaml"
+EXAMPLE_PLAN = Path(__file__).resolve().parents[2] / "examples" / "prisoners_dilemma" / "audit.yaml"
 HOSTILE = (
     "<script>alert(1)</script>",
     "a|b*c_",

@@ -12,8 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from audits import with_provenance
-from browser import needs_chromium, page_width, render
 
 from simreport.analysis.audit import RunRecord, analyse
 from simreport.analysis.audit_document import AuditDoc
@@ -22,6 +20,8 @@ from simreport.core.errors import InputError, SchemaError
 from simreport.core.files import write_json
 from simreport.core.schema import RunResult
 from simreport.report import figures, render_report, write_report
+from tests.support.audits import with_provenance
+from tests.support.browser import needs_chromium, page_width, render
 
 HOSTILE_LEVEL = "<script>alert(1)</script>"
 HOSTILE_AXIS = 'size "N" & <more>'

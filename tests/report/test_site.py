@@ -15,7 +15,6 @@ from queue import Queue
 from typing import Any
 
 import pytest
-from browser import needs_chromium, page_width, render
 
 from simreport.analysis.audit_document import AuditDoc
 from simreport.core.errors import InputError
@@ -23,8 +22,9 @@ from simreport.core.files import write_json
 from simreport.report.html import write_report
 from simreport.report.methods import write_methods
 from simreport.report.site import render_index, serve, site_entry, write_site
+from tests.support.browser import needs_chromium, page_width, render
 
-EXAMPLE_PLAN = Path(__file__).resolve().parents[1] / "examples" / "prisoners_dilemma" / "audit.yaml"
+EXAMPLE_PLAN = Path(__file__).resolve().parents[2] / "examples" / "prisoners_dilemma" / "audit.yaml"
 HOSTILE_TITLE = "<script>alert(1)</script> & \"quotes\" 'too'"
 
 

@@ -11,7 +11,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
-from audits import comparison_row, condition_row, hand_made_audit
 
 from simreport.analysis.audit_document import AuditDoc, validate_audit
 from simreport.core.canonical import pretty_json
@@ -20,6 +19,7 @@ from simreport.report import render_report
 from simreport.report.naming import condition_names
 from simreport.report.verdict import Effect, Sensitivity, sensitivity
 from simreport.report.verdict import headline as read_headline
+from tests.support.audits import comparison_row, condition_row, hand_made_audit
 
 AXES = [
     {

@@ -23,7 +23,6 @@ import httpx
 import pytest
 import sqlalchemy as sa
 import yaml
-from service_helpers import add_agent, free_port, simreport_command, write_agents
 
 from simreport.core.errors import InputError, SchemaError
 from simreport.ledger import connect
@@ -31,8 +30,9 @@ from simreport.ledger import tables as t
 from simreport.service.auth import load_tokens
 from simreport.service.config import ServiceSettings, settings_from_options
 from simreport.service.errors import Refused
+from tests.support.service_helpers import add_agent, free_port, simreport_command, write_agents
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 REFUND_DESK = ROOT / "examples" / "refund_desk"
 
 TOKENS = {

@@ -2,7 +2,7 @@
 injected): /healthz degraded by a run pending too long and 503 when the ledger does not
 answer; /metrics in Prometheus' text format, per app, counting failed ledger calls; the
 supervisor's backoff; and the settings of supervision and of the connection limits. The same
-against real processes, with workers killed and clients that attack: tests/security/."""
+against real processes, with workers killed and clients that attack: tests/service/security/."""
 
 from __future__ import annotations
 
@@ -16,9 +16,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 import yaml
-from processes import wait_for
 from prometheus_client.parser import text_string_to_metric_families
-from service_helpers import simreport_command
 from starlette.testclient import TestClient
 
 from simreport.core.errors import SchemaError
@@ -29,8 +27,10 @@ from simreport.service.app import create_app
 from simreport.service.auth import load_tokens
 from simreport.service.config import ServiceSettings, settings_from_options
 from simreport.service.supervisor import MAX_BACKOFF_SECONDS, WorkerPool, restart_delay
+from tests.support.processes import wait_for
+from tests.support.service_helpers import simreport_command
 
-REFUND_DESK = Path(__file__).resolve().parents[1] / "examples" / "refund_desk"
+REFUND_DESK = Path(__file__).resolve().parents[2] / "examples" / "refund_desk"
 TOKEN = "health-token-0123456789abcdef"
 HEADERS = {"Authorization": f"Bearer {TOKEN}"}
 

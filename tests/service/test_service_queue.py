@@ -1,6 +1,7 @@
 """The run service's queue: scenarios and versions, queued runs with frozen manifests, claims,
 leases, events, cancellation, evidence and idempotency keys, all held in the ledger (SQLite and
-PostgreSQL). The runs here execute in this process; tests/test_service_worker.py runs workers."""
+PostgreSQL). The runs here execute in this process; tests/service/test_service_worker.py runs
+workers."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from simreport.ledger.db import as_utc, utc_now
 from simreport.ledger.review import transition
 from simreport.service import queue as q
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "refund_desk"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "refund_desk"
 TENANT = "local"
 VERSION = "1.3.0"
 

@@ -22,8 +22,6 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from processes import descendants, wait_gone
-from service_helpers import add_agent, write_agents
 from sqlalchemy.engine import Engine
 
 from simreport.core.files import load_document
@@ -31,10 +29,12 @@ from simreport.ledger import tables as t
 from simreport.ledger.db import as_utc
 from simreport.service import queue as q
 from simreport.service.worker import run_worker
+from tests.support.processes import descendants, wait_gone
+from tests.support.service_helpers import add_agent, write_agents
 
 pytestmark = pytest.mark.slow
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "refund_desk"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "refund_desk"
 SIMREPORT = Path(sys.executable).parent / "simreport"
 TENANT = "local"
 VERSION = "1.3.0"

@@ -2,7 +2,7 @@
 every request it made, so a test can check what the page looks like, what it says, and that it
 reached for nothing outside itself.
 
-Test modules import this as `from browser import ...` (pytest puts tests/ on sys.path)."""
+Test modules import this as `from tests.support.browser import ...`."""
 
 from __future__ import annotations
 

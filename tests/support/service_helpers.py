@@ -17,7 +17,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from processes import descendants
+
+from tests.support.processes import descendants
 
 AGENTS = """
 import json, os, re, signal, time

@@ -1,7 +1,7 @@
 """A copy of the workflow for end-to-end tests, so a test can edit code, plans and config freely
 and never reads the user's own `config/config.yaml` plans.
 
-Test modules import this as `from workflow_copy import ...` (pytest puts tests/ on sys.path)."""
+Test modules import this as `from tests.support.workflow_copy import ...`."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 WORKFLOW_FILES = ("Snakefile", "rules", "config", "profiles", "envs", "report", "simreport")
 
 

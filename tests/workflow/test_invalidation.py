@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_workflow import ROOT, SNAKEMAKE, _copy, snakemake
 
 from simreport.core.fingerprint import (
     PACKAGE_ROOT,
@@ -23,6 +22,7 @@ from simreport.kernel import input_hashes, load_scenario, run_scenario
 from simreport.kernel.testbed.assets import resolved_asset_files
 from simreport.workflow import ConditionTarget, load_workflow, remove_obsolete_runs
 from simreport.workflow.outputs import ANALYSIS_CODE, REPORT_CODE
+from tests.e2e.test_workflow import ROOT, SNAKEMAKE, _copy, snakemake
 
 EXAMPLES = ROOT / "examples"
 PROMPT_2 = Path("assets") / "refund-prompt" / "2.0.0.yaml"

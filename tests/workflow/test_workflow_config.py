@@ -10,7 +10,7 @@ import pytest
 from simreport.core.errors import InputError
 from simreport.workflow import load_workflow, site_outputs
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PD = "examples/prisoners_dilemma/audit.yaml"
 EC = "examples/echo_chamber/audit.yaml"
 

@@ -36,7 +36,7 @@ from simreport.kernel.world import Decision, DecisionRequest
 from simreport.ledger import connect, ingest_run
 from simreport.ledger import tables as t
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "refund_desk"
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "refund_desk"
 ORDER = "B2026-0901-7734"
 
 
@@ -524,7 +524,7 @@ def test_an_http_agent_lost_after_loading_fails_the_run_with_records_kept(
     from simreport.kernel.worlds import refund_desk
 
     # The agent answered its probe while loading, then went away (an unreachable agent is
-    # refused in LOADING: tests/test_testbed_faithful.py).
+    # refused in LOADING: tests/kernel/testbed/test_testbed_faithful.py).
     def answered(*args: Any, **kwargs: Any) -> Probe:
         return Probe("connect", "127.0.0.1:9", True, None, "127.0.0.1:9 accepted a connection")
 

@@ -17,7 +17,7 @@ from simreport.kernel.testbed.assets import (
     manifest_facts,
 )
 
-EXAMPLE_ASSETS = Path(__file__).resolve().parent.parent / "examples" / "refund_desk" / "assets"
+EXAMPLE_ASSETS = Path(__file__).resolve().parents[3] / "examples" / "refund_desk" / "assets"
 
 
 def write(root: Path, name: str, file_version: str, content: Any, **header: Any) -> Path:

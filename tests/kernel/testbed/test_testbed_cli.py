@@ -16,7 +16,7 @@ from simreport.core.errors import EXIT_OK, EXIT_RUN_FAILED
 from simreport.kernel.testbed.records import read_records
 from simreport.kernel.testbed.replay import compare_records
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "refund_desk"
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "refund_desk"
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from simreport.kernel.testbed.environment import (
 )
 from simreport.kernel.testbed.records import RecordLog
 
-ASSETS = Path(__file__).resolve().parent.parent / "examples" / "refund_desk" / "assets"
+ASSETS = Path(__file__).resolve().parents[3] / "examples" / "refund_desk" / "assets"
 ORDER = "B2026-0901-7734"
 
 

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_testbed_world import lifecycle, records, run, scenario_doc, types
 
 from simreport.cli.replay import register_cli
 from simreport.core.errors import SchemaError
@@ -27,8 +26,9 @@ from simreport.kernel.replay import replay_run
 from simreport.kernel.testbed.lifecycle import Lifecycle, LifecycleError
 from simreport.kernel.testbed.records import RecordLog
 from simreport.kernel.worlds import refund_desk
+from tests.kernel.testbed.test_testbed_world import lifecycle, records, run, scenario_doc, types
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "refund_desk"
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "refund_desk"
 ORDER = "B2026-0901-7734"
 
 
@@ -83,7 +83,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(b'{"status": "ok"}' if status < 400 else b'{"status": "down"}')
 
     def do_POST(self) -> None:
-        from test_testbed_agents import external_agent
+        from tests.kernel.testbed.test_testbed_agents import external_agent
 
         length = int(self.headers.get("content-length", "0"))
         body = json.loads(self.rfile.read(length))

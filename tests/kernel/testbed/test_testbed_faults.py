@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 import yaml
 from pydantic import ValidationError
-from test_testbed_world import scenario_doc
 
 from simreport.analysis.audit import read_fault_steps, usable
 from simreport.analysis.testbed import fault_problems
@@ -28,8 +27,9 @@ from simreport.kernel.testbed.environment import (
 )
 from simreport.kernel.testbed.records import RecordLog, read_records
 from simreport.kernel.testbed.replay import compare_records
+from tests.kernel.testbed.test_testbed_world import scenario_doc
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "refund_desk"
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "refund_desk"
 ASSETS = EXAMPLE / "assets"
 ORDER = "B2026-0901-7734"
 

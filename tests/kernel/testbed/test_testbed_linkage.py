@@ -19,7 +19,7 @@ from simreport.kernel.testbed.records import (
     read_records,
 )
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "refund_desk"
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "refund_desk"
 
 
 @pytest.fixture(scope="module")

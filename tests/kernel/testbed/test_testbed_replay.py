@@ -16,7 +16,7 @@ from simreport.kernel.replay import replay_run
 from simreport.kernel.testbed.records import read_records, record_digest
 from simreport.kernel.testbed.replay import ReplaySource, compare_records
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "refund_desk"
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "refund_desk"
 
 
 def make_run(tmp_path: Path, root: Path = EXAMPLE) -> Path:
@@ -151,7 +151,7 @@ def test_replay_refuses_a_directory_without_records(tmp_path: Path) -> None:
 def _llm_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, lose_first: bool, key: bool
 ) -> Path:
-    from llm_server import FakeLLM
+    from tests.support.llm_server import FakeLLM
 
     monkeypatch.setenv("SIMREPORT_CACHE_MODE", "live")
     lost = {"n": 0}

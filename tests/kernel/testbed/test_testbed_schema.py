@@ -21,7 +21,7 @@ from simreport.core.testbed import (
 )
 from simreport.kernel import load_scenario
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "refund_desk"
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "refund_desk"
 GROUPS = (
     "identity",
     "sut",

@@ -15,7 +15,7 @@ from simreport.kernel.testbed.records import RecordLog
 from simreport.kernel.testbed.user import UserSimulator, read_agent_message
 from simreport.kernel.world import Decision, DecisionRequest
 
-ASSETS = Path(__file__).resolve().parent.parent / "examples" / "refund_desk" / "assets"
+ASSETS = Path(__file__).resolve().parents[3] / "examples" / "refund_desk" / "assets"
 ORDER = "B2026-0901-7734"
 PATTERN = r"B\d{4}-\d{4}-\d{4}"
 ASK = "Could you please tell me your order number?"

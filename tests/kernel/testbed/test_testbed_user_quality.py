@@ -26,7 +26,7 @@ from simreport.kernel.testbed.user import UserSimulator
 from simreport.kernel.worlds import refund_desk
 from simreport.report.html import _user_quality
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "refund_desk"
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "refund_desk"
 ORDER = "B2026-0901-7734"
 PATTERN = r"B\d{4}-\d{4}-\d{4}"
 ASK = "Could you please tell me your order number?"

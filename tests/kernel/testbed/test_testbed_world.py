@@ -20,7 +20,7 @@ from simreport.kernel.testbed.records import read_records
 from simreport.kernel.testbed.replay import compare_records
 from simreport.kernel.worlds import refund_desk
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "refund_desk"
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "refund_desk"
 
 
 def scenario_doc(**overrides: Any) -> dict[str, Any]:
@@ -393,7 +393,8 @@ def test_a_budget_that_runs_out_cancels_the_run_and_keeps_its_records(tmp_path: 
     assert result.status.execution == "cancelled"
     assert result.status.evidence == "partial"
     assert result.status.validity == "violated"  # the planned fault never hit
-    # FAILED at once; the run still settles, collects and cleans (tests/test_testbed_faithful.py).
+    # FAILED at once; the run still settles, collects and cleans
+    # (tests/kernel/testbed/test_testbed_faithful.py).
     assert lifecycle(out)[-2:] == ["RUNNING", "FAILED"]
     assert "user.message" in types(out)
     checks = read(out, "completeness.json")["checks"]
@@ -551,7 +552,7 @@ _LOST: dict[str, int] = {"agent": 0}
 def run_with_a_lost_agent_decision(
     tmp: Path, monkeypatch: pytest.MonkeyPatch, name: str = "lost", **overrides: Any
 ) -> tuple[RunResult, Path]:
-    from llm_server import FakeLLM
+    from tests.support.llm_server import FakeLLM
 
     monkeypatch.setenv("SIMREPORT_CACHE_MODE", "live")
     monkeypatch.setitem(_LOST, "agent", 0)

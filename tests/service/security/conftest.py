@@ -1,6 +1,6 @@
 """What the attack tests on the run service share: real `simreport api` processes on 127.0.0.1,
-as test_service_load starts them (its Cluster and fixtures: the refund desk's library, and a
-cluster on the ledger_url fixture's ledger)."""
+as tests/e2e/test_service_load.py starts them (its Cluster and fixtures: the refund desk's
+library, and a cluster on the ledger_url fixture's ledger)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from service_helpers import Cluster
-from test_service_load import cluster, library  # noqa: F401  (fixtures)
+
+from tests.e2e.test_service_load import cluster, library  # noqa: F401  (fixtures)
+from tests.support.service_helpers import Cluster
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import socket
 import time
 from dataclasses import dataclass, field
 
-from service_helpers import TOKEN
+from tests.support.service_helpers import TOKEN
 
 ANSWER_WAIT = 20.0
 """The longest a test waits for an answer that should come at once or after a short timeout."""

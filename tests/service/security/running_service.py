@@ -11,12 +11,12 @@ from typing import Any
 import httpx
 import sqlalchemy as sa
 import yaml
-from service_helpers import free_port, simreport_command
 
 from simreport.ledger import connect
 from simreport.ledger import tables as t
+from tests.support.service_helpers import free_port, simreport_command
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "refund_desk"
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "refund_desk"
 TOKEN = "policy-token-0123456789abcdef"
 HEADERS = {"Authorization": f"Bearer {TOKEN}"}
 TIMEOUT = 30.0

@@ -20,7 +20,8 @@ from pathlib import Path
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from raw_http import (
+
+from tests.service.security.raw_http import (
     ANSWER_WAIT,
     answered,
     connect,
@@ -28,7 +29,7 @@ from raw_http import (
     read_answer,
     request_head,
 )
-from service_helpers import Cluster
+from tests.support.service_helpers import Cluster
 
 pytestmark = pytest.mark.slow
 

@@ -30,11 +30,11 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from ledgers import POSTGRES_URL, fresh_ledger
-from llm_server import FakeLLM
-from running_service import EXAMPLE, Service, refund_spec
 
 from simreport.ledger import connect
+from tests.service.security.running_service import EXAMPLE, Service, refund_spec
+from tests.support.ledgers import POSTGRES_URL, fresh_ledger
+from tests.support.llm_server import FakeLLM
 
 pytestmark = pytest.mark.slow
 

@@ -35,15 +35,15 @@ import httpx
 import pytest
 import sqlalchemy as sa
 import yaml
-from service_helpers import TOKEN, Cluster, add_agent, write_agents
 
 from simreport.ledger import connect
 from simreport.ledger import tables as t
+from tests.support.service_helpers import TOKEN, Cluster, add_agent, write_agents
 
 pytestmark = pytest.mark.slow
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "refund_desk"
-POSTGRES_SH = Path(__file__).resolve().parents[1] / "cluster" / "postgres.sh"
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "refund_desk"
+POSTGRES_SH = Path(__file__).resolve().parents[2] / "cluster" / "postgres.sh"
 HEADERS = {"Authorization": f"Bearer {TOKEN}"}
 VERSION = "1.3.0"
 TERMINAL = ("completed", "crashed", "cancelled")

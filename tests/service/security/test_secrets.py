@@ -28,13 +28,13 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 import yaml
-from ledgers import POSTGRES_URL, fresh_ledger
-from llm_server import FakeLLM
-from running_service import Service, refund_spec
-from service_helpers import add_agent
 
 from simreport.ledger import connect
 from simreport.ledger import tables as t
+from tests.service.security.running_service import Service, refund_spec
+from tests.support.ledgers import POSTGRES_URL, fresh_ledger
+from tests.support.llm_server import FakeLLM
+from tests.support.service_helpers import add_agent
 
 DB_CANARY = "canary-db-password-7f3a9c1e5b"
 TOKEN_CANARY = "canary-service-token-2d4f6a8c0e"
@@ -69,7 +69,7 @@ def service(
         pytest.skip("needs PostgreSQL (SIMREPORT_TEST_POSTGRES_URL)")
     tmp = tmp_path_factory.mktemp(f"secrets-{request.param}")
     root = tmp / "refund_desk"
-    shutil.copytree(Path(__file__).resolve().parents[2] / "examples" / "refund_desk", root)
+    shutil.copytree(Path(__file__).resolve().parents[3] / "examples" / "refund_desk", root)
     (root / "leaky_agents.py").write_text(LEAKY_AGENT, encoding="utf-8")
     add_agent(root / "assets", "leaky-agent", "leaky_agents:respond")
     policy = tmp / "policy.yaml"
@@ -220,7 +220,7 @@ def test_a_run_blanks_its_secrets_out_before_writing_and_its_records_stay_whole(
     from simreport.ledger.rundir import read_run_dir
 
     root = tmp_path / "refund_desk"
-    shutil.copytree(Path(__file__).resolve().parents[2] / "examples" / "refund_desk", root)
+    shutil.copytree(Path(__file__).resolve().parents[3] / "examples" / "refund_desk", root)
     (root / "leaky_agents.py").write_text(LEAKY_AGENT, encoding="utf-8")
     add_agent(root / "assets", "leaky-agent", "leaky_agents:respond")
     os.environ["DB_PASSWORD"] = DB_CANARY

@@ -23,11 +23,12 @@ import httpx
 import pytest
 import sqlalchemy as sa
 import yaml
-from ledgers import POSTGRES_URL, fresh_ledger
-from service_helpers import simreport_command
-from test_service_api import api
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.service.test_service_api import api
+from tests.support.ledgers import POSTGRES_URL, fresh_ledger
+from tests.support.service_helpers import simreport_command
+
+ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = ROOT / "examples"
 PD_SCENARIO = EXAMPLES / "prisoners_dilemma" / "scenario.yaml"
 PD_PLAN = EXAMPLES / "prisoners_dilemma" / "audit.yaml"

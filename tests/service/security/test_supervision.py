@@ -22,8 +22,8 @@ from typing import Any
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from service_helpers import Cluster
-from test_service_load import (
+
+from tests.e2e.test_service_load import (
     REQUEST_TIMEOUT,
     TERMINAL,
     _runs,
@@ -32,6 +32,7 @@ from test_service_load import (
     _wait_until,
     on_postgresql,
 )
+from tests.support.service_helpers import Cluster
 
 pytestmark = pytest.mark.slow
 
