@@ -27,7 +27,7 @@ from simreport.cli import main
 from simreport.core.errors import InputError
 from simreport.kernel.providers.base import ChatResponse
 from simreport.kernel.providers.cache import ResponseCache
-from tests.support.studies import PLAN, SCENARIO
+from tests.support.studies import plan_text, scenario_text, write_study
 
 # ------------------------------------------------------------------------- mde against statsmodels
 
@@ -802,9 +802,7 @@ def pilot_study(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A plan asking for 2 replications and a pilot of it that ran 4, with the offline provider.
     Tests copy what they change."""
     root = tmp_path_factory.mktemp("power")
-    (root / "scenario.yaml").write_text(SCENARIO)
-    (root / "audit.yaml").write_text(PLAN)
-    api.audit(root / "audit.yaml", out=root / "pilot", replications=4)
+    api.audit(write_study(root).plan, out=root / "pilot", replications=4)
     return root
 
 
@@ -901,7 +899,7 @@ def test_power_command_with_the_plan_the_pilot_ran_has_no_warning(
     pilot_study: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     shutil.copy(pilot_study / "scenario.yaml", tmp_path / "scenario.yaml")
-    (tmp_path / "audit.yaml").write_text(PLAN.replace("replications: 2", "replications: 4"))
+    (tmp_path / "audit.yaml").write_text(plan_text(replications=4))
     argv = ["power", str(tmp_path / "audit.yaml"), "--pilot", str(pilot_study / "pilot")]
     assert main(argv) == 0
     captured = capsys.readouterr()
@@ -923,13 +921,13 @@ def test_power_command_refuses_a_pilot_of_another_plan(
 ) -> None:
     pilot = str(pilot_study / "pilot")
     shutil.copy(pilot_study / "scenario.yaml", tmp_path / "scenario.yaml")
-    (tmp_path / "fewer.yaml").write_text(PLAN.replace("[moralised, risk]", "[moralised]"))
+    (tmp_path / "fewer.yaml").write_text(plan_text(levels=["moralised"]))
     err = _one_line_error(capsys, ["power", str(tmp_path / "fewer.yaml"), "--pilot", pilot])
     assert "audit.json: plan.hash: the pilot was run from another plan" in err
     assert "only in the pilot: linguistic_framing=risk" in err
 
-    (tmp_path / "longer.yaml").write_text(SCENARIO.replace("steps: 3", "steps: 4"))
-    (tmp_path / "other.yaml").write_text(PLAN.replace("scenario.yaml", "longer.yaml"))
+    (tmp_path / "longer.yaml").write_text(scenario_text(steps=4))
+    (tmp_path / "other.yaml").write_text(plan_text(scenario="longer.yaml"))
     err = _one_line_error(capsys, ["power", str(tmp_path / "other.yaml"), "--pilot", pilot])
     assert "its plan differs in base" in err and "only the replications may differ" in err
     # The estimate applies the same check.
@@ -1028,10 +1026,8 @@ def test_estimate_command_without_a_basis(
 def test_estimate_from_the_response_cache(
     pilot_study: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    (tmp_path / "scenario.yaml").write_text(
-        SCENARIO + "llm: {provider: openai, model: m1, baseUrl: 'http://127.0.0.1:9/v1'}\n"
-    )
-    (tmp_path / "audit.yaml").write_text(PLAN)
+    llm = {"provider": "openai", "model": "m1", "baseUrl": "http://127.0.0.1:9/v1"}
+    write_study(tmp_path, scenario_text(llm=llm))
     cache = ResponseCache(tmp_path / "cache")
     for i, tokens in enumerate((100, 200, 600)):
         meta = {"provider": "openai", "model": "m1" if tokens < 600 else "m2"}

@@ -18,35 +18,20 @@ from simreport.core.errors import EnvironmentProblem, InputError
 from simreport.harness import conditions
 from simreport.harness.plan import DEFAULT_MAX_RUNS, SITE_NAMES, worker_limit
 from simreport.workflow import load_workflow
-from tests.support.studies import PLAN
+from tests.support.studies import PLAN, plan_text, scenario_text, write_study
 from tests.support.workflow_copy import copy_workflow
 
 ROOT = Path(__file__).resolve().parents[2]
 HUGE = 1_000_000_000_000
 
-SCENARIO = """\
-world: prisoners_dilemma
-steps: 2
-seed: 5
-population:
-  n: 2
-  fields:
-    disposition: [cooperative, competitive]
-params:
-  framing: neutral
-  memoryWindow: 2
-"""
+SCENARIO = scenario_text(steps=2, n=2)
 
 # 3 conditions (the base and two framings) × 2 replications = 6 runs.
 
 
 @pytest.fixture
 def study(tmp_path: Path) -> Path:
-    folder = tmp_path / "study"
-    folder.mkdir()
-    (folder / "scenario.yaml").write_text(SCENARIO)
-    (folder / "audit.yaml").write_text(PLAN)
-    return folder
+    return write_study(tmp_path / "study", SCENARIO).folder
 
 
 def _refused(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
@@ -196,11 +181,8 @@ def test_plan_ids_the_site_or_a_filesystem_cannot_hold_are_refused(
 def test_a_plan_id_taken_from_the_folder_name_is_checked_too(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    folder = tmp_path / "assets"
-    folder.mkdir()
-    (folder / "scenario.yaml").write_text(SCENARIO)
-    (folder / "audit.yaml").write_text(PLAN)
-    err = _refused(capsys, ["validate", str(folder / "audit.yaml")])
+    study = write_study(tmp_path / "assets", SCENARIO)
+    err = _refused(capsys, ["validate", str(study.plan)])
     assert "taken from the plan's folder name" in err and "give the plan an `id`" in err
 
 
@@ -228,7 +210,7 @@ def test_huge_replications_in_the_plan_are_refused_before_anything_is_built(
     study: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     plan = study / "audit.yaml"
-    plan.write_text(PLAN.replace("replications: 2", f"replications: {HUGE}"))
+    plan.write_text(plan_text(replications=HUGE))
     out = study / "out"
     err = _refused(capsys, ["audit", str(plan), "--out", str(out)])
     assert (

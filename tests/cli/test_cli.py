@@ -12,17 +12,15 @@ from pathlib import Path
 import pytest
 
 from simreport.cli import main
-from tests.support.studies import PLAN, SCENARIO
+from tests.support.studies import PLAN, SCENARIO, Study
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 
 
 @pytest.fixture
-def study(tmp_path: Path) -> Path:
-    (tmp_path / "scenario.yaml").write_text(SCENARIO)
-    (tmp_path / "audit.yaml").write_text(PLAN)
-    return tmp_path
+def study(tiny_study: Study) -> Path:
+    return tiny_study.folder
 
 
 def _fail(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:

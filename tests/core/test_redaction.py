@@ -32,37 +32,13 @@ from simreport.kernel.providers.cache import request_key
 from simreport.kernel.providers.openai import HttpSettings, OpenAIProvider, chat_base_url
 from tests.support import llm_server
 from tests.support.llm_server import FakeLLM, Reply
+from tests.support.studies import plan_text, scenario_text
 
 PASSWORD = "s3cr3t-token"
 QUERY_KEY = "k3y-value"
 SECRETS = (PASSWORD, QUERY_KEY)
 
-SCENARIO = """\
-world: prisoners_dilemma
-steps: 2
-seed: 5
-population:
-  n: 4
-  fields:
-    disposition: [cooperative, competitive]
-llm:
-  provider: openai
-  model: test
-  baseUrl: {url}
-params:
-  framing: neutral
-  memoryWindow: 2
-"""
-
-PLAN = """\
-baseScenario: scenario.yaml
-replications: 2
-concurrency: 1
-metrics: [cooperationRate]
-axes:
-  - template: linguistic_framing
-    levels: [moralised, risk]
-"""
+PLAN = plan_text(concurrency=1)
 
 
 def secret_url(port: int) -> str:
@@ -368,7 +344,8 @@ def study(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _write_scenario(study: Path, url: str) -> None:
-    (study / "scenario.yaml").write_text(SCENARIO.format(url=json.dumps(url)))
+    llm = {"provider": "openai", "model": "test", "baseUrl": url}
+    (study / "scenario.yaml").write_text(scenario_text(steps=2, llm=llm))
 
 
 def _leaks(root: Path) -> list[str]:

@@ -39,24 +39,16 @@ from tests.support.processes import (
     wait_for,
     wait_gone,
 )
+from tests.support.studies import scenario_text, write_study
 from tests.support.workflow_copy import copy_workflow
 
-SCENARIO = """\
-world: prisoners_dilemma
-steps: 6
-seed: 7
-population:
-  n: 4
-  fields:
-    disposition: [cooperative, competitive]
-llm:
-  provider: openai
-  baseUrl: {url}
-  model: test
-params:
-  framing: neutral
-  memoryWindow: 2
-"""
+
+def scenario(url: str) -> str:
+    """The small study's scenario, six steps long, its model served at `url`."""
+    return scenario_text(
+        steps=6, seed=7, llm={"provider": "openai", "baseUrl": url, "model": "test"}
+    )
+
 
 PLAN = """\
 title: Interrupted audit
@@ -217,8 +209,7 @@ class Audit:
     the fallbacks of its main process out of reach (PATCHED_CLI)."""
 
     def __init__(self, tmp_path: Path, server: FakeLLM, *, patched: bool = True) -> None:
-        (tmp_path / "scenario.yaml").write_text(SCENARIO.format(url=server.url))
-        (tmp_path / "audit.yaml").write_text(PLAN)
+        write_study(tmp_path, scenario(server.url), PLAN)
         self.out = tmp_path / "out"
         self.server = server
         env = {
@@ -499,10 +490,7 @@ def test_sigterm_to_snakemake_alone_stops_the_runs_in_flight(
     to the shared pool, so the model calls end and no worker outlives it."""
     snakemake = Path(sys.executable).parent / "snakemake"
     copy_workflow(tmp_path, {"plans": ["study/audit.yaml"]})
-    study = tmp_path / "study"
-    study.mkdir()
-    (study / "scenario.yaml").write_text(SCENARIO.format(url=held_server.url))
-    (study / "audit.yaml").write_text(PLAN)
+    write_study(tmp_path / "study", scenario(held_server.url), PLAN)
     env = {
         **os.environ,
         "PYTHONPATH": str(tmp_path),

@@ -31,16 +31,7 @@ from simreport.report.history import (
     previous,
     row_state,
 )
-from tests.support.studies import SCENARIO
-
-PLAN = """\
-baseScenario: scenario.yaml
-replications: {replications}
-metrics: [cooperationRate]
-axes:
-  - template: linguistic_framing
-    levels: [{levels}]
-"""
+from tests.support.studies import plan_text, write_study
 
 METRIC = "cooperationRate"
 MORALISED = "linguistic_framing=moralised"
@@ -48,12 +39,9 @@ RISK = "linguistic_framing=risk"
 NEUTRAL = "linguistic_framing=neutral"
 
 
-def _write_plan(folder: Path, name: str, replications: int, levels: str) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "scenario.yaml").write_text(SCENARIO)
-    plan = folder / name
-    plan.write_text(PLAN.format(replications=replications, levels=levels))
-    return plan
+def _write_plan(folder: Path, name: str, replications: int, levels: list[str]) -> Path:
+    plan = plan_text(replications=replications, levels=levels)
+    return write_study(folder, plan=plan, plan_name=name).plan
 
 
 def _build(plan: Path, out: Path) -> None:
@@ -67,7 +55,7 @@ def small(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One small offline audit (3 replications, framing moralised and risk). Copy before use."""
     folder = tmp_path_factory.mktemp("small")
     out = folder / "out"
-    _build(_write_plan(folder, "audit.yaml", 3, "moralised, risk"), out)
+    _build(_write_plan(folder, "audit.yaml", 3, ["moralised", "risk"]), out)
     return out
 
 
@@ -77,8 +65,8 @@ def rebuilt(tmp_path_factory: pytest.TempPathFactory) -> Path:
     10 replications of moralised and neutral (neutral is the base's own wording)."""
     folder = tmp_path_factory.mktemp("rebuilt")
     out = folder / "out"
-    _build(_write_plan(folder, "audit.yaml", 3, "moralised, risk"), out)
-    _build(_write_plan(folder, "audit.yaml", 10, "moralised, neutral"), out)
+    _build(_write_plan(folder, "audit.yaml", 3, ["moralised", "risk"]), out)
+    _build(_write_plan(folder, "audit.yaml", 10, ["moralised", "neutral"]), out)
     return out
 
 
