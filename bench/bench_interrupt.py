@@ -1,7 +1,7 @@
 """How soon a stop takes effect (SPEC: SIGINT/SIGTERM stop model calls within a second).
 
-`simreport audit` (the plan of tests/test_interrupt.py: two run processes) against the loopback
-server (tests/llm_server.py) answering after 80 ms, stopped by Ctrl-C (SIGINT to its process
+`simreport audit` (the plan of tests/e2e/test_interrupt.py: two run processes) against the loopback
+server (tests/support/llm_server.py) answering after 80 ms, stopped by Ctrl-C (SIGINT to its process
 group), by SIGTERM to it alone, by a second Ctrl-C while its calls hang, and by SIGKILL; then, in
 this process, a stop ending a provider's backoff and an external simulator. Prints the seconds
 from the signal to the last model call the server received, to the audit's exit and to the end of
@@ -23,16 +23,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-
-from llm_server import FakeLLM, Reply
-from processes import alive, descendants, wait_for
-from test_interrupt import Audit, hour_long_simulator
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from simreport.core.schema import LLMConfig
 from simreport.kernel import interrupt, run_scenario
 from simreport.kernel.providers import ChatRequest, Message
 from simreport.kernel.providers.openai import HttpSettings, OpenAIProvider
+from tests.e2e.test_interrupt import Audit, hour_long_simulator
+from tests.support.llm_server import FakeLLM, Reply
+from tests.support.processes import alive, descendants, wait_for
 
 CALLS_WITHIN = 1.0
 """The SPEC's promise: no model call later than this after the signal."""

@@ -1,5 +1,5 @@
 """LLM throughput and the response cache: an audit of 20 runs × 200 decisions against the loopback
-Chat Completions server (tests/llm_server.py) answering after 100 ms.
+Chat Completions server (tests/support/llm_server.py) answering after 100 ms.
 
 First pass: every decision is an HTTP call. The limit is the number of calls in flight divided by
 the latency (worker processes × SIMREPORT_MAX_CONCURRENCY ÷ 0.1 s); the goal is at least 80 % of
@@ -21,12 +21,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-
-from llm_server import FakeLLM
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from simreport.harness import load_plan, run_audit
 from simreport.kernel.providers.cache import CachedProvider, ResponseCache
+from tests.support.llm_server import FakeLLM
 
 _in_cache_layer = [0.0]
 

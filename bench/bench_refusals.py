@@ -20,15 +20,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-
-from test_hostile_documents import billion_laughs
-from tiny_study import PLAN, SCENARIO
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from simreport.cli import main as simreport
 from simreport.core.errors import SimreportError
 from simreport.core.files import parse_document
 from simreport.workflow import load_workflow
+from tests.core.test_hostile_documents import billion_laughs
+from tests.support.studies import PLAN, SCENARIO
 
 ROOT = Path(__file__).resolve().parent.parent
 HUGE = 1_000_000_000_000

@@ -10,7 +10,9 @@ from typing import Any
 
 import pytest
 from hypothesis import settings
-from ledgers import POSTGRES_URL, fresh_ledger
+
+from tests.support.ledgers import POSTGRES_URL, fresh_ledger
+from tests.support.studies import Study, write_study
 
 # Property-based tests draw the same examples on every run, so CI never fails by chance: a new
 # counterexample comes from widening a strategy, never from the clock.
@@ -43,6 +45,13 @@ def audit_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("example") / "pd"
     simreport.audit(EXAMPLE_PLAN, out=out, replications=2)
     return out
+
+
+@pytest.fixture
+def tiny_study(tmp_path: Path) -> Study:
+    """The small prisoner's-dilemma study (tests/support/studies.py): scenario.yaml and
+    audit.yaml in the test's tmp_path."""
+    return write_study(tmp_path)
 
 
 @pytest.fixture(scope="module")
