@@ -24,7 +24,7 @@ from simreport.kernel.testbed.quality import NamedRule, assess_run
 from simreport.kernel.testbed.records import RecordLog, read_records
 from simreport.kernel.testbed.user import UserSimulator
 from simreport.kernel.worlds import refund_desk
-from simreport.report.html import _user_quality
+from simreport.report.testbed_tables import user_quality
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "refund_desk"
 ORDER = "B2026-0901-7734"
@@ -331,7 +331,7 @@ def test_diversity_per_condition_flags_a_batch_that_never_varies() -> None:
     }
     assert rows["same"]["termination"]["compliant"] == 3
     assert summarise_user_quality(conditions, [UserQualityRun("same", None)]) is None
-    rendered = _user_quality(UserQualitySection.model_validate(section), {})
+    rendered = user_quality(UserQualitySection.model_validate(section), {})
     assert rendered is not None and rendered["rows"][0]["openings"] == "1"
 
 
