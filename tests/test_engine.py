@@ -301,8 +301,13 @@ def test_a_worlds_fingerprint_takes_its_packages_whole_folders(
     monkeypatch.setattr(engine, "code_fingerprint", collect)
     kernel_fingerprint("refund_desk")
     kernel = Path(engine.__file__).resolve().parent
-    modules = set((kernel / "testbed").rglob("*.py"))
+    modules = {
+        path
+        for folder in ("testbed", "worlds/refund_desk")
+        for path in (kernel / folder).rglob("*.py")
+    }
     assert kernel / "testbed" / "environment" / "gateway.py" in modules
+    assert kernel / "worlds" / "refund_desk" / "loading.py" in modules
     assert modules <= read, sorted(map(str, modules - read))
 
 

@@ -496,7 +496,7 @@ def test_user_llm_words_the_user_with_its_own_model(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     seen: list[str] = []
-    real = refund_desk.make_provider
+    real = refund_desk.initializing.make_provider
 
     def recording(config: Any, *, path: str = "llm.provider") -> Any:
         provider = real(config, path=path)
@@ -509,7 +509,7 @@ def test_user_llm_words_the_user_with_its_own_model(
         provider.complete_many = complete_many  # type: ignore[method-assign]
         return provider
 
-    monkeypatch.setattr(refund_desk, "make_provider", recording)
+    monkeypatch.setattr(refund_desk.initializing, "make_provider", recording)
     doc = scenario_doc(llm={"provider": "offline", "model": "offline-user", "temperature": 0.3})
     result, out = run(tmp_path, doc, "user-llm")
     assert result.status.execution == "completed"
