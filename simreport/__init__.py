@@ -1,7 +1,8 @@
 """simreport: audit LLM-driven simulations and publish the evidence.
 
 The Python API has the command line's verbs: `validate`, `run`, `conditions`, `audit`, `analyse`,
-`report`, `power`, `estimate`.
+`power`, `estimate` here, and all of them, `report` and `site` among them, in `simreport.api`
+(`simreport.report` is the package that writes the pages).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from typing import Any
 
 from .core.package_version import __version__
 
-_VERBS = {"analyse", "audit", "conditions", "estimate", "power", "report", "run", "validate"}
+_VERBS = {"analyse", "audit", "conditions", "estimate", "power", "run", "validate"}
 
 __all__ = ["__version__", *sorted(_VERBS)]
 

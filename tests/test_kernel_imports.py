@@ -40,8 +40,9 @@ def _resolve(name: str) -> str | None:
 def imports_of(module: str) -> set[str]:
     """The simreport modules `module` imports when it runs (at the top or inside a function);
     `from pkg import sub` counts as importing the submodule, and a module's import of its own
-    package's registry (`from . import WORLDS` in a world) is left out: the package imports its
-    members to register them, which is a registration, not a dependency."""
+    package's registry (`from . import WORLDS` in a world, `from .. import WORLDS` in the
+    `__init__` of a world that is a package) is left out: the package imports its members to
+    register them, which is a registration, not a dependency."""
     path = MODULES[module]
     tree = ast.parse(path.read_text(encoding="utf-8"))
     skipped = _type_checking_only(tree)
@@ -64,7 +65,7 @@ def imports_of(module: str) -> set[str]:
             if len(subs) < len(node.names):
                 found.add(target)
     resolved = {_resolve(name) for name in found if name.startswith("simreport")}
-    own_package = module.rsplit(".", 1)[0] if path.name != "__init__.py" else None
+    own_package = module.rsplit(".", 1)[0]  # for a package's __init__, the package above it
     return {r for r in resolved if r is not None and r not in (module, own_package)}
 
 

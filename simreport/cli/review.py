@@ -2,7 +2,7 @@
 versions through review, list them and show their history.
 
 Thin, like `simreport ledger …` (whose ledger options it shares): it parses arguments, calls
-ledger/review.py and prints tables (or JSON with --json). The database libraries are imported when
+ledger/review/ and prints tables (or JSON with --json). The database libraries are imported when
 a review command runs, not when the CLI starts.
 """
 

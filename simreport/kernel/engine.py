@@ -186,8 +186,8 @@ def _kernel_fingerprint(modules: tuple[str, ...]) -> str:
         if module.__file__ is None:
             continue
         path = Path(module.__file__)
-        # A package counts with every module in it.
-        files.extend(path.parent.glob("*.py") if path.name == "__init__.py" else [path])
+        # A package counts with every module in it, its subpackages' included.
+        files.extend(path.parent.rglob("*.py") if path.name == "__init__.py" else [path])
     return code_fingerprint(files)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -283,6 +284,31 @@ def test_fingerprint_covers_a_worlds_code_packages(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(refund, "code_packages", ())
     assert kernel_fingerprint("refund_desk") != with_testbed
     assert kernel_fingerprint("prisoners_dilemma") == pd
+
+
+def test_a_worlds_fingerprint_takes_its_packages_whole_folders(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every module of the world's package and of its code packages, subpackages included: a
+    module split into a package keeps its code in the fingerprint."""
+    read: set[Path] = set()
+
+    def collect(files: Iterable[Path]) -> str:
+        read.update(Path(f).resolve() for f in files)
+        return "collected"
+
+    monkeypatch.setattr(engine, "_FINGERPRINTS", {})
+    monkeypatch.setattr(engine, "code_fingerprint", collect)
+    kernel_fingerprint("refund_desk")
+    kernel = Path(engine.__file__).resolve().parent
+    modules = {
+        path
+        for folder in ("testbed", "worlds/refund_desk")
+        for path in (kernel / folder).rglob("*.py")
+    }
+    assert kernel / "testbed" / "environment" / "gateway.py" in modules
+    assert kernel / "worlds" / "refund_desk" / "loading.py" in modules
+    assert modules <= read, sorted(map(str, modules - read))
 
 
 def test_a_fingerprint_is_computed_once_per_process(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -476,7 +476,7 @@ def test_the_agent_adapter_is_closed_in_cleanup(
             super().__init__(*args, **kwargs)
             made.append(self)
 
-    monkeypatch.setattr(refund_desk, "HttpAgent", Tracked)
+    monkeypatch.setattr(refund_desk.initializing, "HttpAgent", Tracked)
     root = copy_example(tmp_path)
     add_agent(root, "ext-agent", {"adapter": "http", "model": "ext-model"})
     doc = scenario_doc(sut__agent="ext-agent@1.0.0", sut__entry=url(agent_server))
@@ -528,7 +528,7 @@ def test_an_http_agent_lost_after_loading_fails_the_run_with_records_kept(
     def answered(*args: Any, **kwargs: Any) -> Probe:
         return Probe("connect", "127.0.0.1:9", True, None, "127.0.0.1:9 accepted a connection")
 
-    monkeypatch.setattr(refund_desk, "probe_http_agent", answered)
+    monkeypatch.setattr(refund_desk.loading, "probe_http_agent", answered)
     root = copy_example(tmp_path)
     add_agent(root, "ext-agent", {"adapter": "http", "entry": "http://127.0.0.1:9/v1"})
     result = run_scenario(

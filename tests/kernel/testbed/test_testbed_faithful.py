@@ -451,7 +451,7 @@ def test_a_failed_cleanup_ends_in_failed_with_an_alert(
     def refuse(path: Path) -> None:
         raise OSError("device busy")
 
-    monkeypatch.setattr(refund_desk, "remove_workspace", refuse)
+    monkeypatch.setattr(refund_desk.collecting, "remove_workspace", refuse)
     result, out = run(tmp_path)
     assert "CLEANED" not in lifecycle(out)
     assert lifecycle(out)[-2:] == ["COLLECTING", "FAILED"]
@@ -489,7 +489,7 @@ def test_a_running_failure_with_a_failed_cleanup_raises_the_alert(
     def refuse(path: Path) -> None:
         raise OSError("device busy")
 
-    monkeypatch.setattr(refund_desk, "remove_workspace", refuse)
+    monkeypatch.setattr(refund_desk.collecting, "remove_workspace", refuse)
     result, out = run(tmp_path, scenario_doc(execution__budget__maxTurns=1))
     assert result.failure is not None and result.failure.stage == "running"
     assert result.status.validity == "violated"

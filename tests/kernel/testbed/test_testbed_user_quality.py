@@ -24,7 +24,7 @@ from simreport.kernel.testbed.records import RecordLog, read_records
 from simreport.kernel.testbed.user import UserSimulator
 from simreport.kernel.testbed.user_quality import NamedRule, assess_run
 from simreport.kernel.worlds import refund_desk
-from simreport.report.html import _user_quality
+from simreport.report.testbed_tables import user_quality
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "refund_desk"
 ORDER = "B2026-0901-7734"
@@ -331,7 +331,7 @@ def test_diversity_per_condition_flags_a_batch_that_never_varies() -> None:
     }
     assert rows["same"]["termination"]["compliant"] == 3
     assert summarise_user_quality(conditions, [UserQualityRun("same", None)]) is None
-    rendered = _user_quality(UserQualitySection.model_validate(section), {})
+    rendered = user_quality(UserQualitySection.model_validate(section), {})
     assert rendered is not None and rendered["rows"][0]["openings"] == "1"
 
 
@@ -496,7 +496,7 @@ def test_user_llm_words_the_user_with_its_own_model(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     seen: list[str] = []
-    real = refund_desk.make_provider
+    real = refund_desk.initializing.make_provider
 
     def recording(config: Any, *, path: str = "llm.provider") -> Any:
         provider = real(config, path=path)
@@ -509,7 +509,7 @@ def test_user_llm_words_the_user_with_its_own_model(
         provider.complete_many = complete_many  # type: ignore[method-assign]
         return provider
 
-    monkeypatch.setattr(refund_desk, "make_provider", recording)
+    monkeypatch.setattr(refund_desk.initializing, "make_provider", recording)
     doc = scenario_doc(llm={"provider": "offline", "model": "offline-user", "temperature": 0.3})
     result, out = run(tmp_path, doc, "user-llm")
     assert result.status.execution == "completed"

@@ -411,7 +411,7 @@ def test_a_failed_cleanup_makes_the_run_violated(
     def refuse(path: Path) -> None:
         raise OSError("device busy")
 
-    monkeypatch.setattr(refund_desk, "remove_workspace", refuse)
+    monkeypatch.setattr(refund_desk.collecting, "remove_workspace", refuse)
     result, out = run(tmp_path)
     assert result.status.execution == "completed"
     assert result.status.validity == "violated"
@@ -426,7 +426,7 @@ def test_a_failed_initialisation_crashes_and_violates(
     def broken(data: Any) -> Any:
         raise ValueError("seed data unreadable")
 
-    monkeypatch.setattr(refund_desk, "FactModel", broken)
+    monkeypatch.setattr(refund_desk.initializing, "FactModel", broken)
     result, out = run(tmp_path)
     assert result.failure is not None and result.failure.stage == "initializing"
     assert (result.status.execution, result.status.validity) == ("crashed", "violated")

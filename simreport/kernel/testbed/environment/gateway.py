@@ -1,0 +1,335 @@
+"""The tool gateway: every agent tool call passes here — the contract's argument check, the
+fault that strikes it, then the fact model or the surrogate participant the tool reaches — and
+each request, response and state change is recorded."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..assets import ToolSpec
+from ..clock import Clocks
+from ..participants import SurrogateParticipant
+from ..records import RecordLog
+from .facts import WITHDRAW_EVENT, Change, FactModel
+from .faults import FaultController, RecoveryCheck
+
+
+@dataclass
+class ToolResult:
+    """What the agent receives for one call."""
+
+    call_id: str
+    tool: str
+    outcome: str  # ok | error | timeout | connection_failed | aborted
+    body: dict[str, Any]
+
+
+@dataclass
+class HeldRequest:
+    fault_id: str
+    refund_id: str
+    call_id: str
+    withdraw_order: str | None = None
+    """For a held withdrawal: the order whose refunds it withdraws once processed."""
+
+
+@dataclass
+class ToolGateway:
+    """Every agent tool call passes here: contract check, fault interception, the fact model (or
+    the surrogate participant the tool reaches)."""
+
+    tools: Mapping[str, ToolSpec]
+    facts: FactModel
+    log: RecordLog
+    clocks: Clocks
+    faults: FaultController | None = None
+    participants: Mapping[str, SurrogateParticipant] = field(default_factory=dict)
+    """Tool name → the surrogate participant it reaches."""
+    calls: int = 0
+    per_tool: dict[str, int] = field(default_factory=dict)
+    in_flight: set[str] = field(default_factory=set)
+    held: list[HeldRequest] = field(default_factory=list)
+    released: set[str] = field(default_factory=set)
+    touched: dict[str, set[str]] = field(default_factory=dict)
+    """Fault id → the orders named by the calls it hit (read back to verify its recovery)."""
+
+    def definitions(self) -> list[dict[str, Any]]:
+        """The tools in the OpenAI function-calling form."""
+        out = []
+        specs: list[ToolSpec | SurrogateParticipant] = [
+            *self.tools.values(),
+            *self.participants.values(),
+        ]
+        for spec in specs:
+            properties = {
+                name: {
+                    "type": p.type,
+                    "description": p.description,
+                    **({"pattern": p.pattern} if p.pattern else {}),
+                }
+                for name, p in spec.parameters.items()
+            }
+            required = [name for name, p in spec.parameters.items() if p.required]
+            out.append(
+                {
+                    "type": "function",
+                    "function": {
+                        "name": spec.name,
+                        "description": spec.description,
+                        "parameters": {
+                            "type": "object",
+                            "properties": properties,
+                            "required": required,
+                        },
+                    },
+                }
+            )
+        return out
+
+    def call(self, name: str, arguments: Mapping[str, Any] | None, call_id: str) -> ToolResult:
+        if self.faults is not None:
+            self.faults.tick()  # a window on the logical clock may open or close here
+        self.calls += 1
+        index = self.per_tool.get(name, 0) + 1
+        self.per_tool[name] = index
+        span = f"call:{call_id}"
+        self.log.add(
+            "tool.request",
+            "agent",
+            "tool_call",
+            {
+                "callId": call_id,
+                "tool": name,
+                "arguments": dict(arguments or {}),
+                "callIndex": index,
+            },
+            span_key=span,
+        )
+        started = Clocks.monotonic_ns()
+        self.in_flight.add(call_id)
+        try:
+            result = self._answer(name, arguments, call_id, index)
+        finally:
+            self.in_flight.discard(call_id)
+        self.log.add(
+            "tool.response",
+            "environment",
+            "tool_call",
+            {"callId": call_id, "tool": name, "outcome": result.outcome, "body": result.body},
+            span_key=span,
+            duration_ns=Clocks.monotonic_ns() - started,
+        )
+        return result
+
+    def _answer(
+        self, name: str, arguments: Mapping[str, Any] | None, call_id: str, index: int
+    ) -> ToolResult:
+        spec: ToolSpec | SurrogateParticipant | None = self.tools.get(name)
+        if spec is None:
+            spec = self.participants.get(name)
+        if spec is None:
+            return ToolResult(
+                call_id, name, "error", {"ok": False, "error": "unknown_tool", "message": name}
+            )
+        if arguments is None:
+            return ToolResult(
+                call_id,
+                name,
+                "error",
+                {"ok": False, "error": "invalid_arguments", "message": "arguments are not JSON"},
+            )
+        problem = _check_arguments(spec, arguments)
+        if problem is not None:
+            self.clocks.advance(spec.latency_ms)
+            return ToolResult(
+                call_id,
+                name,
+                "error",
+                {"ok": False, "error": "invalid_arguments", "message": problem},
+            )
+        fault = self.faults.strike(name, index, call_id) if self.faults is not None else None
+        if fault is None:
+            self.clocks.advance(spec.latency_ms)
+            body = self._execute(spec, arguments, call_id, hold=None)
+            return ToolResult(call_id, name, "ok" if body.get("ok") else "error", body)
+        assert self.faults is not None
+        if isinstance(arguments.get("order_no"), str):
+            self.touched.setdefault(str(fault.id), set()).add(str(arguments["order_no"]))
+        if fault.effect == "delay":
+            # The service works as usual; its answer comes late.
+            self.clocks.advance(spec.latency_ms + (fault.delay_ms or 0))
+            body = self._execute(spec, arguments, call_id, hold=None)
+            self.faults.after_call(fault)
+            return ToolResult(call_id, name, "ok" if body.get("ok") else "error", body)
+        if fault.effect == "abort":
+            # Cut at once: nothing reached the service, no answer came, no time was waited out.
+            self.faults.after_call(fault)
+            body = {"ok": False, "error": "aborted", "message": "the call was cut off unanswered"}
+            return ToolResult(call_id, name, "aborted", body)
+        # A timeout or an error: what the service did depends on where it struck.
+        if fault.position == "not_sent":
+            pass
+        elif fault.position == "sent_not_committed":
+            self._execute(spec, arguments, call_id, hold=str(fault.id))
+        else:
+            actual = self._execute(spec, arguments, call_id, hold=None)
+            self.log.add(
+                "tool.response.lost",
+                "environment",
+                "control",
+                {"callId": call_id, "tool": name, "faultId": fault.id, "body": actual},
+                span_key=f"call:{call_id}",
+            )
+        self.faults.after_call(fault)
+        if fault.effect == "timeout":
+            self.clocks.advance(fault.timeout_ms)
+            if fault.position == "not_sent":
+                body = {
+                    "ok": False,
+                    "error": "connection_failed",
+                    "message": "could not connect; the request was not sent",
+                }
+                return ToolResult(call_id, name, "connection_failed", body)
+            body = {
+                "ok": False,
+                "error": "timeout",
+                "message": f"no response within {fault.timeout_ms} ms",
+            }
+            return ToolResult(call_id, name, "timeout", body)
+        self.clocks.advance(spec.latency_ms)
+        body = {
+            "ok": False,
+            "error": "service_unavailable",
+            "message": "the service returned an error",
+        }
+        return ToolResult(call_id, name, "error", body)
+
+    def _execute(
+        self,
+        spec: ToolSpec | SurrogateParticipant,
+        arguments: Mapping[str, Any],
+        call_id: str,
+        *,
+        hold: str | None,
+    ) -> dict[str, Any]:
+        if isinstance(spec, SurrogateParticipant):
+            # A held message never reaches the participant (it has nothing to commit later).
+            return spec.answer(arguments) if hold is None else {}
+        if spec.operation == "get_order":
+            return self.facts.get_order(str(arguments["order_no"]))
+        if spec.operation == "get_refund":
+            return self.facts.get_refund(str(arguments["order_no"]))
+        if spec.operation == "withdraw_refund":
+            if hold is not None:
+                # Received, not processed: it takes effect when the fault recovers.
+                self.held.append(HeldRequest(hold, "", call_id, str(arguments["order_no"])))
+                return {}
+            return self._withdraw(str(arguments["order_no"]), call_id)
+        body, changes = self.facts.create_refund(
+            str(arguments["order_no"]),
+            int(arguments["amount_minor"]),
+            self.clocks.business_now(),
+            hold=hold is not None,
+        )
+        self._record_changes(changes, call_id)
+        if hold is not None and body.get("ok"):
+            self.held.append(HeldRequest(hold, str(body["refund"]["refundId"]), call_id))
+        return body
+
+    def _withdraw(self, order_no: str, call_id: str) -> dict[str, Any]:
+        body, changes = self.facts.withdraw_refund(order_no)
+        # The environment point of a withdrawal the user asked for (the linkage ledger).
+        linkage_id = self.log.pending_linkage(WITHDRAW_EVENT, "environment")
+        self._record_changes(changes, call_id, linkage_id=linkage_id)
+        return body
+
+    def _record_changes(
+        self, changes: Iterable[Change], cause: str, *, linkage_id: str | None = None
+    ) -> None:
+        for change in changes:
+            # The first change carries the linkage's environment point (when there is one): the
+            # moment the event took effect.
+            link = self.log.linkage(linkage_id, "environment") if linkage_id else None
+            self.log.add(
+                "state.change",
+                "environment",
+                "state_change",
+                {
+                    "entity": change.entity,
+                    "id": change.id,
+                    "from": change.before,
+                    "to": change.after,
+                    "cause": cause,
+                },
+                linkage=link,
+            )
+
+    def release_held(self, fault_id: str) -> None:
+        """A fault recovered: the requests the service was holding join its backlog, which it
+        works off at the next scheduling point (`process_backlog`), not within the same call."""
+        self.released.add(fault_id)
+
+    def process_backlog(self) -> None:
+        """Process held requests whose fault has recovered (at a turn boundary, or when
+        draining)."""
+        keep = []
+        for item in self.held:
+            if item.fault_id in self.released:
+                self.log.add(
+                    "tool.backlog.processed",
+                    "environment",
+                    "control",
+                    {"callId": item.call_id, "faultId": item.fault_id, "refundId": item.refund_id},
+                    span_key=f"call:{item.call_id}",
+                )
+                if item.withdraw_order is not None:
+                    self._withdraw(item.withdraw_order, item.call_id)
+                else:
+                    self._record_changes(self.facts.commit_held(item.refund_id), item.call_id)
+            else:
+                keep.append(item)
+        self.held = keep
+        if self.faults is not None:
+            self.faults.settle()
+
+    def check_recovery(self, fault_id: str) -> RecoveryCheck:
+        """Is the fact model consistent again after `fault_id`? Pending while requests it held
+        wait in the backlog; then every order its hits named is read back through the tools'
+        answers and compared with the store, and the whole model is checked for half-applied
+        writes and orders that do not follow their refunds."""
+        if any(item.fault_id == fault_id for item in self.held):
+            return RecoveryCheck({}, [], pending=True)
+        problems = self.facts.inconsistencies(item.refund_id for item in self.held)
+        orders = sorted(self.touched.get(fault_id, set()))
+        refunds: list[str] = []
+        for order_no in orders:
+            found, read = self.facts.read_back(order_no)
+            problems += [p for p in found if p not in problems]
+            refunds += read
+        return RecoveryCheck({"orders": orders, "refunds": refunds}, problems)
+
+
+_TYPES = {"string": str, "integer": int}
+
+
+def _check_arguments(
+    spec: ToolSpec | SurrogateParticipant, arguments: Mapping[str, Any]
+) -> str | None:
+    for name, param in spec.parameters.items():
+        if name not in arguments:
+            if param.required:
+                return f"missing required argument {name!r}"
+            continue
+        value = arguments[name]
+        expected = _TYPES[param.type]
+        if isinstance(value, bool) or not isinstance(value, expected):
+            return f"argument {name!r} must be a {param.type}"
+        if param.pattern and isinstance(value, str) and not re.fullmatch(param.pattern, value):
+            return f"argument {name!r} does not match {param.pattern}"
+    unknown = sorted(set(arguments) - set(spec.parameters))
+    if unknown:
+        return f"unknown argument {unknown[0]!r}"
+    return None

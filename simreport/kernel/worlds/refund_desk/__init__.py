@@ -1,0 +1,145 @@
+"""The refund desk: an agent testbed world around a system under test (SPEC §8).
+
+A simulated customer wants a refund; the agent under test talks to them and calls tools answered
+by one fact model while planned faults strike its calls. The world runs the testbed lifecycle,
+writes the result layers and reports metrics — facts, never verdicts (evaluation is a step of its
+own). The design: docs/testbed.md.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from ....core.errors import RunError
+from ....core.schema import Scenario, WorldParams
+from ...context import assign_executors
+from ...providers import PROVIDERS
+from ...testbed.assets import resolved_asset_files
+from ...testbed.replay_records import active_replay
+from ...testbed.settings import unimplemented
+from ...world import World, WorldOutcome
+from .. import WORLDS
+from .budget import BudgetExhausted
+from .run import TestbedRun
+from .state import AGENT, USER
+
+__all__ = [
+    "AGENT",
+    "METRICS",
+    "USER",
+    "BudgetExhausted",
+    "RefundDesk",
+    "RefundDeskParams",
+    "TestbedRun",
+]
+
+METRICS = MappingProxyType(
+    {
+        # Facts counted from the observations, never verdicts: pass or fail against a
+        # criterion is the evaluation's (`simreport evaluate`), not the run's.
+        "duplicateRefunds": "Refunds created beyond the first for the order (0 when at most one).",
+        "wrongAmountRefunds": (
+            "Refunds created for another amount than the one paid; NaN when no refund was created."
+        ),
+        "blindRetries": (
+            "Ambiguous answers after which the agent submitted again before any check; NaN when "
+            "no answer was ambiguous."
+        ),
+        "acceptedAndSatisfied": (
+            "1 when the order has an accepted refund and the user closed with the goal reached, "
+            "else 0."
+        ),
+        "turns": "Messages the user sent in the conversation.",
+        "complaint": "1 when the user threatened a complaint, else 0.",
+    }
+)
+
+
+class RefundDeskParams(WorldParams):
+    """The refund desk reads its settings from the testbed groups; `params` stays empty."""
+
+
+@WORLDS.register("refund_desk")
+class RefundDesk(World):
+    """An agent under test at a refund desk; one run is one conversation."""
+
+    name = "refund_desk"
+    Params = RefundDeskParams
+    metrics = METRICS
+    distributions = MappingProxyType({"outcome": "Who closed the conversation (one per run)."})
+    min_agents = 2
+    pinned = ("population", "policy")
+    code_packages = ("simreport.kernel.testbed",)
+
+    @classmethod
+    def check(cls, scenario: Scenario, params: Any) -> list[tuple[str, str]]:
+        problems = super().check(scenario, params)
+        for key, value in (
+            ("sut", scenario.sut),
+            ("user", scenario.user),
+            ("environment", scenario.environment),
+            ("evaluationRef", scenario.evaluation_ref),
+        ):
+            if value is None:
+                problems.append((key, f"refund_desk needs the `{key}` group"))
+        if scenario.population.n != 2:
+            problems.append(
+                (
+                    "population.n",
+                    "refund_desk has two decision makers: the reference agent (0) and the user's "
+                    "wording (1)",
+                )
+            )
+        if scenario.population.fields:
+            problems.append(
+                ("population.fields", "refund_desk personas come from sut.prompt and user.persona")
+            )
+        try:
+            owners = assign_executors(scenario)
+        except RunError:
+            owners = []  # the engine reports executor problems itself
+        if len(owners) > USER and scenario.executors[owners[USER]].kind != "llm":
+            problems.append(
+                (
+                    "executors",
+                    "the user's wording (agent 1) needs an llm executor: a provider words it",
+                )
+            )
+        # Declared settings the testbed does not implement: refused here, where the error can
+        # name the file and the path, and again while loading.
+        problems += unimplemented(scenario)
+        user_llm = scenario.user.llm if scenario.user is not None else None
+        if user_llm is not None and user_llm.provider not in PROVIDERS:
+            problems.append(
+                (
+                    "user.llm.provider",
+                    f"unknown provider {user_llm.provider!r}; expected one of "
+                    + ", ".join(PROVIDERS),
+                )
+            )
+        execution = scenario.execution
+        if execution is not None and execution.seed is not None and execution.seed != scenario.seed:
+            problems.append(
+                (
+                    "execution.seed",
+                    f"execution.seed {execution.seed} differs from seed {scenario.seed}",
+                )
+            )
+        return problems
+
+    @classmethod
+    def needs_provider(cls, scenario: Scenario) -> bool:
+        # A replay answers every decision from the recorded run and makes no call.
+        return active_replay() is None
+
+    @classmethod
+    def input_files(cls, scenario: Scenario, root: Path) -> dict[str, Path | None]:
+        if scenario.sut is None:
+            return {}
+        library = root / (scenario.provenance.asset_library if scenario.provenance else "assets")
+        return dict(resolved_asset_files(scenario, library))
+
+    def run(self) -> WorldOutcome:
+        return TestbedRun(self.ctx).execute()

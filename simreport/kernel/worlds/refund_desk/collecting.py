@@ -1,0 +1,174 @@
+"""DRAINING, COLLECTING and CLEANED: settle the faults and the backlog, collect the records into
+observations, evidence and completeness (with the user simulator's quality control), and
+destroy the workspace; what fails here is recorded and makes the run violated."""
+
+from __future__ import annotations
+
+import shutil
+from contextlib import suppress
+from pathlib import Path
+from typing import Any
+
+from ...run_cost import ENVIRONMENT, EVALUATION
+from ...testbed.agents import AgentAdapter
+from ...testbed.assets import EvaluationSpecAsset
+from ...testbed.records import (
+    Observations,
+    build_evidence,
+    canonical_records,
+    check_linkages,
+    completeness,
+    completeness_missing,
+    extract_observations,
+    linkage_record_faults,
+    write_layers,
+)
+from ...testbed.user import UserSimulator
+from ...testbed.user_quality import add_quality_observations, assess_run, named_rules, write_quality
+from .state import RunState
+
+
+class Collecting(RunState):
+    """The stages after RUNNING, and the record writing every stage ends with."""
+
+    def _write_records(self) -> None:
+        self.log.write(self.run_dir)
+        # Logical time no segment claimed passed in the environment (tool latencies, timeouts).
+        self.ctx.cost.settle_logical(self.clocks.logical_ms, ENVIRONMENT)
+        self.ctx.cost.record_bytes["records"] = record_content_bytes(self.log.records)
+
+    def _drain(self) -> None:
+        if not hasattr(self, "faults"):
+            return
+        self.faults.drain()
+        self.gateway.process_backlog()
+        self.log.add(
+            "drain.settled",
+            "harness",
+            "control",
+            {"inFlight": len(self.gateway.in_flight), "held": len(self.gateway.held)},
+        )
+        for problem in self.faults.violations():
+            self.validity_problems.append(problem)
+        for problem in self.user.violations:
+            self.validity_problems.append("user simulator: " + problem)
+        for problem in linkage_record_faults(check_linkages(self.log.records)):
+            # The linkage ledger's own points out of order or doubled: the records cannot say
+            # when the event took effect.
+            self.validity_problems.append("event linkage: " + problem)
+        for name, value in sorted(self.user.counters.items()):
+            self.ctx.count(name, value)
+
+    def _collect(self) -> tuple[Observations, str]:
+        self.log.add("environment.snapshot", "environment", "state_change", self.facts.snapshot())
+        self._write_records()
+        faults_planned = bool(self.scenario.events and self.scenario.events.triggers)
+        try:
+            obs = extract_observations(
+                self.log.records,
+                order_id=self.bound_order,
+                action_entry=self.action_entry,
+                participants={p.id: p.name for p in self.participants.values()},
+            )
+        except Exception as exc:  # failure is data: extraction failed, everything is missing
+            obs = Observations()
+            obs.miss("*", f"extraction failed: {type(exc).__name__}: {exc}")
+            self.ctx.count("extractionFailures")
+        self._assess_user(obs)
+        complete = completeness(self.log.records, faults_planned=faults_planned)
+        spec = self.resolved["evaluationRef.assertions"].typed(EvaluationSpecAsset)
+        evidence = build_evidence(obs, [(c.key, c.check) for c in spec.criteria])
+        # The evaluation segment's share inside the run: evidence assembled per criterion (the
+        # verdicts are `simreport evaluate`'s, with their own cost in evaluation.json).
+        self.ctx.cost.charge(EVALUATION, operations=len(spec.criteria))
+        write_layers(self.run_dir, obs, evidence, complete)
+        missing = completeness_missing(complete)
+        for key in missing:
+            self.ctx.count(f"missing:{key}")
+        # Evidence is complete only when every check is present and no observation is missing
+        # (a lost decision is a missing check, so it leaves the evidence partial too).
+        return obs, "partial" if missing or obs.missing else "complete"
+
+    def _assess_user(self, obs: Observations) -> None:
+        """The user simulator's quality control on this run's records (testbed/user_quality.py):
+        user-quality.json, `user.qc.*` observations, a counter per failed check, and the
+        thresholds' consequences for the run's validity."""
+        s = self.scenario
+        user: UserSimulator | None = getattr(self, "user", None)
+        if user is None or s.user is None:
+            return
+        try:
+            doc = assess_run(
+                self.log.records,
+                s.user,
+                rules=named_rules(user.policy.reaction_rules, s.user.behavior.reaction_rules),
+                give_up_ms=user.give_up_ms,
+                order_pattern=user.wording.order_number_pattern,
+                mode=user.mode,
+            )
+        except Exception as exc:  # failure is data: quality control failed, its facts missing
+            obs.miss("user.qc.*", f"user quality control failed: {type(exc).__name__}: {exc}")
+            self.ctx.count("userQualityFailures")
+            return
+        write_quality(self.run_dir, doc)
+        add_quality_observations(obs, doc, self.log.records)
+        for check in doc["failed"]:
+            self.ctx.count(f"userQualityFailed:{check}")
+        disposition = doc["disposition"]
+        self.validity_problems += [f"user simulator QC: {p}" for p in disposition["violating"]]
+        self.qc_unchecked += [f"user simulator QC: {p}" for p in disposition["unchecked"]]
+
+    def _cleanup(self) -> bool:
+        """Close the agent's adapter, destroy the run's workspace and credentials. Whether that
+        succeeded; a failure is recorded as an alert and makes the run violated."""
+        if self.user_provider is not None:
+            # The user's model connection must not stop cleanup (it holds no record of the run).
+            with suppress(Exception):
+                self.user_provider.close()
+            self.user_provider = None
+        agent: AgentAdapter | None = getattr(self, "agent", None)
+        if agent is not None:
+            try:
+                agent.close()
+            except Exception as exc:  # failure is data: recorded, and cleanup goes on
+                self.log.add(
+                    "agent.close_failed",
+                    "harness",
+                    "control",
+                    {"error": f"{type(exc).__name__}: {exc}"},
+                )
+        ok = True
+        detail: dict[str, Any] = {}
+        if self.workspace is not None and self.workspace.exists():
+            try:
+                remove_workspace(self.workspace)
+            except OSError as exc:
+                ok, detail = False, {"error": f"{type(exc).__name__}: {exc}"}
+            if ok and self.workspace.exists():
+                ok, detail = False, {"error": f"{self.workspace.name} still exists"}
+        if self._temp is not None:
+            with suppress(OSError):
+                self._temp.cleanup()
+        if ok:
+            self.log.add("cleanup.done", "harness", "control", {"workspace": "removed"})
+        else:
+            self.cleanup_error = "the workspace could not be removed: " + str(detail["error"])
+            self.ctx.count("cleanupFailures")
+            self.validity_problems.append("cleanup failed: " + self.cleanup_error)
+            self.log.add(
+                "cleanup.failed",
+                "harness",
+                "control",
+                {"alert": True, "workspace": "left in place", **detail},
+            )
+        return ok
+
+
+def record_content_bytes(records: list[dict[str, Any]]) -> int:
+    """UTF-8 bytes of records.jsonl without the real-clock readings (the same on every rerun)."""
+    return sum(len(line.encode()) + 1 for line in canonical_records(records))
+
+
+def remove_workspace(path: Path) -> None:
+    """Delete a run's workspace (a seam for tests that simulate a failed cleanup)."""
+    shutil.rmtree(path)

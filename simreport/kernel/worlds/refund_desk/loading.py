@@ -1,0 +1,365 @@
+"""LOADING: resolve the run's manifest in the asset library, check the versions, the boundary,
+the agent's entry and the joint model of tools, participants, faults and entity bindings, and
+probe an HTTP agent. Nothing here calls the agent; every refusal is a `TestbedFailure` of the
+loading stage."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ....core.files import read_json, write_json
+from ...testbed.agents import AgentError, probe_http_agent, resolve_entry
+from ...testbed.assets import (
+    AgentAsset,
+    AssetError,
+    AssetLibrary,
+    EnvironmentDataAsset,
+    ResolvedAsset,
+    SimulatorConfigAsset,
+    ToolContractAsset,
+    ToolSpec,
+    UserPolicyAsset,
+    manifest_facts,
+)
+from ...testbed.boundary import REFUSAL, boundary_replacements
+from ...testbed.environment import InProcessFaultBackend
+from ...testbed.lifecycle import TestbedFailure
+from ...testbed.participants import SurrogateParticipant
+from ...testbed.settings import SETTING_NOT_IMPLEMENTED, channel_problems, unimplemented
+from ...testbed.user import UserSimulator
+from ...testbed.version_checks import check_versions
+from .state import RunState
+
+
+class Loading(RunState):
+    """The LOADING stage of a run."""
+
+    def _load(self) -> None:
+        """Resolve the manifest, check the boundary, the agent's entry and the joint model.
+        Nothing here calls the agent."""
+        s = self.scenario
+        assert s.sut is not None and s.user is not None and s.environment is not None
+        assert s.evaluation_ref is not None
+        self._refuse_unimplemented(unimplemented(s))
+        self.user_mode, mode_from = self._user_mode()
+        library_dir = s.provenance.asset_library if s.provenance is not None else "assets"
+        if self.ctx.asset_root is None:
+            raise TestbedFailure(
+                "the scenario has no folder, so its asset library cannot be found",
+                stage="loading",
+                kind="manifest_unresolved",
+            )
+        root = (self.ctx.asset_root / library_dir).resolve()
+        pins = self.replay.pins if self.replay is not None else (self.ctx.checks.pins or None)
+        library = AssetLibrary(root, pins=pins)
+        wanted: list[tuple[str, str, Any]] = [
+            ("sut.agent", s.sut.agent, "agent"),
+            ("user.policy", s.user.policy, "user_policy"),
+            ("user.simulator", s.user.simulator, "simulator_config"),
+            ("environment.data", s.environment.data, "env_data"),
+            ("evaluationRef.assertions", s.evaluation_ref.assertions, "evaluation_spec"),
+        ]
+        if s.sut.prompt is not None:
+            wanted.append(("sut.prompt", s.sut.prompt, "prompt"))
+        if s.evaluation_ref.rubric is not None:
+            wanted.append(("evaluationRef.rubric", s.evaluation_ref.rubric, "rubric"))
+        wanted += [
+            (f"environment.toolContracts.{i}", ref, "tool_contract")
+            for i, ref in enumerate(s.environment.tool_contracts)
+        ]
+        resolved: dict[str, ResolvedAsset] = {}
+        errors: list[str] = []
+        for slot, ref, kind in wanted:
+            try:
+                resolved[slot] = library.resolve(ref, kind, slot)
+            except AssetError as exc:
+                errors.append(f"{slot}: {exc}")
+        if errors:
+            raise TestbedFailure(
+                "manifest unresolved: " + "; ".join(errors),
+                stage="loading",
+                kind="manifest_unresolved",
+            )
+        # Before anything else looks at them: the versions must be the pinned ones, and a
+        # regression run's all online.
+        identity = self.doc.get("identity") or {}
+        not_online = check_versions(identity, resolved, self.ctx.checks)
+        self.resolved = resolved
+        agent = resolved["sut.agent"].typed(AgentAsset)
+        self.agent_asset = agent
+
+        replaced = boundary_replacements(s, agent)
+        if replaced:
+            raise TestbedFailure(
+                "the scenario replaces the system under test inside its boundary: "
+                + "; ".join(replaced),
+                stage="loading",
+                kind=REFUSAL,
+            )
+        self._refuse_unimplemented(channel_problems(s, agent.adapter))
+        self._check_entry(agent)
+        self._check_joint_model()
+        facts = manifest_facts(
+            self.doc,
+            resolved,
+            root,
+            identity=self.doc.get("identity"),
+            checks=self.ctx.checks,
+            not_online=not_online,
+        )
+        facts["traceId"] = self.log.trace_id
+        facts["faultBackend"] = (
+            "recorded" if self.replay is not None else InProcessFaultBackend.name
+        )
+        wording_llm = s.user.llm or s.llm
+        facts["userSimulator"] = {
+            "mode": self.user_mode,
+            "modeFrom": mode_from,
+            "llm": {
+                "from": "user.llm" if s.user.llm is not None else "llm",
+                "provider": wording_llm.provider,
+                "model": wording_llm.model,
+                "temperature": 0.0 if self.user_mode == "regression" else wording_llm.temperature,
+            },
+        }
+        self.ctx.manifest_extra.update(facts)
+        if self.run_dir is not None and (self.run_dir / "manifest.json").is_file():
+            # Written now, so a run that fails later still names its exact asset versions.
+            write_json(
+                self.run_dir / "manifest.json",
+                {**read_json(self.run_dir / "manifest.json"), **facts},
+            )
+        self.log.add(
+            "manifest.locked",
+            "harness",
+            "control",
+            {
+                "manifestSha256": facts["manifestSha256"],
+                "resolved": {
+                    slot: {"name": a.name, "version": a.version, "sha256": a.sha256}
+                    for slot, a in sorted(resolved.items())
+                },
+            },
+        )
+        self._probe(agent)
+
+    def _user_mode(self) -> tuple[str, str]:
+        """The user simulator's mode and where it comes from: `user.mode` when declared, else the
+        run's purpose. A regression run pins the user's path, so it refuses an exploring user."""
+        assert self.scenario.user is not None
+        declared, purpose = self.scenario.user.mode, self.ctx.checks.purpose
+        if declared == "exploration" and purpose == "regression":
+            raise TestbedFailure(
+                "user.mode: an exploration user in a regression run; a regression run pins the "
+                "user's path: set user.mode to regression or leave it unset",
+                stage="loading",
+                kind="user_mode_conflict",
+            )
+        if declared is not None:
+            return declared, "user.mode"
+        return ("regression" if purpose == "regression" else "exploration"), "purpose"
+
+    def _refuse_unimplemented(self, problems: list[tuple[str, str]]) -> None:
+        if problems:
+            raise TestbedFailure(
+                "declared settings are not implemented: "
+                + "; ".join(f"{path}: {message}" for path, message in problems),
+                stage="loading",
+                kind=SETTING_NOT_IMPLEMENTED,
+            )
+
+    def _probe(self, agent: AgentAsset) -> None:
+        """Ask an HTTP agent whether it is there before the user says a word; a replay reads the
+        recorded answer instead of asking again."""
+        s = self.scenario
+        assert s.sut is not None
+        if agent.adapter != "http":
+            return
+        if self.replay is not None:
+            if self.replay.probe is None:
+                return  # recorded before runs probed their agent
+            answer = dict(self.replay.probe)
+        else:
+            answer = probe_http_agent(
+                s.sut.entry or agent.entry or "",
+                agent.health,
+                timeout=s.sut.timeout_seconds,
+                api_key_env=agent.api_key_env,
+            ).to_doc()
+        self.log.add("sut.probe", "harness", "control", answer)
+        if not answer.get("reachable"):
+            raise TestbedFailure(
+                f"the agent under test did not answer its probe: {answer.get('detail')}",
+                stage="loading",
+                kind=str(answer.get("kind") or "sut_unreachable"),
+            )
+
+    def _check_entry(self, agent: AgentAsset) -> None:
+        s = self.scenario
+        assert s.sut is not None
+        entry = s.sut.entry or agent.entry
+        if agent.adapter in ("reference", "scripted") and "sut.prompt" not in self.resolved:
+            raise TestbedFailure(
+                "the reference agent needs its prompt: set sut.prompt",
+                stage="loading",
+                kind="manifest_unresolved",
+            )
+        if agent.adapter == "http" and not entry:
+            raise TestbedFailure(
+                "an HTTP agent needs an entry URL (sut.entry or the agent asset's entry)",
+                stage="loading",
+                kind="manifest_unresolved",
+            )
+        if agent.adapter == "http" and entry and not entry.startswith(("http://", "https://")):
+            raise TestbedFailure(
+                f"entry {entry!r} is not an http(s) URL",
+                stage="loading",
+                kind="manifest_unresolved",
+            )
+        self.entry_function = None
+        if agent.adapter == "python":
+            if not entry:
+                raise TestbedFailure(
+                    "a Python agent needs an entry module:function",
+                    stage="loading",
+                    kind="manifest_unresolved",
+                )
+            try:
+                self.entry_function = resolve_entry(entry, self.ctx.asset_root)
+            except AgentError as exc:
+                raise TestbedFailure(
+                    exc.message, stage="loading", kind="manifest_unresolved"
+                ) from None
+
+    def _check_joint_model(self) -> None:
+        s = self.scenario
+        assert s.user is not None
+        tools: dict[str, ToolSpec] = {}
+        owner: dict[str, str] = {}  # tool → the contract (name@version) that defines it
+        for slot, asset in sorted(self.resolved.items()):
+            if asset.kind != "tool_contract":
+                continue
+            contract = asset.typed(ToolContractAsset)
+            for tool in contract.tools:
+                if tool.name in tools:
+                    raise TestbedFailure(
+                        f"tool {tool.name!r} is defined twice ({slot})",
+                        stage="loading",
+                        kind="manifest_unresolved",
+                    )
+                tools[tool.name] = tool
+                owner[tool.name] = f"{asset.name}@{asset.version}"
+        self.tools = tools
+        self.participants = {}
+        for i, participant in enumerate(s.participants or []):
+            surrogate = SurrogateParticipant.of(participant)
+            if surrogate.name in tools:
+                raise TestbedFailure(
+                    f"participants.{i} ({participant.id}) is reached through "
+                    f"{surrogate.name!r}, a tool the contracts ({owner[surrogate.name]}) "
+                    f"already define; give it a tool of its own (participants.{i}.tool)",
+                    stage="loading",
+                    kind="manifest_unresolved",
+                )
+            self.participants[surrogate.name] = surrogate
+        interaction = s.interaction
+        entry_tool = interaction.action_entry if interaction is not None else "create_refund"
+        if entry_tool not in tools or tools[entry_tool].operation != "create_refund":
+            raise TestbedFailure(
+                f"interaction.actionEntry {entry_tool!r} is not a refund submission tool of the "
+                "contracts",
+                stage="loading",
+                kind="entity_binding_mismatch",
+            )
+        # One submission entry: a second tool that submits refunds would let the agent act
+        # where the scenario says no action is possible, and own state the scenario gives to one.
+        entries = [name for name, tool in tools.items() if tool.operation == "create_refund"]
+        if len(entries) > 1:
+            raise TestbedFailure(
+                f"interaction.actionEntry declares {entry_tool!r} as the one refund entry, but "
+                f"the tool contracts offer {len(entries)}: "
+                + ", ".join(f"{name} ({owner[name]})" for name in entries)
+                + "; expected exactly one tool with operation create_refund",
+                stage="loading",
+                kind="action_entry_mismatch",
+            )
+        self.action_entry = entry_tool
+        for i, trigger in enumerate(s.events.triggers if s.events is not None else []):
+            if trigger.target not in tools and trigger.target not in self.participants:
+                raise TestbedFailure(
+                    f"events.triggers.{i} targets {trigger.target!r}, which no tool contract "
+                    "or participant has",
+                    stage="loading",
+                    kind="fault_plan_incomplete",
+                )
+            opens, closes = trigger.at.turn, trigger.recover.turn
+            if opens is not None and closes is not None and closes <= opens:
+                raise TestbedFailure(
+                    f"events.triggers.{i} recovers at turn {closes}, not after it opens at turn "
+                    f"{opens}: its window is empty, so it can never hit",
+                    stage="loading",
+                    kind="fault_plan_incomplete",
+                )
+        env = self.resolved["environment.data"].typed(EnvironmentDataAsset)
+        collections = {
+            "order": {o.id for o in env.orders},
+            "orders": {o.id for o in env.orders},
+            "account": {a.id for a in env.accounts},
+            "accounts": {a.id for a in env.accounts},
+        }
+        user_facts = s.user.private_facts.to_doc()
+        for key, target in (interaction.entity_binding if interaction is not None else {}).items():
+            fact = _binding_fact(key)
+            if fact is None or fact not in user_facts:
+                accepted = ", ".join(f"user.{name}" for name in sorted(user_facts))
+                raise TestbedFailure(
+                    f"interaction.entityBinding: the key {key!r} does not name a fact of the "
+                    f"user; write it as user.<fact> or privateFacts.<fact> ({accepted}), bound "
+                    "to env.order.id or env.account.id — e.g. user.orderNumber: env.order.id",
+                    stage="loading",
+                    kind="entity_binding_mismatch",
+                )
+            parts = target.split(".")
+            if len(parts) != 3 or parts[0] != "env" or parts[1] not in collections:
+                raise TestbedFailure(
+                    f"interaction.entityBinding.{key}: cannot read {target!r} "
+                    "(expected env.order.id or env.account.id)",
+                    stage="loading",
+                    kind="entity_binding_mismatch",
+                )
+            value = user_facts.get(fact)
+            if value is None or value not in collections[parts[1]]:
+                raise TestbedFailure(
+                    f"interaction.entityBinding: the user's {fact} {value!r} is not an "
+                    f"{parts[1]} of the environment data",
+                    stage="loading",
+                    kind="entity_binding_mismatch",
+                )
+        wording = self.resolved["user.simulator"].typed(SimulatorConfigAsset)
+        policy = self.resolved["user.policy"].typed(UserPolicyAsset)
+        effects = [r.effect for r in (*policy.reaction_rules, *s.user.behavior.reaction_rules)]
+        missing = [i for i in UserSimulator.needed_intents(effects) if not wording.intents.get(i)]
+        if missing:
+            raise TestbedFailure(
+                f"user.simulator has no wording for intents {', '.join(missing)}",
+                stage="loading",
+                kind="manifest_unresolved",
+            )
+        if s.user.persona.patience not in policy.patience:
+            raise TestbedFailure(
+                f"user.policy has no patience level {s.user.persona.patience!r}",
+                stage="loading",
+                kind="manifest_unresolved",
+            )
+        order = s.user.private_facts.order_number
+        self.bound_order = order if order is not None and order in collections["orders"] else None
+
+
+def _binding_fact(key: str) -> str | None:
+    """The user's fact an entity-binding key names (`user.orderNumber`, `privateFacts.orderNumber`
+    or `orderNumber`), or None for any other form (such as `tool.order_no`)."""
+    for prefix in ("user.privateFacts.", "user.", "privateFacts."):
+        if key.startswith(prefix):
+            key = key[len(prefix) :]
+            break
+    return key if key and "." not in key else None

@@ -1,0 +1,82 @@
+"""What one refund-desk run holds from stage to stage: the scenario as its run folder shows it,
+the clocks, the record log and the lifecycle, and what LOADING and INITIALIZING add to them (the
+resolved assets, the tools, the fact model, the faults, the user and the agent)."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ....core.canonical import content_hash, sha256_text
+from ....core.redaction import redact_document
+from ...run_cost import SUT, USER_WORDING
+from ...testbed.clock import Clocks
+from ...testbed.lifecycle import Lifecycle
+from ...testbed.records import RecordLog
+from ...testbed.replay_records import ReplaySource, active_replay
+
+if TYPE_CHECKING:
+    from ...context import RunContext
+    from ...providers import Provider
+    from ...testbed.agents import AgentAdapter, Session
+    from ...testbed.assets import AgentAsset, ResolvedAsset, ToolSpec
+    from ...testbed.environment import FactModel, FaultController, ToolGateway
+    from ...testbed.participants import SurrogateParticipant
+    from ...testbed.user import UserSimulator
+
+AGENT, USER = 0, 1
+"""The run's two decision makers: the reference agent and the user's wording."""
+
+
+class RunState:
+    """One run's state, which the stages (loading, initializing, running, collecting) act on."""
+
+    # Set while LOADING.
+    user_mode: str
+    resolved: dict[str, ResolvedAsset]
+    agent_asset: AgentAsset
+    entry_function: Callable[..., Any] | None
+    tools: dict[str, ToolSpec]
+    participants: dict[str, SurrogateParticipant]
+    action_entry: str
+    bound_order: str | None
+    # Set while INITIALIZING; absent when the run failed before.
+    facts: FactModel
+    gateway: ToolGateway
+    faults: FaultController
+    user: UserSimulator
+    agent: AgentAdapter
+    session: Session
+
+    def __init__(self, ctx: RunContext) -> None:
+        scenario = ctx.scenario
+        assert scenario.environment is not None and scenario.user is not None
+        assert scenario.sut is not None and scenario.evaluation_ref is not None
+        self.ctx = ctx
+        self.scenario = scenario
+        # The scenario as its run folder shows it: ids and hashes derived from it must neither
+        # carry a credential of the endpoint's URL nor differ when a replay re-reads the folder.
+        self.doc = redact_document(scenario.to_doc())
+        self.replay: ReplaySource | None = active_replay()
+        self.clocks = Clocks(scenario.environment.clock)
+        trace_id = sha256_text("trace|" + content_hash(self.doc))[:32]
+        self.log = RecordLog(self.clocks, trace_id, emit=self._emit)
+        self.log.secrets = self.ctx.secrets
+        self.life = Lifecycle(self.log)
+        self.run_dir: Path | None = ctx.run_dir
+        self.workspace: Path | None = None
+        self._temp: tempfile.TemporaryDirectory[str] | None = None
+        self.validity_problems: list[str] = []
+        self.cleanup_error: str | None = None
+        self.qc_unchecked: list[str] = []
+        """Quality-control problems that leave the run's validity unchecked (termination)."""
+        self.user_provider: Provider | None = None
+        self.agent_calls = 0
+        # Cost by segment: the agent's provider decisions are the SUT's, the user's wording the
+        # simulation's (kernel/run_cost.py).
+        ctx.cost.assign({AGENT: SUT, USER: USER_WORDING})
+
+    def _emit(self, type_: str, actor: str, payload: dict[str, Any]) -> None:
+        self.ctx.emit(type_, actor, **payload)
