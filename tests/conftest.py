@@ -20,6 +20,28 @@ settings.register_profile("simreport", derandomize=True, database=None)
 settings.load_profile("simreport")
 
 
+LONG_FIRST = (
+    "tests/e2e/test_slurm.py",
+    "tests/workflow/test_invalidation.py",
+    "tests/ledger/test_ledger_recording.py",
+    "tests/e2e/",
+    "tests/service/test_service_worker.py",
+    "tests/ledger/",
+    "tests/service/",
+)
+"""Files whose tests take longest, started first: each process takes whole files in collection
+order, so a long file collected last would leave the other process idle at the end."""
+
+
+def _start_rank(item: pytest.Item) -> int:
+    path = item.path.relative_to(Path(__file__).resolve().parents[1]).as_posix()
+    return next((i for i, head in enumerate(LONG_FIRST) if path.startswith(head)), len(LONG_FIRST))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=_start_rank)  # stable: files and tests keep their order within a rank
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """`@pytest.mark.requires(present, what)`: a test that needs a real component (Chromium, the
     Nu checker, PostgreSQL, SLURM) skips on a developer machine without it, and fails under
