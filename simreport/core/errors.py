@@ -74,7 +74,21 @@ class InputError(SimreportError):
 
 
 class DocumentError(InputError):
-    """A file could not be read or parsed (missing, YAML/JSON syntax)."""
+    """A file could not be read or parsed (missing, YAML/JSON syntax). `kind` names the problem
+    where the reader knows it: file_missing, yaml_syntax, duplicate_key, control_character…"""
+
+    def __init__(self, message: str, *, kind: str | None = None, **where: Any) -> None:
+        super().__init__(message, **where)
+        self.kind = kind
+
+
+class DuplicateKey(DocumentError):
+    """A mapping names one key twice; `first_line` is where it first stood, when known."""
+
+    def __init__(self, message: str, *, key: str, first_line: int | None, **where: Any) -> None:
+        super().__init__(message, kind="duplicate_key", **where)
+        self.key = key
+        self.first_line = first_line
 
 
 class ValidationIssue:
