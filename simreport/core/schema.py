@@ -291,10 +291,12 @@ class Hypothesis(Model):
             if o == "unchanged" and m not in (self.margins or {})
         )
         if missing:
-            raise ValueError(
+            raise PydanticCustomError(
+                "margin_missing",
                 "an `unchanged` outcome needs its equivalence margin: give hypothesis.margins."
-                + f"{missing[0]} (the largest difference that still counts as no change, in the "
-                "metric's units)"
+                "{metric} (the largest difference that still counts as no change, in the "
+                "metric's units)",
+                {"metric": missing[0]},
             )
         return self
 

@@ -103,7 +103,7 @@ def test_template_lookup_by_id_or_code(key: str) -> None:
 def test_unknown_template_lists_the_known_ids() -> None:
     with pytest.raises(InputError) as info:
         axis_template("D9")
-    assert "unknown axis template 'D9'" in info.value.message
+    assert (info.value.path, info.value.file) == (None, None) and "'D9'" in info.value.message
     assert info.value.expected is not None
     assert "model_substrate (D1)" in info.value.expected
     assert "interaction_sequencing (R5)" in info.value.expected
@@ -186,7 +186,7 @@ def test_plan_template_entry_with_an_unknown_template_is_located() -> None:
     assert err.file == str(Path("plans/audit.yaml"))
     assert err.path == "axes.1.template"
     assert err.line == 5
-    assert "unknown axis template 'X1'" in err.message
+    assert "'X1'" in err.message
     assert err.expected is not None and "linguistic_framing (R3)" in err.expected
 
 
@@ -197,7 +197,7 @@ def test_plan_template_entry_may_not_override_the_dimension() -> None:
         expand_axis_templates(doc.data, document=doc)
     assert info.value.path == "axes.0.kind"
     assert info.value.line == 3
-    assert "fixed by the template" in info.value.message
+    assert "linguistic_framing" in info.value.message  # the template that fixes it
 
 
 def test_plan_template_entries_keep_their_display_labels() -> None:
