@@ -74,18 +74,36 @@ class InputError(SimreportError):
 
 
 class DocumentError(InputError):
-    """A file could not be read or parsed (missing, YAML/JSON syntax)."""
+    """A file could not be read or parsed (missing, YAML/JSON syntax). `kind` names the problem
+    where the reader knows it: file_missing, yaml_syntax, duplicate_key, control_character…"""
+
+    def __init__(self, message: str, *, kind: str | None = None, **where: Any) -> None:
+        super().__init__(message, **where)
+        self.kind = kind
+
+
+class DuplicateKey(DocumentError):
+    """A mapping names one key twice; `first_line` is where it first stood, when known."""
+
+    def __init__(self, message: str, *, key: str, first_line: int | None, **where: Any) -> None:
+        super().__init__(message, kind="duplicate_key", **where)
+        self.key = key
+        self.first_line = first_line
 
 
 class ValidationIssue:
-    """One problem found while validating a document."""
+    """One problem found while validating a document. `kind` names the problem for code that
+    tells problems apart (pydantic's error type, such as `extra_forbidden`), where known."""
 
-    __slots__ = ("expected", "message", "path")
+    __slots__ = ("expected", "kind", "message", "path")
 
-    def __init__(self, path: str, message: str, expected: str | None = None) -> None:
+    def __init__(
+        self, path: str, message: str, expected: str | None = None, kind: str | None = None
+    ) -> None:
         self.path = path
         self.message = message
         self.expected = expected
+        self.kind = kind
 
     def as_dict(self) -> dict[str, Any]:
         return {"path": self.path, "message": self.message, "expected": self.expected}
@@ -139,12 +157,27 @@ class PlanError(InputError):
     """An audit plan is inconsistent in a way the schema alone cannot say."""
 
 
+class TooManyRuns(PlanError):
+    """A plan asks for more runs (conditions × replications) than the limit allows."""
+
+    def __init__(
+        self, message: str, *, conditions: int, replications: int, limit: int, **where: Any
+    ) -> None:
+        super().__init__(message, **where)
+        self.conditions = conditions
+        self.replications = replications
+        self.runs = conditions * replications
+        self.limit = limit
+
+
 class EnvironmentProblem(SimreportError):
     """The machine refused a file operation: the disk is full, the folder is read-only or not
     ours, a file stands where a folder should be. Not a bug and not bad input: the message names
     the path and what to do about it."""
 
     exit_code = EXIT_INPUT
+    errno: int | None = None
+    """The OSError's error number, when the problem came from one."""
 
     @classmethod
     def from_os_error(
@@ -160,7 +193,9 @@ class EnvironmentProblem(SimreportError):
         file = exc.filename if exc.filename not in (None, "") else None
         if file is None and near is not None and str(near) != "":
             what += f" while writing under {near}"
-        return cls(f"{what}: {todo}", file=file)
+        problem = cls(f"{what}: {todo}", file=file)
+        problem.errno = exc.errno
+        return problem
 
 
 def _errnos(*names: str) -> tuple[int, ...]:

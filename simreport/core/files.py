@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from .canonical import pretty_json
-from .errors import DocumentError, InputError, join_path
+from .errors import DocumentError, DuplicateKey, InputError, join_path
 
 ALIAS_EXPANSION_LIMIT = 100_000
 """How many nodes YAML aliases may add to a document beyond those written out, each use of an
@@ -78,13 +78,19 @@ def load_document(path: str | Path, *, allow_control_characters: bool = False) -
     try:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise DocumentError("file not found", file=p, expected="an existing file") from None
+        raise DocumentError(
+            "file not found", kind="file_missing", file=p, expected="an existing file"
+        ) from None
     except IsADirectoryError:
-        raise DocumentError("is a directory", file=p, expected="a YAML or JSON file") from None
+        raise DocumentError(
+            "is a directory", kind="directory", file=p, expected="a YAML or JSON file"
+        ) from None
     except UnicodeDecodeError:
-        raise DocumentError("not UTF-8 text", file=p, expected="a YAML or JSON file") from None
+        raise DocumentError(
+            "not UTF-8 text", kind="not_utf8", file=p, expected="a YAML or JSON file"
+        ) from None
     except OSError as exc:
-        raise DocumentError(f"cannot read: {exc.strerror}", file=p) from None
+        raise DocumentError(f"cannot read: {exc.strerror}", kind="unreadable", file=p) from None
     return parse_document(text, p, allow_control_characters=allow_control_characters)
 
 
@@ -102,7 +108,10 @@ def parse_document(text: str, path: Path, *, allow_control_characters: bool = Fa
         return _parse_yaml(text, path, allow_control_characters)
     except RecursionError:
         raise DocumentError(
-            "nested too deeply", file=path, expected="at most a few hundred levels of nesting"
+            "nested too deeply",
+            kind="too_deep",
+            file=path,
+            expected="at most a few hundred levels of nesting",
         ) from None
 
 
@@ -111,6 +120,7 @@ def _refuse_controls(text: str, file: Path, dotted: str, line: int | None = None
     if found is not None:
         raise DocumentError(
             f"control character U+{ord(found.group()):04X} in a string",
+            kind="control_character",
             file=file,
             path=visible_control_characters(dotted) or None,
             line=line,
@@ -137,6 +147,7 @@ def _parse_json(text: str, path: Path, allow_controls: bool) -> Document:
     except json.JSONDecodeError as exc:
         raise DocumentError(
             f"JSON syntax error: {exc.msg} at column {exc.colno}",
+            kind="json_syntax",
             file=path,
             line=exc.lineno,
             expected="valid JSON",
@@ -146,8 +157,10 @@ def _parse_json(text: str, path: Path, allow_controls: bool) -> Document:
         for dotted, value in json_values(data):
             if isinstance(value, dict) and id(value) in twice:
                 # json has no positions to give; the path finds the object all the same.
-                raise DocumentError(
+                raise DuplicateKey(
                     f"duplicate key {twice[id(value)]!r}",
+                    key=twice[id(value)],
+                    first_line=None,
                     file=path,
                     path=join_path(dotted, twice[id(value)]) or None,
                     expected="each key once in an object",
@@ -198,6 +211,7 @@ class _BoundedLoader(yaml.SafeLoader):
             if target is not None and target not in self.sizes:
                 raise DocumentError(
                     f"alias *{event.anchor} is used inside the node it names",
+                    kind="alias_loop",
                     file=self.path,
                     line=event.start_mark.line + 1,
                     expected="aliases to nodes that do not contain them",
@@ -213,6 +227,7 @@ class _BoundedLoader(yaml.SafeLoader):
         if size > len(self.sizes) + ALIAS_EXPANSION_LIMIT:
             raise DocumentError(
                 f"aliases here expand to {size:,} nodes",
+                kind="alias_expansion",
                 file=self.path,
                 line=node.start_mark.line + 1,
                 expected=f"aliases adding at most {ALIAS_EXPANSION_LIMIT:,} nodes to the document",
@@ -243,10 +258,16 @@ def _parse_yaml(text: str, path: Path, allow_controls: bool) -> Document:
         line = mark.line + 1 if mark is not None else None
         problem = exc.problem or exc.context or "syntax error"
         raise DocumentError(
-            f"YAML syntax error: {problem}", file=path, line=line, expected="valid YAML"
+            f"YAML syntax error: {problem}",
+            kind="yaml_syntax",
+            file=path,
+            line=line,
+            expected="valid YAML",
         ) from None
     except yaml.YAMLError as exc:
-        raise DocumentError(f"YAML error: {exc}", file=path, expected="valid YAML") from None
+        raise DocumentError(
+            f"YAML error: {exc}", kind="yaml_syntax", file=path, expected="valid YAML"
+        ) from None
     finally:
         loader.dispose()
     return Document(path, data, lines)
@@ -301,6 +322,7 @@ class _NodeWalk:
             if not isinstance(key_node, yaml.ScalarNode):
                 raise DocumentError(
                     "a mapping key is itself a list or mapping",
+                    kind="complex_key",
                     file=self.path,
                     path=prefix or None,
                     line=line,
@@ -314,8 +336,10 @@ class _NodeWalk:
             # Compare keys as loaded, so `1` and `'1'` differ while `yes` and `true` do not.
             key = self.loader.construct_object(key_node)
             if key in first_line:
-                raise DocumentError(
+                raise DuplicateKey(
                     f"duplicate key {key_node.value!r}, first at line {first_line[key]}",
+                    key=key_node.value,
+                    first_line=first_line[key],
                     file=self.path,
                     path=child or None,
                     line=line,

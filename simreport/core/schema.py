@@ -12,6 +12,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
+from pydantic_core import PydanticCustomError
 
 from .canonical import canonical_json, parse_number
 
@@ -82,8 +83,10 @@ class CategoricalField(Model):
     def _weights_match(self) -> CategoricalField:
         if self.weights is not None:
             if len(self.weights) != len(self.values):
-                raise ValueError(
-                    f"weights has {len(self.weights)} entries but values has {len(self.values)}"
+                raise PydanticCustomError(
+                    "weights_length",
+                    "weights has {weights} entries but values has {values}",
+                    {"weights": len(self.weights), "values": len(self.values)},
                 )
             if any(w < 0 or not math.isfinite(w) for w in self.weights) or sum(self.weights) <= 0:
                 raise ValueError("weights must be finite, non-negative and not all zero")
@@ -288,10 +291,12 @@ class Hypothesis(Model):
             if o == "unchanged" and m not in (self.margins or {})
         )
         if missing:
-            raise ValueError(
+            raise PydanticCustomError(
+                "margin_missing",
                 "an `unchanged` outcome needs its equivalence margin: give hypothesis.margins."
-                + f"{missing[0]} (the largest difference that still counts as no change, in the "
-                "metric's units)"
+                "{metric} (the largest difference that still counts as no change, in the "
+                "metric's units)",
+                {"metric": missing[0]},
             )
         return self
 
@@ -347,7 +352,9 @@ class SimulatorConfig(Model):
     @model_validator(mode="after")
     def _command_or_name(self) -> SimulatorConfig:
         if (self.command is None) == (self.name is None):
-            raise ValueError("give exactly one of `command` and `name`")
+            raise PydanticCustomError(
+                "simulator_choice", "give exactly one of `command` and `name`"
+            )
         return self
 
 
@@ -423,7 +430,9 @@ class Scenario(Model):
     @model_validator(mode="after")
     def _one_engine(self) -> Scenario:
         if (self.world is None) == (self.simulator is None):
-            raise ValueError("give exactly one of `world` and `simulator`")
+            raise PydanticCustomError(
+                "engine_choice", "give exactly one of `world` and `simulator`"
+            )
         return self
 
     @classmethod
@@ -593,18 +602,25 @@ class AuditPlan(Model):
             return value
         repeated = sorted({m for m in value if value.count(m) > 1})
         if repeated:
-            raise ValueError(f"metrics must not repeat; repeated: {', '.join(repeated)}")
+            raise PydanticCustomError(
+                "repeated",
+                "metrics must not repeat; repeated: {repeated}",
+                {"repeated": ", ".join(repeated)},
+            )
         return value
 
     @model_validator(mode="after")
     def _one_base(self) -> AuditPlan:
         if self.base_scenario is None and self.base is None:
-            raise ValueError(
+            raise PydanticCustomError(
+                "base_missing",
                 "a plan needs its base scenario: give exactly one of `baseScenario` and `base` "
-                "(a scenario file relative to the plan, or the scenario inline)"
+                "(a scenario file relative to the plan, or the scenario inline)",
             )
         if self.base_scenario is not None and self.base is not None:
-            raise ValueError("give exactly one of `baseScenario` and `base`")
+            raise PydanticCustomError(
+                "base_choice", "give exactly one of `baseScenario` and `base`"
+            )
         ids = [a.id for a in self.axes]
         dupes = sorted({i for i in ids if ids.count(i) > 1})
         if dupes:

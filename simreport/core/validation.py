@@ -75,7 +75,7 @@ def issues_from(
             message = message[len("Value error, ") :]
         if kind == "literal_error":
             expected = item.get("ctx", {}).get("expected")
-        issues.append(ValidationIssue(join_path(*loc), message, expected))
+        issues.append(ValidationIssue(join_path(*loc), message, expected, kind))
     return issues
 
 

@@ -496,7 +496,7 @@ def _check_level_kinds(
         raise InvalidOverride(
             f"level {level_text(axes[i].levels[j])} of axis {axes[i].id!r} is not a {kept}, "
             f"which {axes[i].target} takes (a {given} is not converted)",
-            [ValidationIssue(axes[i].target, f"expected a {kept}", f"a {kept}")],
+            [ValidationIssue(axes[i].target, f"expected a {kept}", f"a {kept}", "level_kind")],
             file=file,
             path=path,
             line=line,

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..core.canonical import content_hash
-from ..core.errors import InputError, PlanError, SchemaError, join_path
+from ..core.errors import InputError, PlanError, SchemaError, TooManyRuns, join_path
 from ..core.files import Document, load_document
 from ..core.redaction import redact_document
 from ..core.schema import AuditPlan, Hypothesis, PlanHypothesis, Scenario
@@ -308,9 +308,12 @@ def check_run_count(
     if runs <= limit:
         return runs
     path = "axes" if conditions > limit or plan.replications == 1 else "replications"
-    raise PlanError(
+    raise TooManyRuns(
         f"{conditions} conditions × {plan.replications} replications = {runs} runs, more than "
         f"the limit of {limit}",
+        conditions=conditions,
+        replications=plan.replications,
+        limit=limit,
         file=plan_file,
         path=path,
         line=document.line_of(path),

@@ -71,25 +71,34 @@ def validate_scenario(
     """
     where = file or (document.path if document is not None else None)
 
-    def fail(path: str, message: str, expected: str | None = None) -> SchemaError:
+    def fail(
+        path: str, message: str, expected: str | None = None, *, kind: str | None
+    ) -> SchemaError:
         full = join_path(prefix, path) if prefix else path
         line = document.line_of(full) if document is not None else None
         return SchemaError(
-            [ValidationIssue(path, message, expected)], file=where, line=line, prefix=prefix
+            [ValidationIssue(path, message, expected, kind)], file=where, line=line, prefix=prefix
         )
 
     if not isinstance(data, Mapping):
-        raise fail("", "a scenario must be a mapping", "a mapping of scenario keys")
+        raise fail(
+            "", "a scenario must be a mapping", "a mapping of scenario keys", kind="dict_type"
+        )
     scenario = validate_model(Scenario, dict(data), file=where, document=document, prefix=prefix)
 
     if scenario.world is not None:
         if scenario.world not in WORLDS:
-            raise fail("world", f"unknown world {scenario.world!r}", "one of " + ", ".join(WORLDS))
+            raise fail(
+                "world",
+                f"unknown world {scenario.world!r}",
+                "one of " + ", ".join(WORLDS),
+                kind="unknown_world",
+            )
         world_cls = WORLDS.get(scenario.world)
         params = _validate_part(world_cls.Params, scenario.params, "params", fail)
         scenario.params = params.model_dump(mode="json", by_alias=True)
         for path, message in world_cls.check(scenario, params):
-            raise fail(path, message)
+            raise fail(path, message, kind="world_check")
     elif scenario.params:
         # External simulators receive params as given.
         pass
@@ -99,6 +108,7 @@ def validate_scenario(
             "policy.name",
             f"unknown activation policy {scenario.policy.name!r}",
             "one of " + ", ".join(POLICIES),
+            kind="unknown_policy",
         )
     policy_cls = POLICIES.get(scenario.policy.name)
     options = _validate_part(policy_cls.Options, scenario.policy.options, "policy.options", fail)
@@ -110,11 +120,12 @@ def validate_scenario(
                 f"executors.{e}.rule",
                 f"unknown rule {executor.rule!r}",
                 "one of " + ", ".join(RULES),
+                kind="unknown_rule",
             )
     try:
         assign_executors(scenario)
     except RunError as exc:
-        raise fail("executors", exc.message) from None
+        raise fail("executors", exc.message, kind="executor_assignment") from None
 
     uses_llm = any(e.kind == "llm" for e in scenario.executors)
     if check_provider and uses_llm and scenario.llm.provider not in PROVIDERS:
@@ -122,6 +133,7 @@ def validate_scenario(
             "llm.provider",
             f"unknown provider {scenario.llm.provider!r}",
             "one of " + ", ".join(PROVIDERS),
+            kind="unknown_provider",
         )
     return scenario
 
@@ -133,7 +145,9 @@ def _validate_part(model: Any, data: Any, path: str, fail: Any) -> Any:
         return model.model_validate(data)
     except ValidationError as exc:
         issue = issues_from(exc)[0]
-        raise fail(join_path(path, issue.path), issue.message, issue.expected) from None
+        raise fail(
+            join_path(path, issue.path), issue.message, issue.expected, kind=issue.kind
+        ) from None
 
 
 def load_scenario(path: str | Path) -> LoadedScenario:

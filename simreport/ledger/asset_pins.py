@@ -130,6 +130,8 @@ def pin_asset_versions(
                 "new version",
                 file=run_dir / "manifest.json",
                 path=f"resolved.{e.slot}",
+                recorded=recorded,
+                found=e.sha,
             )
 
 

@@ -13,7 +13,15 @@ class LedgerUnavailable(InputError):
 
 class LedgerOutdated(InputError):
     """The ledger's schema is older than this simreport's (run `simreport ledger upgrade`) or
-    newer (written by a newer simreport)."""
+    newer (written by a newer simreport). Carries the ledger's `revision` (None when it holds
+    no ledger tables) and whether it is `newer` than this simreport knows."""
+
+    def __init__(
+        self, message: str, *, revision: str | None, newer: bool = False, **where: Any
+    ) -> None:
+        super().__init__(message, **where)
+        self.revision = revision
+        self.newer = newer
 
 
 class RunConflict(InputError):

@@ -82,7 +82,9 @@ def _known(revision: str | None, url: str) -> None:
     except CommandError:
         raise LedgerOutdated(
             f"the ledger at {url} is at schema revision {revision}, which this simreport does "
-            "not know: it was written by a newer simreport; upgrade simreport to use it"
+            "not know: it was written by a newer simreport; upgrade simreport to use it",
+            revision=revision,
+            newer=True,
         ) from None
 
 
@@ -151,10 +153,12 @@ def check_for_reading(engine: Engine) -> None:
     if current is None:
         raise LedgerOutdated(
             f"the ledger at {url} holds no ledger tables yet",
+            revision=None,
             expected="a ledger written by `simreport ledger ingest` (or `simreport ledger "
             "upgrade` to create an empty one)",
         )
     raise LedgerOutdated(
         f"the ledger at {url} is at schema revision {current}; this simreport reads {head}: "
-        f"run `simreport ledger upgrade --ledger {url}` first"
+        f"run `simreport ledger upgrade --ledger {url}` first",
+        revision=current,
     )

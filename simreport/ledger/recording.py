@@ -12,7 +12,7 @@ import contextlib
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TypeVar
@@ -37,9 +37,13 @@ EXIT_LEDGER: Final = 4
 
 class LedgerIncomplete(SimreportError):
     """Raised at the end of a command or job whose files are complete but whose runs or build
-    the ledger did not record; the message lists them."""
+    the ledger did not record; `problems` says, one line each, what was not recorded and why."""
 
     exit_code = EXIT_LEDGER
+
+    def __init__(self, message: str, *, problems: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.problems = list(problems)
 
 
 GATHER_RUNS: Final = 32
@@ -361,7 +365,7 @@ class LedgerRecorder:
     def raise_if_incomplete(self) -> None:
         """End a command or job non-zero when something handed over is not in the ledger."""
         if self.problems:
-            raise LedgerIncomplete(self.summary())
+            raise LedgerIncomplete(self.summary(), problems=self.problems)
 
     def summary(self) -> str:
         return (

@@ -12,6 +12,17 @@ from pathlib import Path
 import pytest
 
 from simreport.cli import main
+from simreport.core.errors import (
+    EXIT_INTERNAL,
+    DocumentError,
+    InvalidOverride,
+    PlanError,
+    SchemaError,
+    SimreportError,
+    UnknownOverride,
+    ValidationIssue,
+)
+from tests.support.refusals import refused
 from tests.support.studies import PLAN, SCENARIO, Study
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,51 +34,55 @@ def study(tiny_study: Study) -> Path:
     return tiny_study.folder
 
 
-def _fail(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
-    code = main(argv)
-    err = capsys.readouterr().err.strip()
-    assert code == 2, err
-    assert len(err.splitlines()) == 1, err
-    return err
+def _fail(capsys: pytest.CaptureFixture[str], argv: list[str]) -> SimreportError:
+    refusal = refused(capsys, argv)
+    assert refusal.code == 2, refusal.line
+    return refusal.error
 
 
-def _bad_plan(study: Path, text: str, capsys: pytest.CaptureFixture[str]) -> str:
+def _bad_plan(study: Path, text: str, capsys: pytest.CaptureFixture[str]) -> SimreportError:
     plan = study / "bad.yaml"
     plan.write_text(text)
     out = study / "out"
-    err = _fail(capsys, ["audit", str(plan), "--out", str(out)])
-    assert str(plan) in err
+    error = _fail(capsys, ["audit", str(plan), "--out", str(out)])
+    assert error.file == str(plan)
     assert not out.exists(), "no run directory may be created for bad input"
-    return err
+    return error
+
+
+def _issue(error: SimreportError) -> ValidationIssue:
+    """The first schema issue of a SchemaError."""
+    assert isinstance(error, SchemaError), error
+    return error.issues[0]
 
 
 def test_unknown_key_in_plan(study: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    err = _bad_plan(study, PLAN + "replicates: 3\n", capsys)
-    assert "replicates" in err and "unknown key" in err
-    assert "bad.yaml:7" in err
+    error = _bad_plan(study, PLAN + "replicates: 3\n", capsys)
+    assert (error.path, error.line) == ("replicates", 7)
+    assert _issue(error).kind == "extra_forbidden"
 
 
 def test_wrong_type(study: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    err = _bad_plan(study, PLAN.replace("replications: 2", "replications: many"), capsys)
-    assert "replications" in err and "integer" in err
+    error = _bad_plan(study, PLAN.replace("replications: 2", "replications: many"), capsys)
+    assert error.path == "replications" and _issue(error).kind == "int_type"
 
 
 def test_both_and_neither_base(study: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    err = _bad_plan(study, PLAN + "base: {world: prisoners_dilemma}\n", capsys)
-    assert "exactly one of `baseScenario` and `base`" in err
-    err = _bad_plan(study, PLAN.replace("baseScenario: scenario.yaml\n", ""), capsys)
-    assert "exactly one of `baseScenario` and `base`" in err
+    error = _bad_plan(study, PLAN + "base: {world: prisoners_dilemma}\n", capsys)
+    assert error.path is None and _issue(error).kind == "base_choice"
+    error = _bad_plan(study, PLAN.replace("baseScenario: scenario.yaml\n", ""), capsys)
+    assert error.path is None and _issue(error).kind == "base_missing"
 
 
 def test_missing_base_file(study: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    err = _bad_plan(study, PLAN.replace("scenario.yaml", "nowhere.yaml"), capsys)
-    assert "baseScenario" in err and "nowhere.yaml" in err
+    error = _bad_plan(study, PLAN.replace("scenario.yaml", "nowhere.yaml"), capsys)
+    assert error.path == "baseScenario" and "nowhere.yaml" in error.message
 
 
 def test_yaml_syntax_error(study: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    err = _bad_plan(study, PLAN + "axes: [unclosed\n", capsys)
-    assert "YAML syntax error" in err
-    assert "bad.yaml:" in err
+    error = _bad_plan(study, PLAN + "axes: [unclosed\n", capsys)
+    assert type(error) is DocumentError and error.expected == "valid YAML"
+    assert error.line is not None
 
 
 def test_target_that_does_not_exist(study: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -76,31 +91,34 @@ def test_target_that_does_not_exist(study: Path, capsys: pytest.CaptureFixture[s
         + "  - {id: x, level: micro, kind: design, dimension: d,\n"
         + "     target: params.nope, levels: [1]}\n"
     )
-    err = _bad_plan(study, text, capsys)
-    assert "axes.1.target" in err and "params.nope" in err
+    error = _bad_plan(study, text, capsys)
+    assert type(error) is UnknownOverride and (error.path, error.line) == ("axes.1.target", 8)
+    assert "params.nope" in error.message
 
 
 def test_level_the_schema_rejects(study: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    err = _bad_plan(study, PLAN.replace("[moralised, risk]", "[moralised, sarcastic]"), capsys)
-    assert "axes.0.levels.1" in err and "sarcastic" in err
+    error = _bad_plan(study, PLAN.replace("[moralised, risk]", "[moralised, sarcastic]"), capsys)
+    assert type(error) is InvalidOverride and error.path == "axes.0.levels.1"
+    assert "sarcastic" in error.message
 
 
 def test_axis_with_no_levels(study: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    err = _bad_plan(study, PLAN.replace("[moralised, risk]", "[]"), capsys)
-    assert "axes.0.levels" in err
+    error = _bad_plan(study, PLAN.replace("[moralised, risk]", "[]"), capsys)
+    assert error.path == "axes.0.levels" and _issue(error).kind == "too_short"
 
 
 @pytest.mark.parametrize("value", ["0", "-3"])
 def test_replications_not_positive(
     study: Path, capsys: pytest.CaptureFixture[str], value: str
 ) -> None:
-    err = _bad_plan(study, PLAN.replace("replications: 2", f"replications: {value}"), capsys)
-    assert "replications" in err
+    error = _bad_plan(study, PLAN.replace("replications: 2", f"replications: {value}"), capsys)
+    assert error.path == "replications" and _issue(error).kind == "greater_than"
 
 
 def test_metric_the_world_does_not_report(study: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    err = _bad_plan(study, PLAN.replace("[cooperationRate]", "[happiness]"), capsys)
-    assert "metrics.0" in err and "happiness" in err and "cooperationRate" in err
+    error = _bad_plan(study, PLAN.replace("[cooperationRate]", "[happiness]"), capsys)
+    assert type(error) is PlanError and error.path == "metrics.0" and "happiness" in error.message
+    assert error.expected is not None and "cooperationRate" in error.expected
 
 
 @pytest.mark.parametrize(
@@ -122,29 +140,29 @@ def test_unknown_world_provider_policy(
     else:
         scenario.write_text(SCENARIO + f"policy: {{name: {word}}}\n")
     out = study / "out"
-    err = _fail(capsys, ["audit", str(study / "audit.yaml"), "--out", str(out)])
-    assert "scenario.yaml" in err and path in err and word in err
+    error = _fail(capsys, ["audit", str(study / "audit.yaml"), "--out", str(out)])
+    assert (error.file, error.path) == (str(scenario), path) and word in error.message
     assert not out.exists()
-    err = _fail(capsys, ["validate", str(scenario)])
-    assert path in err
+    error = _fail(capsys, ["validate", str(scenario)])
+    assert (error.file, error.path) == (str(scenario), path)
 
 
 def test_replications_override_must_be_positive(
     study: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = study / "out"
-    err = _fail(
+    error = _fail(
         capsys, ["audit", str(study / "audit.yaml"), "--out", str(out), "--replications", "0"]
     )
-    assert "replications" in err
+    assert error.path == "replications"
     assert not out.exists()
 
 
 def test_run_bad_scenario_names_line(study: Path, capsys: pytest.CaptureFixture[str]) -> None:
     scenario = study / "s.yaml"
     scenario.write_text(SCENARIO.replace("  n: 4", "  n: four"))
-    err = _fail(capsys, ["run", str(scenario), "--out", str(study / "run")])
-    assert "s.yaml:5" in err and "population.n" in err
+    error = _fail(capsys, ["run", str(scenario), "--out", str(study / "run")])
+    assert (error.file, error.line, error.path) == (str(scenario), 5, "population.n")
     assert not (study / "run").exists()
 
 
@@ -195,8 +213,8 @@ def test_a_broken_pipe_elsewhere_is_still_an_error(
         raise BrokenPipeError(32, "Broken pipe")
 
     monkeypatch.setattr(plan, "plan_json_schema", broken)
-    assert main(["schema", "plan"]) == 1
-    assert "internal error: BrokenPipeError" in capsys.readouterr().err
+    assert main(["schema", "plan"]) == EXIT_INTERNAL
+    assert "BrokenPipeError" in capsys.readouterr().err
 
 
 def test_run_and_conditions(study: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -208,9 +226,11 @@ def test_run_and_conditions(study: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert json.loads((study / "run" / "scenario.json").read_text())["seed"] == 9
     capsys.readouterr()
     assert main(["conditions", str(study / "audit.yaml")]) == 0
-    out = capsys.readouterr().out
-    assert "linguistic_framing=moralised" in out
-    assert "3 conditions × 2 replications = 6 runs" in out
+    ids = [line.split()[0] for line in capsys.readouterr().out.splitlines()[:-1]]
+    assert ids == ["base", "linguistic_framing=moralised", "linguistic_framing=risk"]
+    assert main(["conditions", str(study / "audit.yaml"), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [row["id"] for row in rows] == ids and {row["replications"] for row in rows} == {2}
 
 
 def _strip_timing(path: Path) -> bytes:
@@ -283,10 +303,10 @@ def test_model_and_base_url_overrides(study: Path, capsys: pytest.CaptureFixture
     assert "tiny-x" in (out / "report.html").read_text()
     capsys.readouterr()
     (study / "models.yaml").write_text(PLAN + "models: [offline-small, offline-large]\n")
-    err = _fail(
+    error = _fail(
         capsys, ["audit", str(study / "models.yaml"), "--out", str(study / "m"), "--model", "x"]
     )
-    assert "cannot replace a plan that lists `models`" in err
+    assert (error.file, error.path) == (str(study / "models.yaml"), "models")
     assert not (study / "m").exists()
 
 
@@ -296,8 +316,9 @@ def test_model_override_refused_when_an_axis_varies_the_model(
     (study / "d1.yaml").write_text(
         "baseScenario: scenario.yaml\naxes:\n  - {template: model_substrate, levels: [m-x, m-y]}\n"
     )
-    err = _fail(
+    error = _fail(
         capsys, ["audit", str(study / "d1.yaml"), "--out", str(study / "o"), "--model", "m-z"]
     )
-    assert "would cancel axis 'model_substrate'" in err and "axes.0.target" in err
+    assert (error.file, error.path) == (str(study / "d1.yaml"), "axes.0.target")
+    assert error.expected is not None and "llm.model" in error.expected
     assert not (study / "o").exists()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import re
 import threading
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,11 @@ SECRET = "sk-doctor-5a4b3c2d1e"
 
 def _status(rows: list[DoctorRow]) -> dict[str, str]:
     return {r.check: r.status for r in rows}
+
+
+def _numbers(detail: str) -> list[str]:
+    """The numbers a detail states, in order."""
+    return re.findall(r"\d+(?:\.\d+)?", detail)
 
 
 def _cli(argv: list[str]) -> int:
@@ -69,7 +75,7 @@ def test_a_capable_endpoint_passes_every_check() -> None:
     }
     assert f"${KEY_ENV}" in format_table(rows) and SECRET not in format_table(rows)
     concurrency = next(r for r in rows if r.check == "concurrency")
-    assert "4 parallel requests" in concurrency.detail
+    assert _numbers(concurrency.detail)[0] == "4"  # the requests fired together
 
 
 def test_missing_features_are_warnings() -> None:
@@ -78,7 +84,8 @@ def test_missing_features_are_warnings() -> None:
     status = _status(rows)
     assert status["structured output"] == "warn" and status["seed"] == "warn"
     assert status["usage reporting"] == "warn" and status["reachable"] == "ok"
-    assert "parsed from text" in next(r.detail for r in rows if r.check == "structured output")
+    # Refused by the server (not accepted and ignored): its answer is named.
+    assert "HTTP 400" in next(r.detail for r in rows if r.check == "structured output")
 
 
 def test_an_ignored_seed_and_an_ignored_format_are_noticed() -> None:
@@ -114,7 +121,8 @@ def test_the_concurrency_check_fires_its_requests_together() -> None:
         rows = doctor_rows(server.url, "test", parallel=4, clock=ThreadClock(0.25))
     row = next(r for r in rows if r.check == "concurrency")
     # Every request answered; the batch of 4 is timed on the caller's own clock reads.
-    assert row.status == "ok" and row.detail.startswith("4 parallel requests in 0.25 s")
+    # 4 requests in 0.25 s, the time of one alone.
+    assert row.status == "ok" and _numbers(row.detail)[:2] == ["4", "0.25"]
 
 
 def test_an_unreachable_endpoint_fails_without_a_traceback() -> None:
@@ -142,8 +150,9 @@ def test_a_refused_key_fails_and_the_key_is_not_echoed() -> None:
 def test_a_missing_key_and_a_bad_url() -> None:
     rows = doctor_rows("http://127.0.0.1:9/v1", "test", KEY_ENV, env={})
     assert _status(rows)["api key"] == "fail" and _status(rows)["reachable"] == "skip"
-    with pytest.raises(InputError, match=r"llm\.baseUrl"):
+    with pytest.raises(InputError) as caught:
         doctor_rows("localhost:8000", "test")
+    assert caught.value.path == "llm.baseUrl"
 
 
 def test_format_table_aligns_columns() -> None:
@@ -154,10 +163,12 @@ def test_format_table_aligns_columns() -> None:
 
 
 def test_the_doctor_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(InputError, match="--llm"):
+    with pytest.raises(InputError) as caught:
         _cli(["doctor"])
-    with pytest.raises(InputError, match=r"llm\.baseUrl"):
+    assert caught.value.expected == "--llm"
+    with pytest.raises(InputError) as caught:
         _cli(["doctor", "--llm", "--model", "m"])
+    assert caught.value.path == "llm.baseUrl"
     with FakeLLM() as server:
         assert _cli(["doctor", "--llm", "--base-url", server.url, "--model", "test"]) == 0
         assert "structured output" in capsys.readouterr().out

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TextIO
@@ -17,7 +17,9 @@ from mcp.types import CallToolResult, TextContent
 
 import simreport
 from simreport.cli.mcp import cmd_mcp, register_cli
-from simreport.mcp_server import build_server
+from simreport.core.errors import DocumentError, SimreportError
+from simreport.harness import load_plan
+from simreport.mcp_server import build_server, load_audit, resolve_audit, run_files, select_audit
 
 REPO = Path(__file__).resolve().parents[2]
 PD_PLAN = REPO / "examples" / "prisoners_dilemma" / "audit.yaml"
@@ -147,19 +149,35 @@ def test_get_audit_sections_and_metric(server: Server, results: Path) -> None:
     assert len(runs["audit"]["runs"]) == 30
 
 
+def _raised(call: Callable[[], object]) -> SimreportError:
+    with pytest.raises(SimreportError) as caught:
+        call()
+    return caught.value
+
+
 def test_get_audit_errors(server: Server, results: Path) -> None:
     # The tool error's text is the error's one-line message, nothing around it.
-    message = server.error("get_audit", plan_id="no_such_plan")
-    assert message.startswith(f"no audit of plan 'no_such_plan' under {results.resolve()}")
-    assert "known: prisoners_dilemma" in message
+    root = results.resolve()
+    error = _raised(lambda: resolve_audit(root, "no_such_plan"))
+    assert server.error("get_audit", plan_id="no_such_plan") == error.one_line()
+    assert error.file is None and "'no_such_plan'" in error.message and str(root) in error.message
+    assert error.expected is not None and "prisoners_dilemma" in error.expected
 
-    audit_file = (results / "prisoners_dilemma" / "audit.json").resolve()
-    message = server.error("get_audit", plan_id="prisoners_dilemma", sections=["bogus"])
-    assert message.startswith(f"{audit_file}: unknown section 'bogus' (expected one of ")
+    audit_file = root / "prisoners_dilemma" / "audit.json"
+    doc = load_audit(resolve_audit(root, "prisoners_dilemma"))
+    error = _raised(lambda: select_audit(doc, ["bogus"], None, file=audit_file))
+    assert server.error("get_audit", plan_id="prisoners_dilemma", sections=["bogus"]) == (
+        error.one_line()
+    )
+    assert (error.file, error.path) == (str(audit_file), None) and "'bogus'" in error.message
+    assert error.expected is not None and "summary" in error.expected
 
-    message = server.error("get_audit", plan_id="prisoners_dilemma", metric="bogus")
-    assert message.startswith(f"{audit_file}: metrics: unknown metric 'bogus'")
-    assert "cooperationRate" in message
+    error = _raised(lambda: select_audit(doc, None, "bogus", file=audit_file))
+    assert server.error("get_audit", plan_id="prisoners_dilemma", metric="bogus") == (
+        error.one_line()
+    )
+    assert (error.file, error.path) == (str(audit_file), "metrics") and "'bogus'" in error.message
+    assert error.expected is not None and "cooperationRate" in error.expected
 
 
 def test_get_run(server: Server, results: Path) -> None:
@@ -175,13 +193,21 @@ def test_get_run(server: Server, results: Path) -> None:
     assert Path(data["path"]) == run_dir.resolve()
 
 
-def test_get_run_errors(server: Server) -> None:
+def test_get_run_errors(server: Server, results: Path) -> None:
+    audit = resolve_audit(results.resolve(), "prisoners_dilemma")
+    conditions_file = str(audit.path / "conditions.json")
+    error = _raised(lambda: run_files(audit, "nope", 0))
     message = server.error("get_run", plan_id="prisoners_dilemma", condition="nope", replication=0)
-    assert "conditions.json" in message and "no condition 'nope'" in message
+    assert message == error.one_line()
+    assert error.file == conditions_file and "'nope'" in error.message
+    assert error.expected is not None and "linguistic_framing=risk" in error.expected
+    error = _raised(lambda: run_files(audit, "base", 2))
     message = server.error("get_run", plan_id="prisoners_dilemma", condition="base", replication=2)
-    assert "no replication 2" in message
+    assert message == error.one_line()
+    assert error.file == conditions_file and error.expected == "0 … 1"  # two replications
+    error = _raised(lambda: resolve_audit(results.resolve(), "no_such_plan"))
     message = server.error("get_run", plan_id="no_such_plan", condition="base", replication=0)
-    assert "no audit of plan 'no_such_plan'" in message
+    assert message == error.one_line()
 
 
 def test_validate(server: Server, tmp_path: Path) -> None:
@@ -204,7 +230,8 @@ def test_validate(server: Server, tmp_path: Path) -> None:
     assert bad["issues"][0]["path"] == "steps"
 
     missing = server.ok("validate", path=str(tmp_path / "missing.yaml"))
-    assert missing["ok"] is False and "file not found" in missing["error"]
+    assert missing["ok"] is False and missing["file"] == str(tmp_path / "missing.yaml")
+    assert (missing["line"], missing["path"]) == (None, None) and "issues" not in missing
 
 
 def test_run_audit_then_list_it(server: Server, results: Path) -> None:
@@ -231,9 +258,11 @@ def test_run_audit_then_list_it(server: Server, results: Path) -> None:
     assert summary["audit"]["summary"]["runs"] == 26
 
 
-def test_run_audit_errors(server: Server) -> None:
-    message = server.error("run_audit", plan="examples/no_such/audit.yaml")
-    assert message == "examples/no_such/audit.yaml: file not found (expected an existing file)"
+def test_run_audit_errors(server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(REPO)  # where the server runs
+    error = _raised(lambda: load_plan("examples/no_such/audit.yaml"))
+    assert type(error) is DocumentError and error.file == "examples/no_such/audit.yaml"
+    assert server.error("run_audit", plan="examples/no_such/audit.yaml") == error.one_line()
     # Arguments outside the schema are refused before anything runs.
     server.error("run_audit", plan="examples/echo_chamber/audit.yaml", replications=0)
 
@@ -322,13 +351,16 @@ def test_audits_not_yet_analysed_and_audits_found_by_directory(tmp_path: Path) -
     assert audits[1]["runs"] == 2
 
     # `p` is the directory named after the plan; `p-old` is reached by its directory name.
-    message = text_of(call("get_audit", plan_id="p"))
-    assert message.startswith(f"{tmp_path / 'p' / 'audit.json'}: this audit has not been analysed")
+    error = _raised(lambda: load_audit(resolve_audit(tmp_path, "p")))
+    assert text_of(call("get_audit", plan_id="p")) == error.one_line()
+    assert error.file == str(tmp_path / "p" / "audit.json")
+    assert error.expected is not None and "simreport analyse" in error.expected
     assert str(tmp_path / "p-old") in text_of(call("get_audit", plan_id="p-old"))
     # Two directories of one plan, neither named after it: ask for a directory name.
     ambiguous = call("get_audit", plan_id="q")
-    assert ambiguous.is_error and "several audit directories" in text_of(ambiguous)
-    assert "q-1, q-2" in text_of(ambiguous)
+    error = _raised(lambda: resolve_audit(tmp_path, "q"))
+    assert ambiguous.is_error and text_of(ambiguous) == error.one_line()
+    assert error.file is None and "q-1, q-2" in error.message
     # A known condition whose run has not finished yet.
     message = text_of(call("get_run", plan_id="p", condition="a=1", replication=0))
     assert message.startswith(f"{tmp_path / 'p' / 'runs' / 'a=1' / '0' / 'result.json'}: ")

@@ -32,6 +32,7 @@ from simreport.kernel.providers.cache import request_key
 from simreport.kernel.providers.openai import HttpSettings, OpenAIProvider, chat_base_url
 from tests.support import llm_server
 from tests.support.llm_server import FakeLLM, Reply
+from tests.support.refusals import refused
 from tests.support.studies import plan_text, scenario_text
 
 PASSWORD = "s3cr3t-token"
@@ -489,7 +490,7 @@ def test_an_external_simulator_gets_the_real_url_and_publishes_none(tmp_path: Pa
     result = run_scenario(scenario, tmp_path / "run", asset_root=tmp_path)
     # Exit 0 means the simulator saw the password; it then wrote no result.json, so the run
     # fails with its stderr tail, which must not carry the credentials.
-    assert result.failure is not None and "wrote no result.json" in result.failure.message
+    assert result.failure is not None and result.failure.type == "SimulatorInvalidResult"
     assert "calling http://***@127.0.0.1:9" in result.failure.message
     assert _leaks(tmp_path / "run") == []
 
@@ -513,9 +514,9 @@ def test_an_axis_level_with_credentials_is_refused(
         "    target: llm.baseUrl\n"
         f"    levels: [http://127.0.0.1:9/v1, '{secret_url(9)}']\n"
     )
-    assert main(["validate", str(plan)]) == 2
-    err = capsys.readouterr().err
-    assert f"{plan}:8: axes.0.levels.1: axis 'endpoint' has a level with credentials" in err
-    assert PASSWORD not in err
+    refusal = refused(capsys, ["validate", str(plan)])
+    assert refusal.code == 2 and PASSWORD not in refusal.line
+    error = refusal.error
+    assert (error.file, error.line, error.path) == (str(plan), 8, "axes.0.levels.1")
     assert main(["audit", str(plan), "--out", str(tmp_path / "out")]) == 2
     assert not (tmp_path / "out").exists()

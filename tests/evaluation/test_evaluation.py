@@ -17,12 +17,14 @@ import yaml
 
 from simreport.cli import main
 from simreport.core.canonical import sha256_bytes
-from simreport.core.errors import EXIT_INPUT, EXIT_OK
+from simreport.core.errors import EXIT_INPUT, EXIT_OK, InputError, SimreportError
 from simreport.core.quality_ref import QUALITY_REF_PREFIX, quality_ref, quality_ref_problem
-from simreport.evaluation import DEFAULT_EVALUATOR, EVALUATORS
+from simreport.evaluation import DEFAULT_EVALUATOR, EVALUATORS, NotEvaluable
 from simreport.ledger import connect
 from simreport.ledger import tables as t
+from simreport.ledger.errors import NotRecorded
 from simreport.ledger.evaluations import record_evaluation
+from tests.support.refusals import refused
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "refund_desk"
@@ -35,6 +37,12 @@ VERDICT_METRICS = {"resolved", "verifiedBeforeRetry", "correctAmount"}
 
 def load(path: Path) -> Any:
     return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _refused(capsys: pytest.CaptureFixture[str], argv: list[str]) -> SimreportError:
+    refusal = refused(capsys, argv)
+    assert refusal.code == EXIT_INPUT, refusal.line
+    return refusal.error
 
 
 @pytest.fixture(scope="module")
@@ -102,8 +110,9 @@ def test_evaluate_writes_verdicts_with_the_evaluator_and_spec_digests(
     run = copy_run(run_dir, tmp_path / "run")
     result_before = (run / "result.json").read_bytes()
     assert main(["evaluate", str(run)]) == EXIT_OK
-    assert "evaluation.json#sha256:" in capsys.readouterr().out
+    said = capsys.readouterr().out
     doc = load(run / "evaluation.json")
+    assert doc["qualityRef"] in said
     # The evaluator: name, version and the sha256 over the bytes of its named sources.
     name, version = DEFAULT_EVALUATOR.split("@")
     assert (doc["evaluator"]["name"], doc["evaluator"]["version"]) == (name, version)
@@ -206,9 +215,8 @@ def test_a_manifest_altered_after_the_run_is_refused(
     manifest["resolved"]["evaluationRef.assertions"]["version"] = "9.9.9"
     (run / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
     capsys.readouterr()
-    assert main(["evaluate", str(run)]) == EXIT_INPUT
-    err = capsys.readouterr().err
-    assert "manifest.json: manifestSha256: manifest.json was altered after the run" in err
+    error = _refused(capsys, ["evaluate", str(run)])
+    assert (error.file, error.path) == (str(run / "manifest.json"), "manifestSha256")
     # No verdict outlives the material it was made from.
     assert not (run / "evaluation.json").exists()
 
@@ -221,14 +229,17 @@ def test_an_evaluation_spec_changed_since_the_run_is_refused(
     spec = library / SPEC_FILE
     spec.write_text(spec.read_text(encoding="utf-8") + "\n# edited\n", encoding="utf-8")
     run = pre_split_run(tmp_path / "run", asset_root=library)
-    assert main(["evaluate", str(run)]) == EXIT_INPUT
-    err = capsys.readouterr().err
-    assert str(spec) in err and "the evaluation spec changed since the run" in err
-    assert "resolved.evaluationRef.assertions" in err
+    error = _refused(capsys, ["evaluate", str(run)])
+    # The spec file is there, but not as the run resolved it.
+    assert (error.file, error.path) == (
+        str(spec),
+        "manifest.json resolved.evaluationRef.assertions",
+    )
     # Gone altogether: named, with the version the manifest locked.
     spec.unlink()
-    assert main(["evaluate", str(run)]) == EXIT_INPUT
-    assert "refund-assertions@1.1.0" in capsys.readouterr().err
+    error = _refused(capsys, ["evaluate", str(run)])
+    assert error.path == "manifest.json resolved.evaluationRef.assertions"
+    assert error.expected is not None and "refund-assertions@1.1.0" in error.expected
 
 
 def test_what_is_not_an_evaluable_run_is_refused(
@@ -236,27 +247,27 @@ def test_what_is_not_an_evaluable_run_is_refused(
 ) -> None:
     run = copy_run(run_dir, tmp_path / "run")
     (run / "result.json").unlink()
-    assert main(["evaluate", str(run)]) == EXIT_INPUT
-    assert "result.json: file not found" in capsys.readouterr().err
-    assert main(["evaluate", str(tmp_path / "nowhere")]) == EXIT_INPUT
-    assert "neither a run directory nor an audit directory" in capsys.readouterr().err
+    error = _refused(capsys, ["evaluate", str(run)])
+    assert isinstance(error, NotEvaluable) and error.file == str(run / "result.json")
+    error = _refused(capsys, ["evaluate", str(tmp_path / "nowhere")])
+    assert (type(error), error.file) == (InputError, str(tmp_path / "nowhere"))
     # A run of a world without an evaluator: nothing to evaluate.
     other = tmp_path / "pd"
     scenario = ROOT / "examples" / "prisoners_dilemma" / "scenario.yaml"
     assert main(["run", str(scenario), "--out", str(other), "--no-ledger"]) == EXIT_OK
     capsys.readouterr()
-    assert main(["evaluate", str(other)]) == EXIT_INPUT
-    assert "nothing to evaluate" in capsys.readouterr().err
+    error = _refused(capsys, ["evaluate", str(other)])
+    assert isinstance(error, NotEvaluable) and error.file == str(other / "manifest.json")
+    assert error.path == "resolved.evaluationRef.assertions"
 
 
 def test_an_unknown_evaluator_is_refused_listing_the_known_ones(
     run_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["evaluate", str(run_dir), "--evaluator", "judge@2"]) == EXIT_INPUT
-    err = capsys.readouterr().err
-    assert "--evaluator: unknown evaluator 'judge@2'" in err
+    error = _refused(capsys, ["evaluate", str(run_dir), "--evaluator", "judge@2"])
+    assert error.path == "--evaluator" and "'judge@2'" in error.message
     for known in EVALUATORS:
-        assert known in err
+        assert error.expected is not None and known in error.expected
     assert not (run_dir / "evaluation.json").exists()
 
 
@@ -307,7 +318,8 @@ def test_evaluating_an_audit_judges_every_run_and_reaches_audit_json(
     # `simreport evaluate AUDIT_DIR` again: the same evaluations, byte for byte.
     before = [(run / "evaluation.json").read_bytes() for run in runs]
     assert main(["evaluate", str(out)]) == EXIT_OK
-    assert f"{len(runs)} of {len(runs)} runs evaluated" in capsys.readouterr().out
+    assert str(out / "evaluations.json") in capsys.readouterr().out
+    assert load(out / "evaluations.json")["evaluated"] == len(runs)
     assert [(run / "evaluation.json").read_bytes() for run in runs] == before
     # An evaluation edited afterwards (or made from another result.json) does not count.
     doc = load(runs[0] / "evaluation.json")
@@ -330,9 +342,9 @@ def test_evaluating_an_audit_judges_every_run_and_reaches_audit_json(
     manifest["seed"] = 12345
     (runs[2] / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
     capsys.readouterr()
-    assert main(["evaluate", str(out)]) == EXIT_INPUT
-    err = capsys.readouterr().err
-    assert "1 run(s) of the audit could not be evaluated" in err and "manifestSha256" in err
+    error = _refused(capsys, ["evaluate", str(out)])
+    # Named in the audit's summary of evaluations; the first problem is the altered manifest.
+    assert error.file == str(out / "evaluations.json") and "manifestSha256" in error.message
     assert (runs[0] / "evaluation.json").is_file() and not (runs[2] / "evaluation.json").exists()
     assert load(out / "evaluations.json")["errors"] == 1
 
@@ -363,8 +375,9 @@ def test_the_ledger_links_a_run_to_its_evaluation(
     other = copy_run(run_dir, tmp_path / "unrecorded")
     capsys.readouterr()
     assert main(["evaluate", str(other), "--ledger", url]) == 4
-    err = capsys.readouterr().err
-    assert "is not in the ledger" in err and (other / "evaluation.json").is_file()
+    assert str(other) in capsys.readouterr().err and (other / "evaluation.json").is_file()
+    with pytest.raises(NotRecorded):  # why it missed it
+        record_evaluation(engine, other)
     engine.dispose()
 
 

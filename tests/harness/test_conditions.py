@@ -266,7 +266,7 @@ def test_factorial_combination_rejected_by_the_world(tmp_path: Path) -> None:
     err = info.value
     assert isinstance(err, InvalidOverride)
     assert err.path == "axes.1.levels.0"
-    assert "condition temptation=5.5|sucker=0.8 makes an invalid scenario" in err.message
+    assert "temptation=5.5|sucker=0.8" in err.message  # the condition, not one level
     assert err.issues and err.issues[0].path == "params.payoffs"
     # one at a time, each level is fine
     assert load(tmp_path, plan.replace("full_factorial", "one_at_a_time"))
@@ -526,7 +526,6 @@ def test_a_label_for_a_level_the_axis_does_not_have(tmp_path: Path) -> None:
     err = info.value
     assert (err.path, err.line) == ("axes.0.labels.riks", 5)
     assert err.expected == "one of risk"
-    assert "not one of its levels" in err.message
 
 
 def test_labels_with_credentials_are_refused(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ import argparse
 import json
 import multiprocessing
 import os
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -286,6 +287,12 @@ def _cli(argv: list[str]) -> int:
     return code
 
 
+def _counts(out: str, folder: Path) -> list[str]:
+    """The numbers a command's line states, the folder it names aside."""
+    assert str(folder) in out
+    return re.findall(r"\d+", out.replace(str(folder), ""))
+
+
 def test_cache_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cache = ResponseCache(tmp_path)
     _aged(cache, "a" * 64, created_days=40, used_days=40)
@@ -296,13 +303,15 @@ def test_cache_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert _cli(["cache", "stats", "--dir", str(tmp_path), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["entries"] == "2"
     assert _cli(["cache", "prune", "--dir", str(tmp_path), "--unused-for", "30"]) == 0
-    assert "removed 1 entries" in capsys.readouterr().out
+    assert _counts(capsys.readouterr().out, tmp_path) == ["1"]  # entries removed
+    assert not cache.path_of("a" * 64).exists() and cache.stats().entries == 1
     with pytest.raises(InputError, match="--older-than or --unused-for"):
         _cli(["cache", "prune", "--dir", str(tmp_path)])
     with pytest.raises(InputError, match="--older-than"):
         _cli(["cache", "prune", "--dir", str(tmp_path), "--older-than", "-1"])
     assert _cli(["cache", "clear", "--dir", str(tmp_path)]) == 0
-    assert "removed 1 entries" in capsys.readouterr().out
+    assert _counts(capsys.readouterr().out, tmp_path) == ["1"]
+    assert cache.stats().entries == 0
 
 
 # --------------------------------------------------------------------------- audits

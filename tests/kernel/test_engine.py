@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, ClassVar
@@ -200,10 +201,15 @@ def test_rule_executors_beside_llm(tmp_path: Path) -> None:
 def test_bad_executor_assignment_is_rejected_at_validation() -> None:
     from simreport.core.errors import SchemaError
 
-    with pytest.raises(SchemaError, match="claimed by two executors"):
+    # Each names the agent: 1 is claimed twice; 2 (and 3) have no executor.
+    with pytest.raises(SchemaError) as info:
         _pd(executors=[{"kind": "llm", "agents": [0, 1]}, {"kind": "llm", "agents": [1, 2, 3]}])
-    with pytest.raises(SchemaError, match="has no executor"):
+    assert (info.value.path, info.value.issues[0].kind) == ("executors", "executor_assignment")
+    assert re.findall(r"\d+", info.value.message) == ["1"]
+    with pytest.raises(SchemaError) as info:
         _pd(executors=[{"kind": "llm", "agents": [0, 1]}])
+    assert (info.value.path, info.value.issues[0].kind) == ("executors", "executor_assignment")
+    assert re.findall(r"\d+", info.value.message) == ["2"]
     with pytest.raises(SchemaError) as info:
         _pd(executors=[{"kind": "rule", "rule": "telepathy"}])
     assert info.value.path == "executors.0.rule"

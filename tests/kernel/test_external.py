@@ -155,6 +155,8 @@ def test_an_audit_whose_runs_all_failed_still_analyses_and_reports(tmp_path: Pat
     audit = analyse_dir(tmp_path / "out")
     assert audit["metrics"] == ["hitRate", "missRate"]
     assert audit["summary"]["failed"] == 2
-    assert "nothing to test" in audit["notes"]["hitRate"]
+    # Only the base: no test row, and a note that says why.
+    assert audit["summary"]["conditions"] == 1 and audit["tests"]["hitRate"] == []
+    assert audit["notes"]["hitRate"]
     report = write_report(tmp_path / "out", draw_figures=False)
     assert "hitRate" in report.read_text()

@@ -249,8 +249,8 @@ def test_persistent_server_errors_fail_after_the_retries(server: FakeLLM) -> Non
     with pytest.raises(ProviderError) as caught:
         provider.complete(_request())
     provider.close()
-    assert caught.value.kind == "ServerError"
-    assert "after 3 attempts" in caught.value.message and "HTTP 502" in caught.value.message
+    assert (caught.value.kind, caught.value.attempts) == ("ServerError", 3)
+    assert "HTTP 502" in caught.value.message
     assert server.calls == 3
 
 
@@ -271,8 +271,7 @@ def test_timeouts_every_time_fail_as_timeout(server: FakeLLM) -> None:
     with pytest.raises(ProviderError) as caught:
         provider.complete(_request())
     provider.close()
-    assert caught.value.kind == "Timeout" and "timed out" in caught.value.message
-    assert "after 3 attempts" in caught.value.message
+    assert (caught.value.kind, caught.value.attempts) == ("Timeout", 3)
     assert server.wait_until(lambda s: s.dropped == 3)
 
 
@@ -309,8 +308,8 @@ def test_a_dead_server_is_a_connection_failure_after_the_retries() -> None:
     with pytest.raises(ProviderError) as caught:
         provider.complete(_request())
     provider.close()
-    assert caught.value.kind == "ConnectionFailed"
-    assert url in caught.value.message and "after 3 attempts" in caught.value.message
+    assert (caught.value.kind, caught.value.attempts) == ("ConnectionFailed", 3)
+    assert url in caught.value.message
     assert len(sleeps) == 2
 
 
@@ -538,7 +537,7 @@ def test_a_run_against_the_server_then_from_the_cache_then_with_the_server_dead(
     assert third.status.execution == "crashed"
     assert third.failure is not None
     assert third.failure.type == "ConnectionFailed" and third.failure.stage == "running"
-    assert url in third.failure.message and "could not connect" in third.failure.message
+    assert url in third.failure.message
     assert third.integrity.counters["llmFailures"] == 4  # the first step's four decisions
     assert not third.integrity.complete and third.status.evidence == "partial"
     events = [
@@ -550,6 +549,6 @@ def test_a_run_against_the_server_then_from_the_cache_then_with_the_server_dead(
     assert len(failures) == 4
     payload = failures[0]["payload"]
     assert payload["error"] == "ConnectionFailed"
-    assert url in payload["message"] and "could not connect" in payload["message"]
+    assert url in payload["message"]
 
     assert _files_containing(tmp_path, SECRET) == []

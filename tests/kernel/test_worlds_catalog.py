@@ -13,9 +13,11 @@ import yaml
 from pydantic import BaseModel
 
 from simreport.cli import main
+from simreport.core.errors import SchemaError
 from simreport.core.overrides import get_path
 from simreport.kernel import load_scenario
 from simreport.kernel.worlds import WORLDS
+from tests.support.refusals import refused
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 WORLD_NAMES = ["echo_chamber", "prisoners_dilemma", "refund_desk"]
@@ -264,10 +266,10 @@ def test_nested_and_other_unknown_keys_list_their_neighbours(
         "punishment, reward, sucker, temptation; did you mean temptation?)"
     ]
     path = _write(tmp_path, "world: prisoners_dilemma\nprompt: {personaFormt: prose}\n")
-    code, _, err = _cli(capsys, "validate", str(path))
-    assert code == 2
-    assert "prompt.personaFormt: unknown key 'personaFormt'" in err
-    assert "did you mean personaFormat?" in err
+    error = refused(capsys, ["validate", str(path)]).error
+    assert isinstance(error, SchemaError) and error.path == "prompt.personaFormt"
+    assert error.issues[0].kind == "extra_forbidden"
+    assert error.expected is not None and error.expected.endswith("did you mean personaFormat?")
 
 
 def test_a_world_without_parameters_says_so(
@@ -276,6 +278,6 @@ def test_a_world_without_parameters_says_so(
     doc = yaml.safe_load((EXAMPLES / "refund_desk" / "scenario.yaml").read_text(encoding="utf-8"))
     doc["params"] = {"framing": "neutral"}
     path = _write(tmp_path, yaml.safe_dump(doc))
-    code, _, err = _cli(capsys, "validate", str(path))
-    assert code == 2
-    assert "params.framing: unknown parameter 'framing' (expected no parameters here)" in err
+    error = refused(capsys, ["validate", str(path)]).error
+    assert isinstance(error, SchemaError) and error.path == "params.framing"
+    assert error.issues[0].kind == "extra_forbidden" and error.expected == "no parameters here"

@@ -149,7 +149,9 @@ def test_a_refused_run_is_rolled_back_alone_and_the_group_is_recorded(
     assert heard.order == order
     assert set(heard.refused) == {changed, broken}
     assert isinstance(heard.refused[changed], RunConflict)
-    assert "records.jsonl:4" in str(heard.refused[broken])
+    refused = heard.refused[broken]
+    assert isinstance(refused, InputError)
+    assert (refused.file, refused.line) == (str(broken / "records.jsonl"), 4)
     outcomes = {done.path: done.outcome for done in heard.recorded}
     assert outcomes == {
         first: "recorded",

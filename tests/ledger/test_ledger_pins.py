@@ -28,6 +28,7 @@ from simreport.ledger import tables as t
 from simreport.ledger.db import ENV_VAR
 from simreport.ledger.migrate import current_revision, upgrade
 from simreport.ledger.review import import_scenario, transition
+from tests.support.refusals import refused as refusal_of
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "refund_desk"
@@ -150,9 +151,11 @@ def test_a_regression_run_needs_every_version_online(
 ) -> None:
     # Its scenario version is only a draft: refused before anything runs.
     refused = tmp_path / "refused"
-    assert _run(desk, refused, ledger_url, "--purpose", "regression") == EXIT_INPUT
-    err = capsys.readouterr().err
-    assert "refund-timeout-retry@1.3.0 (draft)" in err  # pinned at first sight, as a draft
+    argv = ["run", str(desk / "scenario.yaml"), "--out", str(refused), "--ledger", ledger_url]
+    refusal = refusal_of(capsys, [*argv, "--purpose", "regression"])
+    assert refusal.code == EXIT_INPUT and refusal.error.path == "purpose"
+    # Pinned at first sight, as a draft.
+    assert "refund-timeout-retry@1.3.0 (draft)" in refusal.error.message
     assert not refused.exists()
 
     engine = connect(ledger_url)

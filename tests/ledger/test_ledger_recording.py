@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -18,7 +19,14 @@ import pytest
 
 from simreport.cli import main
 from simreport.core.errors import EXIT_RUN_FAILED, InputError
-from simreport.ledger import EXIT_LEDGER, LedgerIncomplete, LedgerRecorder, connect
+from simreport.ledger import (
+    EXIT_LEDGER,
+    LedgerIncomplete,
+    LedgerRecorder,
+    RunConflict,
+    connect,
+    ingest_run,
+)
 from simreport.ledger.db import ENV_VAR
 from simreport.ledger.queries import counts, list_runs
 from simreport.workflow import load_workflow, retype_command_line
@@ -194,9 +202,11 @@ def test_unreachable_ledger_keeps_the_files_and_exits_non_zero(
     assert len(list((out / "runs").glob("*/*/result.json"))) == 4
     lines = [line for line in err.splitlines() if line.startswith("simreport: ledger: ")]
     assert len(lines) == 1, err  # one line, not one per run
-    assert f"run {out / 'runs' / 'base' / '0'}" in lines[0]
+    assert str(out / "runs" / "base" / "0") in lines[0]
     assert "127.0.0.1:1/ledger" in lines[0] and "hunter2" not in err
-    assert "did not record 5 result(s)" in err  # four runs and the build
+    # The last line counts what the ledger did not record: four runs and the build.
+    last = err.splitlines()[-1]
+    assert re.findall(r"\d+", last.split("127.0.0.1:1/ledger", 1)[1]) == ["5"], last
 
     # Once the ledger works, the files are recorded as they are.
     url = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
@@ -216,9 +226,12 @@ def test_a_conflicting_run_is_reported_not_overwritten(plan: Path, tmp_path: Pat
     with LedgerRecorder(url, say=said.append) as recorder:
         recorder.record_runs([out])
     assert not recorder.complete and len(said) == 1
-    assert f"run {out}" in said[0] and "already recorded with other content" in said[0]
-    with pytest.raises(LedgerIncomplete, match="did not record 1 result"):
+    assert str(out) in said[0]
+    with pytest.raises(LedgerIncomplete) as caught:
         recorder.raise_if_incomplete()
+    assert len(caught.value.problems) == 1 and caught.value.problems[0] in said[0]
+    with pytest.raises(RunConflict):  # why: the run id is recorded with other content
+        ingest_run(connect(url), out)
 
 
 def test_bad_ledger_flag_is_refused_before_anything_runs(

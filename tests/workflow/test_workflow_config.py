@@ -66,8 +66,9 @@ def test_model_override_refused_for_a_plan_with_models(tmp_path: Path) -> None:
         f"baseScenario: {ROOT / 'examples/prisoners_dilemma/scenario.yaml'}\n"
         "models: [offline-small, offline-large]\n"
     )
-    with pytest.raises(InputError, match="cannot replace a plan that lists `models`"):
+    with pytest.raises(InputError) as caught:
         load_workflow({"plans": [str(plan)], "model": "x"})
+    assert (caught.value.file, caught.value.path) == (str(plan), "models")
 
 
 def test_two_plans_with_one_id_are_refused(tmp_path: Path) -> None:
@@ -77,8 +78,12 @@ def test_two_plans_with_one_id_are_refused(tmp_path: Path) -> None:
         (folder / "audit.yaml").write_text(
             f"id: same\nbaseScenario: {ROOT / 'examples/prisoners_dilemma/scenario.yaml'}\n"
         )
-    with pytest.raises(InputError, match="two plans have the id 'same'"):
+    with pytest.raises(InputError) as caught:
         load_workflow({"plans": [str(tmp_path / "a/audit.yaml"), str(tmp_path / "b/audit.yaml")]})
+    # The second plan is blamed, naming the first, and the id they share.
+    error = caught.value
+    assert (error.file, error.path) == (str(tmp_path / "b/audit.yaml"), "id")
+    assert str(tmp_path / "a/audit.yaml") in error.message and "'same'" in error.message
 
 
 def test_include_incomplete_unset_keeps_the_plans_own(tmp_path: Path) -> None:

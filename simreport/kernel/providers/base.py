@@ -47,10 +47,14 @@ FATAL_KINDS = frozenset(
 
 
 class ProviderError(RunError):
-    """A call failed (network, HTTP status, budget, timeout). Counted; the decision is lost."""
+    """A call failed (network, HTTP status, budget, timeout). Counted; the decision is lost.
+    `attempts`: how many times the request was sent before it was given up, when retried."""
 
-    def __init__(self, message: str, *, kind: str = "ProviderError") -> None:
+    def __init__(
+        self, message: str, *, kind: str = "ProviderError", attempts: int | None = None
+    ) -> None:
         super().__init__(message, stage="running", kind=kind)
+        self.attempts = attempts
 
 
 class Provider(ABC):

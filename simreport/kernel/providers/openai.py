@@ -466,7 +466,7 @@ class OpenAIProvider(Provider):
         message = redact_secrets(error.message, secrets)
         if message == error.message:
             return error
-        clean = ProviderError(message, kind=error.kind)
+        clean = ProviderError(message, kind=error.kind, attempts=error.attempts)
         clean.stage = error.stage
         return clean
 
@@ -605,6 +605,7 @@ class OpenAIProvider(Provider):
                 raise ProviderError(
                     f"POST {endpoint.shown_url} failed after {attempt} attempts: {message}",
                     kind=kind,
+                    attempts=attempt,
                 )
             if wait is not None and wait > self.settings.retry_after_cap_seconds:
                 raise ProviderError(

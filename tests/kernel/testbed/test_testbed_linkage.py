@@ -5,6 +5,7 @@ linkage id, and an observation that checks all three exist and come in that orde
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -94,12 +95,18 @@ def _record(seq: int, point: str | None, ms: int, *, lid: str = "lk-0001") -> di
     return record
 
 
+def _record_ids(problem: str) -> list[str]:
+    """The record ids a problem names, in order."""
+    return re.findall(r"\br\d{6}\b", problem)
+
+
 def test_a_missing_environment_point_fails_with_its_reason() -> None:
     records = [_record(1, "user", 0), _record(2, None, 0), _record(3, "agent", 100)]
     [result] = check_linkages(records)
     assert not result["ok"] and not result["complete"] and result["ordered"] is None
     assert result["points"] == {"user": "r000001", "agent": "r000003", "environment": None}
-    assert result["problems"] == ["lk-0001 (refund.withdraw): no environment point was recorded"]
+    [problem] = result["problems"]
+    assert problem.startswith("lk-0001 ")
     # The agent never carried the withdrawal out: a finding about the agent, not broken records.
     assert linkage_record_faults([result]) == []
 
@@ -107,27 +114,29 @@ def test_a_missing_environment_point_fails_with_its_reason() -> None:
 def test_a_missing_user_point_fails_and_says_the_records_are_broken() -> None:
     records = [_record(1, "agent", 0), _record(2, "environment", 10)]
     [result] = check_linkages(records)
-    assert not result["ok"]
-    assert "lk-0001 (refund.withdraw): no user point was recorded" in result["problems"]
-    assert linkage_record_faults([result]) == result["problems"]
+    assert not result["ok"] and not result["complete"] and result["ordered"] is None
+    assert result["points"] == {"user": None, "agent": "r000001", "environment": "r000002"}
+    [problem] = result["problems"]
+    assert problem.startswith("lk-0001 ")
+    assert linkage_record_faults([result]) == [problem]
 
 
 def test_points_out_of_order_fail_naming_both_records() -> None:
     records = [_record(1, "agent", 0), _record(2, "user", 0), _record(3, "environment", 5)]
     [result] = check_linkages(records)
     assert result["complete"] and result["ordered"] is False and not result["ok"]
-    assert result["problems"] == [
-        "lk-0001 (refund.withdraw): the agent point r000001 (seq 1, 0 ms) does not follow the "
-        "user point r000002 (seq 2, 0 ms)"
-    ]
-    assert linkage_record_faults([result]) == result["problems"]
+    [problem] = result["problems"]
+    assert problem.startswith("lk-0001 ") and _record_ids(problem) == ["r000001", "r000002"]
+    assert linkage_record_faults([result]) == [problem]
 
 
 def test_logical_time_going_back_is_out_of_order() -> None:
     records = [_record(1, "user", 500), _record(2, "agent", 400), _record(3, "environment", 600)]
     [result] = check_linkages(records)
     assert result["ordered"] is False
-    assert "the agent point r000002 (seq 2, 400 ms)" in result["problems"][0]
+    assert result["logicalMs"] == {"user": 500, "agent": 400, "environment": 600}
+    [problem] = result["problems"]
+    assert _record_ids(problem) == ["r000002", "r000001"]  # the agent's, then the user's before
 
 
 def test_a_point_recorded_twice_is_a_problem() -> None:
@@ -138,10 +147,9 @@ def test_a_point_recorded_twice_is_a_problem() -> None:
         _record(4, "environment", 6),
     ]
     [result] = check_linkages(records)
-    assert not result["ok"]
-    assert result["problems"] == [
-        "lk-0001: the environment point is recorded more than once (r000003, r000004)"
-    ]
+    assert not result["ok"] and result["points"]["environment"] == "r000003"
+    [problem] = result["problems"]
+    assert problem.startswith("lk-0001:") and _record_ids(problem) == ["r000003", "r000004"]
 
 
 def test_linkages_are_checked_apart() -> None:
@@ -161,5 +169,6 @@ def test_a_withdrawing_user_needs_wording_for_it(tmp_path: Path) -> None:
     doc["user"]["simulator"] = "user-sim@1.0.0"  # has no withdraw_request wording
     scenario = validate_scenario(doc)
     result = run_scenario(scenario, tmp_path / "run", asset_root=EXAMPLE)
-    assert result.failure is not None and result.failure.stage == "loading"
-    assert "no wording for intents withdraw_request" in result.failure.message
+    assert result.failure is not None
+    assert (result.failure.stage, result.failure.type) == ("loading", "manifest_unresolved")
+    assert "withdraw_request" in result.failure.message

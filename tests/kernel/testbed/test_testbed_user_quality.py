@@ -149,7 +149,8 @@ def test_a_style_contradiction_marks_the_run_for_review_without_violating_it() -
     persona = doc["checks"]["personaConsistency"]
     assert persona["status"] == "review" and persona["rate"] == pytest.approx(2 / 3)
     assert persona["flagged"][0]["turn"] == 2
-    assert "'no rush' contradicts tone annoyed" in persona["flagged"][0]["problems"][0]
+    problem = persona["flagged"][0]["problems"][0]
+    assert "'no rush'" in problem and "annoyed" in problem  # the phrase and the persona's tone
     assert doc["failed"] == ["personaConsistency"]
     assert doc["disposition"]["validity"] is None and doc["disposition"]["review"]
     # A declared list replaces the built-in one for that value; a lower threshold tolerates it.
@@ -186,8 +187,10 @@ def test_disclosing_the_order_number_before_anyone_asked_is_a_visibility_violati
         .closed("resolved_by_user")
     )
     doc = assess(records)
-    violation = doc["checks"]["visibility"]["violations"][0]
-    assert violation["turn"] == 1 and "on-request, and nobody asked" in violation["problem"]
+    [violation] = doc["checks"]["visibility"]["violations"]
+    assert violation["turn"] == 1
+    # The fact, its value and the rule it broke.
+    assert all(word in violation["problem"] for word in ("orderNumber", ORDER, "on-request"))
     assert doc["disposition"]["validity"] == "violated"
     # Declared upfront, the same message is fine; a higher allowance tolerates one violation.
     assert assess(records, config(disclosure={"orderNumber": "upfront"}))["failed"] == []
@@ -210,7 +213,8 @@ def test_a_trigger_without_its_reaction_violates_the_run() -> None:
     assert reaction["status"] == "fail" and reaction["rate"] == 0.0
     assert reaction["items"][0]["outcome"] == "missed"
     assert doc["disposition"]["validity"] == "violated"
-    assert "rule scenario.0 (disclose_order_number) missed" in doc["problems"][0]
+    [problem] = doc["problems"]
+    assert "scenario.0" in problem and "disclose_order_number" in problem
     # Fired but not carried out: still a violation.
     fired = (
         Conversation()
@@ -223,7 +227,7 @@ def test_a_trigger_without_its_reaction_violates_the_run() -> None:
         .closed("resolved_by_user")
     )
     item = assess(fired, rules=[DISCLOSE])["checks"]["reactionCompliance"]["items"][0]
-    assert item["outcome"] == "not_carried_out" and "said ask_status" in item["detail"]
+    assert item["outcome"] == "not_carried_out" and "ask_status" in item["detail"]
     # A lower threshold accepts it.
     half = config(qualityControl={"minReactionCompliance": 0.0})
     assert assess(records, half, rules=[DISCLOSE])["disposition"]["validity"] is None
@@ -252,7 +256,9 @@ def test_stopping_without_the_rules_reason_leaves_validity_unchecked() -> None:
     )
     doc = assess(records)
     ended = doc["checks"]["termination"]
-    assert ended["status"] == "fail" and "no reason the rules give to stop" in ended["problems"][0]
+    assert (ended["status"], ended["closedBy"]) == ("fail", "user_gave_up")
+    [problem] = ended["problems"]
+    assert problem.startswith("turn 2:") and "give_up" in problem
     assert doc["disposition"]["validity"] == "unchecked"
     # Patience spent is a reason; `termination: report` only reports.
     assert assess(records, give_up_ms=10_000)["checks"]["termination"]["status"] == "pass"
@@ -266,7 +272,8 @@ def test_stopping_without_the_rules_reason_leaves_validity_unchecked() -> None:
         .user("ask_status", "Any news on my refund?")
         .closed("user_gave_up")
     )
-    assert "confirm_and_close due" in assess(went_on)["checks"]["termination"]["problems"][0]
+    [problem] = assess(went_on)["checks"]["termination"]["problems"]
+    assert "ask_status" in problem and "confirm_and_close" in problem  # said, and what was due
 
 
 def test_an_unchecked_run_is_excluded_with_its_reason() -> None:
@@ -287,8 +294,9 @@ def test_an_unchecked_run_is_excluded_with_its_reason() -> None:
             "integrity": {"complete": True, "counters": {}},
         }
     )
-    reasons = exclusion_reasons(result, True, unchecked_problems=user_quality_unchecked(doc))
-    assert reasons and reasons[0].startswith("validity unchecked: user simulator QC: termination")
+    [problem] = user_quality_unchecked(doc)
+    reasons = exclusion_reasons(result, True, unchecked_problems=[problem])
+    assert len(reasons) == 1 and "unchecked" in reasons[0] and reasons[0].endswith(problem)
     assert exclusion_reasons(result, True) == []  # an unchecked run of another world enters
 
 
@@ -320,9 +328,12 @@ def test_diversity_per_condition_flags_a_batch_that_never_varies() -> None:
         "openingShare": pytest.approx(1 / 3),
         "pathShare": pytest.approx(1 / 3),
     }
-    assert len(rows["same"]["flags"]) == 2 and "1 distinct openings" in rows["same"]["flags"][0]
+    # Too few openings and too few paths; a regression user whose openings drift.
+    assert ["openings" in flag for flag in rows["same"]["flags"]] == [True, False]
     assert rows["varied"]["flags"] == [] and rows["pinned"]["flags"] == []
-    assert "regression user not pinned" in rows["drifting"]["flags"][0]
+    assert rows["drifting"]["diversity"]["distinctOpenings"] == 2
+    [flag] = rows["drifting"]["flags"]
+    assert "regression" in flag
     assert rows["same"]["reactionCompliance"] == {
         "triggers": 3,
         "compliant": 3,
@@ -397,7 +408,8 @@ def test_a_simulator_whose_own_check_fails_is_caught_and_violates_the_run(
     assert "visibility" in quality_doc["failed"]
     assert result.integrity.counters["userQualityFailed:visibility"] == 1
     validity = next(r for r in read_records(out / "records.jsonl") if r["type"] == "run.validity")
-    assert any("user simulator QC" in p for p in validity["payload"]["problems"])
+    assert quality_doc["problems"]
+    assert set(quality_doc["problems"]) <= set(validity["payload"]["problems"])
 
 
 def test_exploration_varies_and_regression_pins_the_users_path(tmp_path: Path) -> None:
