@@ -97,22 +97,28 @@ def pair(base: Sequence[Replicate], cond: Sequence[Replicate]) -> Pairing:
     if len(shared) != len(seeds_b) or len(shared) != len(seeds_c):
         alone_b = sorted(r.replication for s, r in seeds_b.items() if s not in shared)
         alone_c = sorted(r.replication for s, r in seeds_c.items() if s not in shared)
-        where = [
-            f"{side} replication{'s' if len(reps) > 1 else ''} {', '.join(map(str, reps))}"
-            for side, reps in (("base", alone_b), ("condition", alone_c))
-            if reps
-        ]
-        return unpaired(
-            "unpaired: the pairing is broken, "
-            + " and ".join(where)
-            + " lack a partner (failed, excluded or not a finite value)"
-        )
+        return unpaired(broken_pairing_reason(alone_b, alone_c))
     order = sorted(shared, key=lambda s: seeds_b[s].replication)
     return Pairing(
         True,
         PAIRED_REASON,
         tuple(seeds_b[s].value for s in order),
         tuple(seeds_c[s].value for s in order),
+    )
+
+
+def broken_pairing_reason(alone_base: Sequence[int], alone_cond: Sequence[int]) -> str:
+    """Why seeded replications are unpaired: the replications of the base and of the condition
+    whose seed has no partner on the other side."""
+    where = [
+        f"{side} replication{'s' if len(reps) > 1 else ''} {', '.join(map(str, reps))}"
+        for side, reps in (("base", alone_base), ("condition", alone_cond))
+        if reps
+    ]
+    return (
+        "unpaired: the pairing is broken, "
+        + " and ".join(where)
+        + " lack a partner (failed, excluded or not a finite value)"
     )
 
 
@@ -306,6 +312,12 @@ def lost_runs(
     return out
 
 
+def lost_reason(entry: Mapping[str, Any]) -> str:
+    """The grade reason of a condition that lost runs (an entry of `lost_runs`)."""
+    to = ", ".join(f"{n} {what}" for what, n in entry["lostTo"].items())
+    return f"{entry['label']} kept {entry['usable']} of {entry['runs']} runs (lost: {to})."
+
+
 def achieved_grade(
     design: Mapping[str, Any],
     condition_rows: Sequence[Mapping[str, Any]],
@@ -325,12 +337,7 @@ def achieved_grade(
     kept = {cid: n for cid, n in usable.items() if n > 0}
     thinnest = min(kept, key=lambda cid: kept[cid]) if kept else next(iter(usable))
     least = 0 if empty_base or all_lost or not kept else kept[thinnest]
-    reasons: list[str] = []
-    for entry in lost:
-        to = ", ".join(f"{n} {what}" for what, n in entry["lostTo"].items())
-        reasons.append(
-            f"{entry['label']} kept {entry['usable']} of {entry['runs']} runs (lost: {to})."
-        )
+    reasons = [lost_reason(entry) for entry in lost]
     if least == 0:
         which = "the base" if empty_base else "any perturbed condition"
         return {

@@ -210,18 +210,14 @@ class CellSamples:
             "note": None,
         }
         if empty:
-            out["note"] = (
-                f"not estimated: {len(empty)} of its {len(contrast.weights)} cells have no usable "
-                f"value ({', '.join(self.grid.name(c) for c in empty)})"
+            out["note"] = empty_cells_note(
+                [self.grid.name(c) for c in empty], len(contrast.weights)
             )
             return out
         diff = _weighted(contrast, {c: float(self.means[c] or 0.0) for c in contrast.weights})
         out["diff"] = diff
         if short:
-            out["note"] = (
-                f"no interval or standardized size: fewer than {stats.MIN_REPLICATIONS} usable "
-                f"values in {', '.join(self.grid.name(c) for c in short)}"
-            )
+            out["note"] = short_cells_note([self.grid.name(c) for c in short])
             return out
         total = sum(w * draws[c] for c, w in sorted(contrast.weights.items()))
         tail = 100.0 * (1.0 - CI_LEVEL) / 2.0
@@ -229,6 +225,22 @@ class CellSamples:
         out["ci95"] = [float(lo), float(hi)]
         out["standardized"] = _standardized(diff, self.pooled_sd())
         return out
+
+
+def empty_cells_note(empty: Sequence[str], cells: int) -> str:
+    """The note of a contrast not estimated: the named cells of its `cells` have no value."""
+    return (
+        f"not estimated: {len(empty)} of its {cells} cells have no usable value "
+        f"({', '.join(empty)})"
+    )
+
+
+def short_cells_note(short: Sequence[str]) -> str:
+    """The note of a contrast without an interval: the named cells have too few values."""
+    return (
+        f"no interval or standardized size: fewer than {stats.MIN_REPLICATIONS} usable values "
+        f"in {', '.join(short)}"
+    )
 
 
 def _weighted(contrast: Contrast, means: Mapping[tuple[int, ...], float]) -> float:

@@ -55,11 +55,38 @@ def _splits(size: int, group: int, budget: int, rng: np.random.Generator) -> lis
     return [np.sort(rng.permutation(size)[:group]) for _ in range(budget)]
 
 
-def _smallest_reachable_n(alpha: float) -> int:
+def smallest_reachable_n(alpha: float) -> int:
+    """The fewest base values whose halves can give p < alpha."""
     n = NOISE_FLOOR_MIN_VALUES
     while smallest_rank_p(n // 2, n - n // 2) >= alpha:
         n += 1
     return n
+
+
+def unsplittable_note(n: int) -> str:
+    """Why a base of `n` values without a seed-only condition has no noise floor."""
+    return (
+        f"fewer than {NOISE_FLOOR_MIN_VALUES} usable values in the base ({n}) and no condition "
+        "that changes only the seeds: no split to compare"
+    )
+
+
+def unreachable_split_note(
+    sizes: Sequence[int], alpha: float, floor: float, *, halves: bool
+) -> str:
+    """Why groups of `sizes` values have no flip rate: the rank-sum test cannot reach alpha;
+    `floor` is its smallest possible p. For halves of the base, the n from which it can."""
+    first, second = sizes
+    if not halves:
+        return (
+            f"groups of {first} and {second} values cannot give p < {alpha:.3g} whatever the "
+            f"data (smallest possible p: {floor:.3g})"
+        )
+    return (
+        f"halves of {first} and {second} values cannot give p < {alpha:.3g} whatever the data "
+        f"(smallest possible p: {floor:.3g}): no flip rate below {smallest_reachable_n(alpha)} "
+        "replications"
+    )
 
 
 def _flips(
@@ -94,10 +121,7 @@ def _floor_at_audit_n(
     row: dict[str, Any] = {"scope": "audit", "companions": ids, "sizes": [n, max(sizes)]}
     if all(smallest_rank_p(n, size) >= alpha for size in sizes):
         floor = min(smallest_rank_p(n, size) for size in sizes)
-        return row | {
-            "note": f"groups of {n} and {max(sizes)} values cannot give p < {alpha:.3g} whatever "
-            f"the data (smallest possible p: {floor:.3g})"
-        }
+        return row | {"note": unreachable_split_note(row["sizes"], alpha, floor, halves=False)}
     flips = tested = 0
     budget = max(1, splits // len(usable))
     for _, c in usable:
@@ -114,17 +138,9 @@ def _floor_of_halves(
     n = int(x.size)
     row: dict[str, Any] = {"scope": "halves", "companions": [], "sizes": [n // 2, n - n // 2]}
     if n < NOISE_FLOOR_MIN_VALUES:
-        return row | {
-            "sizes": None,
-            "note": f"fewer than {NOISE_FLOOR_MIN_VALUES} usable values in the base ({n}) and "
-            "no condition that changes only the seeds: no split to compare",
-        }
+        return row | {"sizes": None, "note": unsplittable_note(n)}
     if (floor := smallest_rank_p(n // 2, n - n // 2)) >= alpha:
-        return row | {
-            "note": f"halves of {n // 2} and {n - n // 2} values cannot give p < {alpha:.3g} "
-            f"whatever the data (smallest possible p: {floor:.3g}): no flip rate below "
-            f"{_smallest_reachable_n(alpha)} replications"
-        }
+        return row | {"note": unreachable_split_note(row["sizes"], alpha, floor, halves=True)}
     flips, tested = _flips(x, n - n // 2, splits, seed_material, alpha)
     return row | {"splits": tested, "flipRate": flips / tested}
 

@@ -119,35 +119,52 @@ def _identical_row(base: Sequence[float], cond: Sequence[float]) -> dict[str, An
     }
 
 
+METRIC_NOTES: dict[str, str] = {
+    "no_conditions": "no conditions besides the base: nothing to test",
+    "no_usable_runs": "no usable runs: nothing to test",
+    "not_reported": "no usable run reports this metric: nothing to test",
+    "all_identical": "every condition is identical to the base: nothing to test",
+    "base_not_finite": "the base has no usable runs with a finite value of this metric",
+    "conditions_not_finite": "no condition has usable runs with a finite value of this metric",
+    "too_few": f"fewer than {stats.MIN_REPLICATIONS} replications with a finite value in the base "
+    "or the condition of every comparison: nothing tested",
+}
+"""Why a metric has no test at all (audit.json `notes`), by reason; `not_finite_note` words the
+one reason that carries counts."""
+
+
+def not_finite_note(used_runs: int, reported: int) -> str:
+    """The note of a metric that is not a finite number in any usable run: how many runs report
+    NaN or an infinity and how many do not report it."""
+    missing = used_runs - reported
+    which = (
+        "each reports NaN or an infinity"
+        if missing == 0
+        else f"{reported} report NaN or an infinity, {missing} do not report it"
+    )
+    return (
+        f"this metric is not a finite number in any of the {used_runs} usable runs "
+        f"({which}): nothing to test"
+    )
+
+
 def _metric_note(rows: Sequence[Mapping[str, Any]], used_runs: int, reported: int) -> str | None:
     """Why a metric has no test at all; None when at least one row is tested."""
     if not rows:
-        return "no conditions besides the base: nothing to test"
+        return METRIC_NOTES["no_conditions"]
     if any(r["tested"] for r in rows):
         return None
     if used_runs == 0:
-        return "no usable runs: nothing to test"
+        return METRIC_NOTES["no_usable_runs"]
     if reported == 0:
-        return "no usable run reports this metric: nothing to test"
+        return METRIC_NOTES["not_reported"]
     if all(r["nBase"] == 0 and r["nCond"] == 0 for r in rows):
-        missing = used_runs - reported
-        which = (
-            "each reports NaN or an infinity"
-            if missing == 0
-            else f"{reported} report NaN or an infinity, {missing} do not report it"
-        )
-        return (
-            f"this metric is not a finite number in any of the {used_runs} usable runs "
-            f"({which}): nothing to test"
-        )
+        return not_finite_note(used_runs, reported)
     candidates = [r for r in rows if r["note"] != IDENTICAL_NOTE]
     if not candidates:
-        return "every condition is identical to the base: nothing to test"
+        return METRIC_NOTES["all_identical"]
     if all(r["nBase"] == 0 for r in candidates):
-        return "the base has no usable runs with a finite value of this metric"
+        return METRIC_NOTES["base_not_finite"]
     if all(r["nCond"] == 0 for r in candidates):
-        return "no condition has usable runs with a finite value of this metric"
-    return (
-        f"fewer than {stats.MIN_REPLICATIONS} replications with a finite value in the base or "
-        "the condition of every comparison: nothing tested"
-    )
+        return METRIC_NOTES["conditions_not_finite"]
+    return METRIC_NOTES["too_few"]

@@ -90,6 +90,25 @@ OFFLINE_PILOT_HINT = (
     "an offline pilot costs nothing and counts the calls: `simreport audit PLAN --provider "
     "offline --replications 2 --out DIR`, then `--pilot DIR`"
 )
+OFFLINE_TOKENS_NOTE = "the offline provider estimates tokens at about four characters a token"
+OFFLINE_FREE_NOTE = "the offline provider is free: its calls are counted, nothing is billed"
+OFFLINE_UNCACHED_NOTE = "no basis for an estimate without a pilot: offline responses are not cached"
+
+
+def other_provider_note(pilot_provider: str, provider: str) -> str:
+    """The note of a pilot that ran with another provider than the plan names."""
+    return (
+        f"the pilot ran with provider {pilot_provider}, the plan names {provider}: the calls per "
+        "run carry over, the token counts may not"
+    )
+
+
+def cache_basis_note(rates: TokenRates) -> str:
+    """The note of an estimate without a pilot, from the response cache's recorded responses."""
+    return (
+        f"no pilot: tokens per call from {rates.entries} recorded responses of "
+        f"{', '.join(rates.models)}; the calls per run are unknown before a run"
+    )
 
 
 def estimate_cost(
@@ -138,26 +157,20 @@ def estimate_cost(
                 "recorded responses"
             )
         if pilot.provider is not None and pilot.provider != provider:
-            notes.append(
-                f"the pilot ran with provider {pilot.provider}, the plan names {provider}: the "
-                "calls per run carry over, the token counts may not"
-            )
+            notes.append(other_provider_note(pilot.provider, provider))
         if pilot.provider == OFFLINE_PROVIDER and provider != OFFLINE_PROVIDER:
-            notes.append("the offline provider estimates tokens at about four characters a token")
+            notes.append(OFFLINE_TOKENS_NOTE)
     elif rates is not None:
         basis = "cache"
         per_call = {
             "promptTokens": rates.prompt_tokens,
             "completionTokens": rates.completion_tokens,
         }
-        notes.append(
-            f"no pilot: tokens per call from {rates.entries} recorded responses of "
-            f"{', '.join(rates.models)}; the calls per run are unknown before a run"
-        )
+        notes.append(cache_basis_note(rates))
         if rates.note:
             notes.append(rates.note)
     elif provider == OFFLINE_PROVIDER:
-        notes.append("no basis for an estimate without a pilot: offline responses are not cached")
+        notes.append(OFFLINE_UNCACHED_NOTE)
     else:
         notes.append(
             "no basis for an estimate: no pilot, and the response cache holds no response of "
@@ -166,7 +179,7 @@ def estimate_cost(
     if basis != "pilot":
         notes.append(OFFLINE_PILOT_HINT)
     if provider == OFFLINE_PROVIDER:
-        notes.append("the offline provider is free: its calls are counted, nothing is billed")
+        notes.append(OFFLINE_FREE_NOTE)
 
     calls = None if per_run is None else round(per_run["llmCalls"] * runs)
     if per_run is not None and per_call is not None:
@@ -241,7 +254,10 @@ def read_pilot(audit_dir: str | Path) -> Pilot:
     try:
         doc = read_json(file)
     except ValueError as exc:
-        raise InputError(f"not valid JSON: {exc}", file=file, expected="audit.json") from exc
+        line = getattr(exc, "lineno", None)  # a JSON syntax error's; not a decoding error's
+        raise InputError(
+            f"not valid JSON: {exc}", file=file, line=line, expected="audit.json"
+        ) from exc
     doc = _need(doc, dict, file, "", "a JSON object")
     plan = _need(doc.get("plan"), dict, file, "plan", "the audit's plan")
     plan_hash = _need(plan.get("hash"), str, file, "plan.hash", "the plan hash")
@@ -307,6 +323,33 @@ def read_pilot(audit_dir: str | Path) -> Pilot:
     )
 
 
+def replications_warning(directory: str | Path, ran: int, planned: int) -> str:
+    """The warning for a pilot of the plan that ran another number of replications."""
+    return (
+        f"the pilot in {directory} ran {ran} replications where the plan asks for {planned}: "
+        "only the replications differ"
+    )
+
+
+class PilotMismatch(InputError):
+    """A pilot run from another plan than the one being sized: the conditions only one of them
+    has, or (with the same conditions) the plan keys that differ."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        only_in_pilot: Sequence[str] = (),
+        only_in_plan: Sequence[str] = (),
+        keys: Sequence[str] = (),
+        **where: Any,
+    ) -> None:
+        super().__init__(message, **where)
+        self.only_in_pilot = list(only_in_pilot)
+        self.only_in_plan = list(only_in_plan)
+        self.keys = list(keys)
+
+
 _IDENTITY_KEYS = frozenset(
     {"hash", "identity", "identityHash", "id", "title", "file", "replications", "planFile"}
 )
@@ -334,7 +377,7 @@ def check_pilot(
         differ.
 
     Raises:
-        InputError: the pilot ran something else, naming what differs.
+        PilotMismatch: the pilot ran something else, naming what differs.
     """
     if pilot.plan_hash == planned_hash:
         return None
@@ -342,13 +385,11 @@ def check_pilot(
 
     as_pilot = load_plan(plan_path, replications=pilot.replications, max_runs=max_runs)
     if as_pilot.hash == pilot.plan_hash:
-        return (
-            f"the pilot in {pilot.directory} ran {pilot.replications} replications where the "
-            f"plan asks for {planned_replications}: only the replications differ"
-        )
+        return replications_warning(pilot.directory, pilot.replications, planned_replications)
     planned_ids = [c.id for c in build_conditions(as_pilot)]
     only_pilot = [c for c in pilot.conditions if c not in planned_ids]
     only_plan = [c for c in planned_ids if c not in pilot.conditions]
+    keys: list[str] = []
     if only_pilot or only_plan:
         parts = []
         if only_pilot:
@@ -365,8 +406,11 @@ def check_pilot(
             and canonical_json(normalised.get(k)) != canonical_json(pilot.plan.get(k))
         )
         detail = "its plan differs" + (f" in {', '.join(keys)}" if keys else "")
-    raise InputError(
+    raise PilotMismatch(
         f"the pilot was run from another plan: {detail}",
+        only_in_pilot=only_pilot,
+        only_in_plan=only_plan,
+        keys=keys,
         file=pilot.file,
         path="plan.hash",
         expected=f"a pilot of {plan_path} (meaning hash {as_pilot.hash[:12]}…; only the "

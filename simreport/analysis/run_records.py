@@ -65,14 +65,14 @@ def exclusion_reasons(
         return ["exploration run in a regression audit"]
     failure = result.failure
     if failure is not None and not (include_incomplete and result.metrics):
-        return [f"failed in {failure.stage} ({failure.type})"]
+        return [failed_reason(failure.stage, failure.type)]
     reasons = fault_problems(faults or {})
     if result.status.validity == "violated":
         # The kernel states a fault problem among the validity problems too; the fault steps
         # above already say which step was missing.
         problems = [p for p in validity_problems if not (reasons and p.startswith("fault "))]
         if problems:
-            reasons.append("validity violated: " + "; ".join(problems))
+            reasons.append(violated_reason(problems))
         elif not reasons:
             reasons.append("validity violated (the run's conditions did not hold)")
     elif result.status.validity == "unchecked" and unchecked_problems:
@@ -85,6 +85,16 @@ def exclusion_reasons(
         if result.status.evidence == "partial" or not result.integrity.complete:
             reasons.append(_incompleteness(result))
     return reasons
+
+
+def failed_reason(stage: str, kind: str) -> str:
+    """The exclusion reason of a run that failed in `stage` with a failure of type `kind`."""
+    return f"failed in {stage} ({kind})"
+
+
+def violated_reason(problems: Sequence[str]) -> str:
+    """The exclusion reason of a run whose validity was violated, with the problems it recorded."""
+    return "validity violated: " + "; ".join(problems)
 
 
 def _incompleteness(result: RunResult) -> str:

@@ -334,6 +334,7 @@ class SimClient(Transport):
             code=conflict.code,
             body=conflict.body,
             idempotency_key=conflict.idempotency_key,
+            attempts=conflict.attempts,
         )
 
 

@@ -19,7 +19,8 @@ class RemoteError(SimreportError):
     """The service refused a request or could not be reached. `status` is the HTTP status (None
     when no answer came), `code` the service's error code, `body` its error object (`{"code",
     "message", …}`), `idempotency_key` the key a write was sent with (retry with it later to
-    get the original answer rather than a second write)."""
+    get the original answer rather than a second write), `attempts` how many requests were sent
+    before giving up."""
 
     exit_code = EXIT_INPUT
 
@@ -32,6 +33,7 @@ class RemoteError(SimreportError):
         body: Mapping[str, Any] | None = None,
         retry_after: float | None = None,
         idempotency_key: str | None = None,
+        attempts: int | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -39,6 +41,7 @@ class RemoteError(SimreportError):
         self.body: dict[str, Any] = dict(body or {})
         self.retry_after = retry_after
         self.idempotency_key = idempotency_key
+        self.attempts = attempts
 
 
 class MalformedRequest(RemoteError):
@@ -171,6 +174,7 @@ def refusal(
         body=error,
         retry_after=retry_after,
         idempotency_key=key,
+        attempts=attempts,
         **details,
     )
 

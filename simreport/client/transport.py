@@ -124,6 +124,7 @@ class Transport:
                         )
                         + key_hint(key),
                         idempotency_key=key,
+                        attempts=attempts,
                     ) from None
                 self._sleep(self._pause(attempt, None))
                 continue

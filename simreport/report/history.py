@@ -18,7 +18,7 @@ from typing import Any
 
 from ..analysis.provenance import AUDIT_FILE, HISTORY_DIR, kept_audits
 from ..core.canonical import canonical_json, parse_number
-from ..core.errors import InputError
+from ..core.errors import DocumentError, InputError
 from ..core.files import load_document, visible_control_characters, write_atomic
 
 ALPHA = 0.05
@@ -44,17 +44,18 @@ def load_audit(path: str | Path) -> dict[str, Any]:
         The audit document as read (not checked against its model: older audits compare too).
 
     Raises:
-        InputError: the file is missing or is not an audit, naming it.
+        DocumentError: the file is missing or cannot be parsed, naming it.
+        InputError: the file is not an audit, naming it.
     """
     target = Path(path)
     if not target.exists():
-        raise InputError(
+        raise DocumentError(
             "no such file or directory", file=target, expected="an audit directory or an audit.json"
         )
     if target.is_dir():
         target = target / AUDIT_FILE
         if not target.is_file():
-            raise InputError(
+            raise DocumentError(
                 "no audit.json here", file=target, expected="an audit directory built by analyse"
             )
     # Strings in audit.json may carry control characters: every one printed is made visible.

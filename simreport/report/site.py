@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ..analysis.audit_document import AuditDoc
 from ..core.errors import InputError
@@ -42,6 +42,18 @@ _DESIGNS = {"one_at_a_time": "one at a time", "full_factorial": "full factorial"
 _MEASURES = {"isolated": "isolated", "anyCell": "any cell", "mainEffect": "main effect"}
 
 
+SiteReason = Literal["folder_name", "repeated_id", "missing_page", "stale_page", "no_site"]
+
+
+class SiteRefusal(InputError):
+    """The site cannot be built or served as asked; `reason` says why: a plan id unfit for a
+    folder name or given twice, a page missing or not rendered from its audit.json, no site."""
+
+    def __init__(self, message: str, *, reason: SiteReason, **where: Any) -> None:
+        super().__init__(message, **where)
+        self.reason: SiteReason = reason
+
+
 def _count(value: Any) -> int:
     number = as_float(value)
     return int(number) if number is not None and math.isfinite(number) else 0
@@ -65,8 +77,9 @@ def _top_axis(audit: AuditDoc) -> dict[str, Any] | None:
 
 def _check_plan_id(plan_id: str) -> str:
     if not _PLAN_ID.match(plan_id):
-        raise InputError(
+        raise SiteRefusal(
             f"plan id {plan_id!r} cannot name a site folder",
+            reason="folder_name",
             expected="letters, digits, '.', '_' or '-', starting with a letter or digit",
         )
     return plan_id
@@ -192,8 +205,9 @@ def check_pages(source: Path, audit: AuditDoc) -> None:
     fingerprint = naming.audit_fingerprint(audit)
     for name in PAGES:
         if not (source / name).is_file():
-            raise InputError(
+            raise SiteRefusal(
                 f"the audit has no {name}",
+                reason="missing_page",
                 file=source / name,
                 expected="an audit directory with audit.json, report.html and methods pages "
                 "(run `simreport report` first)",
@@ -201,8 +215,9 @@ def check_pages(source: Path, audit: AuditDoc) -> None:
     for name in RENDERED:
         text = (source / name).read_text(encoding="utf-8", errors="replace")
         if rendered_from(name, text) != fingerprint:
-            raise InputError(
+            raise SiteRefusal(
                 f"{name} is out of date: it was not rendered from the audit.json beside it",
+                reason="stale_page",
                 file=source / name,
                 expected=f"pages re-rendered from the current audit.json "
                 f"(run `simreport report {source}`)",
@@ -240,16 +255,18 @@ def write_site(
         The path of index.html.
 
     Raises:
-        InputError: a plan id given twice or unfit for a folder name, or an audit whose
-            audit.json cannot be read or whose pages are missing or out of date with it
-            (`check_pages`); all before anything is written.
+        SiteRefusal: a plan id given twice or unfit for a folder name, or an audit whose
+            pages are missing or out of date with its audit.json (`check_pages`).
+        InputError: an audit.json that cannot be read. All before anything is written.
     """
     root = Path(site_dir)
     ids = [plan_id for plan_id, _ in audits]
     repeated = sorted({i for i in ids if ids.count(i) > 1})
     if repeated:
-        raise InputError(
-            f"plan ids repeat: {', '.join(repeated)}", expected="one audit per plan id"
+        raise SiteRefusal(
+            f"plan ids repeat: {', '.join(repeated)}",
+            reason="repeated_id",
+            expected="one audit per plan id",
         )
     entries = []
     # Every audit is checked before anything is copied: a stale page leaves the site untouched.
@@ -288,7 +305,9 @@ def site_server(
     """An HTTP server for `site_dir`, bound but not yet serving (port 0 picks a free port)."""
     root = Path(site_dir)
     if not root.is_dir():
-        raise InputError("no site to serve", file=root, expected="a directory built by `site`")
+        raise SiteRefusal(
+            "no site to serve", reason="no_site", file=root, expected="a directory built by `site`"
+        )
     handler = functools.partial(_SiteHandler, directory=str(root))
     return ThreadingHTTPServer((host, port), handler)
 
@@ -310,7 +329,7 @@ def serve(
         on_ready: called with the bound server before it serves.
 
     Raises:
-        InputError: `site_dir` is not a folder.
+        SiteRefusal: `site_dir` is not a folder.
     """
     server = site_server(site_dir, host, port)
     with server:

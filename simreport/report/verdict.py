@@ -21,6 +21,7 @@ from ..analysis.audit_document import (
     SensitivityEntry,
 )
 from ..analysis.conclusions import testbed_clause
+from ..analysis.provenance import OFFLINE_STAND_IN
 from ..core.canonical import canonical_json, parse_number
 from ..core.overrides import lookup
 
@@ -364,10 +365,7 @@ def decisions(audit: AuditDoc) -> str:
     named = [d for d in provenance.decisions if d]
     if not named:
         providers, models = provenance.providers, provenance.models
-        named = [
-            "the offline stand-in (not a language model)" if p == "offline" else f"provider {p}"
-            for p in providers
-        ]
+        named = [OFFLINE_STAND_IN if p == "offline" else f"provider {p}" for p in providers]
         if models and any(p != "offline" for p in providers):
             named.append("models " + ", ".join(models))
     return "; ".join(named) if named else "not recorded (no run left a scenario or manifest)"

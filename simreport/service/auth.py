@@ -163,6 +163,7 @@ def _add(tokens: Tokens, entries: Iterable[tuple[str, TokenEntry]]) -> None:
             raise InputError(
                 f"the token name {entry.name!r} is used twice",
                 file=where,
+                path="name",
                 expected=f"names that differ (the first is in {names[entry.name]})",
             )
         names[entry.name] = where
@@ -171,6 +172,7 @@ def _add(tokens: Tokens, entries: Iterable[tuple[str, TokenEntry]]) -> None:
             raise InputError(
                 "this token is listed twice",
                 file=where,
+                path="token",
                 expected=f"one entry per token (also under {tokens.by_digest[digest].name!r})",
             )
         namespaces = None if entry.namespaces == "*" else frozenset(entry.namespaces)

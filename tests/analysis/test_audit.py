@@ -17,7 +17,9 @@ from scipy import stats as sps
 from statsmodels.stats.multitest import multipletests
 
 from simreport.analysis.audit import RunRecord, analyse, analyse_dir
-from simreport.analysis.stats import SMALL_SPREAD_FRACTION
+from simreport.analysis.detectable_effect import unreachable_note
+from simreport.analysis.pairwise_rows import IDENTICAL_NOTE, METRIC_NOTES
+from simreport.analysis.stats import SMALL_SPREAD_FRACTION, small_spread_note, too_few_note
 from simreport.core.canonical import pretty_json
 from simreport.core.schema import RunResult
 
@@ -359,10 +361,11 @@ def _reference(
                 "ci95": None,
                 "smallSpread": False,
                 "directionFlip": None,
+                "note": None,
             }
             rows.append(row)
             if cond.get("identicalToBase"):
-                row["note"] = "identical to the base, not tested"
+                row["note"] = IDENTICAL_NOTE
                 continue
             if base.size and values.size:
                 diff = values.mean() - base.mean()
@@ -372,7 +375,7 @@ def _reference(
                 row["w1"] = sps.wasserstein_distance(base, values)
                 row["cliffDelta"] = (greater - less) / (base.size * values.size)
             if min(base.size, values.size) < 2:
-                row["note"] = "fewer than 2 replications with a finite value in"
+                row["note"] = too_few_note(base.size, values.size)
                 continue
             pooled = math.sqrt(
                 ((base.size - 1) * base.var(ddof=1) + (values.size - 1) * values.var(ddof=1))
@@ -396,6 +399,8 @@ def _reference(
                 if expected is None
                 else (diff < 0 if expected == "increase" else diff > 0),
             )
+            if row["smallSpread"]:
+                row["note"] = small_spread_note(base, values)
         tested = [r for r in rows if r["tested"]]
         if tested:
             holm = multipletests([r["mwuP"] for r in tested], method="holm")[1]
@@ -512,12 +517,7 @@ def _check_against_reference(
             else:
                 assert row["ci95"] == pytest.approx(want["ci95"], abs=1e-12), where
                 assert row["ci95"][0] <= row["diff"] <= row["ci95"][1], where
-            if "note" in want:
-                assert row["note"].startswith(want["note"]), where
-            elif row["smallSpread"]:
-                assert "near-zero spread" in row["note"], where
-            else:
-                assert row["note"] is None, where
+            assert row["note"] == want["note"], where
     # A full factorial ranks its axes by main effects (tests/analysis/test_factorial.py); the
     # per-cell measures stay on each entry and are checked here.
     factorial = plan.get("design") == "full_factorial"
@@ -778,10 +778,8 @@ def test_single_replication_notes() -> None:
     row = audit["tests"]["score"][0]
     assert row["cohenD"] is None and row["mwuP"] is None and row["ci95"] is None
     assert row["tested"] is False and row["holmP"] is None
-    assert row["note"].startswith(
-        "fewer than 2 replications with a finite value in the base and the condition"
-    )
-    assert "fewer than 2 replications" in audit["notes"]["score"]
+    assert row["note"] == too_few_note(1, 1)
+    assert audit["notes"]["score"] == METRIC_NOTES["too_few"]
 
 
 def test_no_usable_base_is_noted() -> None:
@@ -791,7 +789,7 @@ def test_no_usable_base_is_noted() -> None:
     records += [RunRecord("base", r, None) for r in range(3)]
     audit = analyse({**PLAN, "models": []}, conditions, records)
     assert audit["tests"]["score"][0]["mwuP"] is None
-    assert "base has no usable runs" in audit["notes"]["score"]
+    assert audit["notes"]["score"] == METRIC_NOTES["base_not_finite"]
     assert audit["tests"]["score"][0]["holmP"] is None
 
 
@@ -947,7 +945,8 @@ def test_power_and_noise_floor_recomputed_independently(audit: dict[str, Any]) -
                 # Paired rows: the sign-flip test of nPairs differences, against the paired t.
                 pairs = row["nPairs"]
                 if 2 / 2**pairs >= alpha:
-                    assert entry["mde"] is None and "cannot reach" in entry["note"], entry
+                    unreachable = unreachable_note(pairs, pairs, entry["alpha"], paired=True)
+                    assert entry["mde"] is None and entry["note"] == unreachable, entry
                     continue
                 t_delta = TTestPower().solve_power(
                     effect_size=None, nobs=pairs, alpha=alpha, power=0.8
@@ -955,7 +954,8 @@ def test_power_and_noise_floor_recomputed_independently(audit: dict[str, Any]) -
                 assert entry["mde"] > 0.98 * float(t_delta), entry
                 continue
             if 2 / math.comb(n_base + n_cond, n_cond) >= alpha:
-                assert entry["mde"] is None and "cannot reach" in entry["note"], entry
+                unreachable = unreachable_note(n_base, n_cond, entry["alpha"])
+                assert entry["mde"] is None and entry["note"] == unreachable, entry
                 continue
             t_mde = TTestIndPower().solve_power(
                 effect_size=None,

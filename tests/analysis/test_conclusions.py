@@ -10,6 +10,7 @@ import pytest
 
 from simreport.analysis import conclusions
 from simreport.analysis.conclusions import Replicate, pair
+from simreport.analysis.pairwise_rows import IDENTICAL_NOTE
 
 
 def reps(values: list[float], seed: int = 7, start: int = 0) -> list[Replicate]:
@@ -39,14 +40,14 @@ def test_a_lost_replication_breaks_the_pairing_and_says_which() -> None:
     cond = [r for r in reps([1.0, 2.0, 3.0]) if r.replication != 1]
     pairing = pair(base, cond)
     assert not pairing.paired
-    assert "base replication 1" in pairing.reason
+    assert pairing.reason == conclusions.broken_pairing_reason([1], [])
     assert pairing.base == (1.0, 2.0, 3.0) and pairing.cond == (1.0, 3.0)
 
 
 def test_a_non_finite_value_counts_as_a_lost_replication() -> None:
     pairing = pair(reps([1.0, 2.0, 3.0]), reps([1.0, math.nan, 3.0]))
     assert not pairing.paired
-    assert "base replication 1" in pairing.reason
+    assert pairing.reason == conclusions.broken_pairing_reason([1], [])
 
 
 def test_runs_without_a_recorded_seed_are_unpaired() -> None:
@@ -162,10 +163,10 @@ def test_neither_is_inconclusive_and_states_the_detectable_effect() -> None:
 
 
 def test_a_row_that_is_no_test_is_untested_with_its_reason() -> None:
-    row = {"tested": False, "note": "identical to the base, not tested"}
+    row = {"tested": False, "note": IDENTICAL_NOTE}
     conclusions.conclude(row, None, None)
     assert row["conclusion"] == "untested"
-    assert row["reason"] == "identical to the base, not tested"
+    assert row["reason"] == IDENTICAL_NOTE
 
 
 # --------------------------------------------------------------------------- achieved grade
@@ -226,7 +227,16 @@ def test_a_lost_condition_is_named_and_the_rest_is_graded() -> None:
     achieved = conclusions.achieved_grade({}, rows, lost, _regrade)
     assert achieved["grade"] == "moderate"
     assert any("a=1 kept none" in r for r in achieved["reasons"])
-    assert any("a=1 kept 0 of 10 runs (lost: 10 ProviderError)" in r for r in achieved["reasons"])
+    assert lost == [
+        {
+            "condition": "a=1",
+            "label": "a=1",
+            "runs": 10,
+            "usable": 0,
+            "lostTo": {"ProviderError": 10},
+        }
+    ]
+    assert conclusions.lost_reason(lost[0]) in achieved["reasons"]
 
 
 def test_the_achieved_grade_follows_the_thinnest_condition() -> None:

@@ -5,6 +5,7 @@ summed per condition and per audit in audit.json, and shown in the report."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +17,11 @@ from simreport.core.errors import SchemaError
 from simreport.core.schema import RunResult
 from simreport.kernel import run_scenario, validate_scenario
 from simreport.report import render_report
+from simreport.report.figures import format_number
 from tests.analysis.test_audit import PLAN, _conditions, _result
 from tests.kernel.testbed.test_testbed_agents import AGENT_MODULE, add_agent, copy_example
 from tests.kernel.testbed.test_testbed_world import records, run, scenario_doc
+from tests.report.page_structure import part, tables
 from tests.support.audits import with_provenance
 
 SEGMENT_KEYS = ("llmCalls", "promptTokens", "completionTokens")
@@ -198,12 +201,25 @@ def test_audit_cost_sums_the_runs_per_condition_and_in_all() -> None:
 def test_the_report_shows_the_split_per_segment_and_condition() -> None:
     audit, _ = _audit()
     page = render_report(with_provenance(audit))
-    assert '<h3 id="cost">Cost by segment' in page
-    assert "System under test (the agent)" in page
-    assert "User simulator: wording" in page
-    assert "Not attributed (results written before the split)" in page
-    assert "Cost per condition: the system under test against the simulation" in page
-    assert "the agents are the simulation" in page
+    cost = audit["cost"]
+    section = part(page, "cost")
+    assert re.search(r'<p class="note">[^<]+</p>', section)  # how to read the split
+    by_segment, by_condition = tables(section)[:2]
+    # A row per segment, the system under test first, each under its own name, with its counts.
+    rows = by_segment.rows[1:]
+    assert len(rows) == len(cost["segments"]) == 3
+    assert not {row[0] for row in rows} & set(cost["segments"])
+    numbers = ("llmCalls", "promptTokens", "completionTokens", "operations", "logicalMs")
+    shown = [tuple(row[2:]) for row in rows]
+    assert shown[0] == tuple(format_number(cost["segments"]["sut"][k]) for k in numbers)
+    assert sorted(shown) == sorted(
+        tuple(format_number(seg[k]) for k in numbers) for seg in cost["segments"].values()
+    )
+    # A row per condition: its runs and record bytes.
+    rows = by_condition.rows[1:]
+    assert [(row[1], row[-1]) for row in rows] == [
+        (format_number(c["runs"]), format_number(c["recordBytes"])) for c in cost["conditions"]
+    ]
     # Schema 3 always has the split: an audit without it breaks the contract and is refused.
     old = {**audit, "cost": {k: audit["cost"][k] for k in SEGMENT_KEYS}}
     with pytest.raises(SchemaError) as refused:

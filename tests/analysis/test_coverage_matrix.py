@@ -17,6 +17,7 @@ from simreport.analysis.coverage import (
     coverage_matrix,
 )
 from simreport.cli import main
+from tests.report.page_structure import part, tables
 from tests.report.test_html_validity import VNU, needs_vnu
 from tests.support.browser import needs_chromium, render
 
@@ -113,8 +114,13 @@ def test_the_coverage_matrix_is_deterministic(audit_dir: Path, tmp_path: Path) -
 
 def test_the_report_shows_the_coverage_section(audit_dir: Path) -> None:
     html = (audit_dir / "report.html").read_text(encoding="utf-8")
-    assert 'id="coverage"' in html
-    assert "Permission submit_and_withdraw" in html
+    # A table per permission state, captioned with it.
+    permissions = json.loads((audit_dir / "audit.json").read_text())["coverage"]["axes"][
+        "permission"
+    ]
+    shown = [t for t in tables(part(html, "coverage")) if t.caption]
+    assert [t.caption.split()[-1] for t in shown[: len(permissions)]] == permissions
+    assert "submit_and_withdraw" in permissions
     assert (
         "stage=withdrawal · behaviour=withdraws · permission=submit_and_withdraw · fault=abort"
         in html

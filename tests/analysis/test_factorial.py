@@ -15,7 +15,12 @@ import pytest
 import statsmodels.formula.api as smf
 
 from simreport.analysis.audit import RunRecord, analyse
-from simreport.analysis.factorial import FACTORIAL_METHOD, factorial_effects
+from simreport.analysis.factorial import (
+    FACTORIAL_METHOD,
+    empty_cells_note,
+    factorial_effects,
+    short_cells_note,
+)
 from simreport.core.schema import RunResult
 
 NOISE = [-1.2, -0.4, 0.0, 0.5, 1.1]
@@ -289,11 +294,11 @@ def test_cells_without_values_null_every_contrast_that_needs_them() -> None:
     risk, window_row = main[("framing", "risk")], main[("window", "w1")]
     for row in (risk, window_row):
         assert row["diff"] is None and row["ci95"] is None and row["standardized"] is None
-        assert "framing=risk|window=w1" in row["note"] and "no usable value" in row["note"]
+        assert row["note"] == empty_cells_note(["framing=risk|window=w1"], row["nCells"])
     moral = main[("framing", "moral")]
     assert moral["diff"] == pytest.approx(0.1)
     assert moral["ci95"] is None and moral["standardized"] is None
-    assert "fewer than 2" in moral["note"] and "framing=moral|window=w3" in moral["note"]
+    assert moral["note"] == short_cells_note(["framing=moral|window=w3"])
     inter = {tuple(r["levels"]): r for r in _rows(audit, "interactions")}
     assert inter[("risk", "w1")]["diff"] is None
     assert inter[("moral", "w1")]["diff"] == pytest.approx(-0.2)

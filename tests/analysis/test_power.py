@@ -20,9 +20,11 @@ from statsmodels.stats.power import NormalIndPower, TTestIndPower
 
 import simreport.api as api
 from simreport.analysis import inference, stats
+from simreport.analysis import noise_floor as nf
 from simreport.analysis import pilot as pilots
 from simreport.analysis import power as pw
 from simreport.analysis import rank_power as rp
+from simreport.analysis.detectable_effect import unreachable_note
 from simreport.cli import main
 from simreport.core.errors import InputError
 from simreport.kernel.providers.base import ChatResponse
@@ -167,10 +169,11 @@ def test_detectable_effect_is_the_rank_tests_and_says_when_it_cannot_reach_alpha
     """The audit's MDE is the rank test's (no longer the t-test's): null with the smallest
     reachable p where the exact test cannot reach α (3 + 3 values: 2 / C(6, 3) = 0.1)."""
     value, note = pw.detectable_effect(3, 3, 0.05)
-    assert value is None and note is not None and "whatever the data" in note
-    assert "smallest possible p: 0.1)" in note and "rank-sum permutation test (exact)" in note
-    value, note = pw.detectable_effect(5, 5, 0.05, paired=True)  # 2 / 2^5 = 0.0625
-    assert value is None and note is not None and "5 pairs" in note and "0.0625" in note
+    assert value is None and note == unreachable_note(3, 3, 0.05)
+    assert pw.smallest_rank_p(3, 3) == pytest.approx(0.1)
+    value, note = pw.detectable_effect(5, 5, 0.05, paired=True)
+    assert value is None and note == unreachable_note(5, 5, 0.05, paired=True)
+    assert pw.smallest_rank_p(5, 5, paired=True) == 2 / 2**5
     value, note = pw.detectable_effect(10, 10, 0.005)
     assert note is None and value == pw.rank_mde(10, 10, 0.005)
     t_mde = pw.mde(10, 10, 0.005)
@@ -486,8 +489,6 @@ def test_power_section_ranks_tested_rows_and_keeps_untested_ones() -> None:
     section = pw.power_section({"m": rows, "empty": []}, alpha=0.05, power=0.8)
     assert section["power"] == 0.8 and section["alphaFamily"] == 0.05
     assert section["familySize"] == 4 and section["draws"] == pw.POWER_DRAWS
-    assert "rank-sum permutation test (exact)" in section["method"]
-    assert "4 tested rows of all metrics" in section["method"]
     assert section["metrics"]["empty"] == []
     out = {r["condition"]: r for r in section["metrics"]["m"]}
     assert [r["condition"] for r in section["metrics"]["m"]] == [r["condition"] for r in rows]
@@ -504,7 +505,10 @@ def test_power_section_ranks_tested_rows_and_keeps_untested_ones() -> None:
     assert out["a"]["mde"] == pw.rank_mde(10, 10, 0.05 / 3)
     assert out["a"]["mde"] > (pw.mde(10, 10, 0.05 / 3) or math.inf)
     assert out["a"]["test"] == "rank-sum permutation test (exact)" and not out["a"]["paired"]
-    assert out["d"]["mde"] is None and "whatever the data" in out["d"]["note"]
+    assert out["d"]["mde"] is None and out["d"]["note"] == unreachable_note(2, 2, 0.05)
+    # The method names the test every row ran.
+    assert {r["test"] for r in out.values() if r["test"]} == {"rank-sum permutation test (exact)"}
+    assert out["a"]["test"] in section["method"]
     assert out["same"] == {
         "condition": "same",
         "nBase": 10,
@@ -537,7 +541,7 @@ def test_power_section_ranks_the_family_over_all_metrics() -> None:
     assert y[0]["alpha"] == pytest.approx(0.025) and y[0]["paired"]
     assert y[0]["test"] == "Wilcoxon signed-rank sign-flip test (exact)"
     assert y[0]["mde"] == pw.rank_mde(8, 8, 0.025, paired=True, seed=7)
-    assert "Wilcoxon signed-rank sign-flip test (exact)" in section["method"]
+    assert y[0]["test"] in section["method"] and x[0]["test"] in section["method"]
 
     primary = pw.power_section(tests, family=pw.holm_family(tests, ["y"]))
     assert primary["familySize"] == 1 and "the metrics y" in primary["method"]
@@ -642,12 +646,14 @@ def test_noise_floor_is_null_with_a_note_for_small_bases() -> None:
     )
     three, seven = out["m"]
     assert three["n"] == 3 and three["flipRate"] is None and three["splits"] == 0
-    assert "fewer than 4 usable values" in three["note"]
+    assert three["note"] == nf.unsplittable_note(3)
     assert three["scope"] == seven["scope"] == "halves" and three["sizes"] is None
     assert seven["sizes"] == [3, 4] and seven["companions"] == []
     # Halves of 3 and 4: 2 / C(7, 4) = 0.057; halves of 4 and 4 reach 2 / 70.
-    assert seven["flipRate"] is None and "cannot give p < 0.05 whatever the data" in seven["note"]
-    assert "no flip rate below 8 replications" in seven["note"]
+    assert seven["flipRate"] is None
+    floor = pw.smallest_rank_p(3, 4)
+    assert seven["note"] == nf.unreachable_split_note([3, 4], 0.05, floor, halves=True)
+    assert nf.smallest_reachable_n(0.05) == 8
     with pytest.raises(ValueError):
         pw.noise_floor({"m": {"b": [1.0] * 5}}, "h", splits=0)
 
@@ -769,10 +775,10 @@ def test_estimate_from_a_pilot() -> None:
 
     offline = pilots.PilotCost(4, 40, 0, 4000, 40, "offline")
     out = pilots.estimate_cost(runs=10, provider="openai", pilot=offline)
-    assert any("four characters a token" in n for n in out["notes"])
-    assert any("the pilot ran with provider offline" in n for n in out["notes"])
+    assert pilots.OFFLINE_TOKENS_NOTE in out["notes"]
+    assert pilots.other_provider_note("offline", "openai") in out["notes"]
     out = pilots.estimate_cost(runs=10, provider="offline", pilot=offline)
-    assert out["free"] and any("nothing is billed" in n for n in out["notes"])
+    assert out["free"] and pilots.OFFLINE_FREE_NOTE in out["notes"]
 
     cached_only = pilots.PilotCost(2, 0, 20, 0, 0, "openai")
     rates = pilots.TokenRates(entries=3, prompt_tokens=50.0, completion_tokens=1.0, models=("m",))
@@ -805,12 +811,12 @@ def test_estimate_without_a_pilot() -> None:
     assert out["basis"] == "cache" and out["perRun"] is None
     assert out["perCall"] == {"promptTokens": 200.0, "completionTokens": 5.0}
     assert out["total"]["llmCalls"] is None
-    assert any("calls per run are unknown" in n for n in out["notes"])
+    assert pilots.cache_basis_note(rates) in out["notes"]
     assert pilots.OFFLINE_PILOT_HINT in out["notes"]
     none = pilots.estimate_cost(runs=8, provider="openai")
     assert none["basis"] == "none" and any("no basis" in n for n in none["notes"])
     offline = pilots.estimate_cost(runs=8, provider="offline")
-    assert any("offline responses are not cached" in n for n in offline["notes"])
+    assert pilots.OFFLINE_UNCACHED_NOTE in offline["notes"]
 
 
 def test_response_cache_reports_recorded_usage(tmp_path: Path) -> None:
@@ -843,11 +849,12 @@ def _audit_doc(study: Path) -> dict[str, Any]:
 
 
 def _one_line_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    """The command's one error line on stderr, after the program's name."""
     code = main(argv)
     err = capsys.readouterr().err.strip()
     assert code == 2, err
-    assert len(err.splitlines()) == 1, err
-    return err
+    assert len(err.splitlines()) == 1 and err.startswith("simreport: "), err
+    return err.removeprefix("simreport: ")
 
 
 def test_power_section_and_noise_floor_on_a_real_audit(pilot_study: Path) -> None:
@@ -873,8 +880,7 @@ def test_power_command_sizes_the_plan_from_the_pilot(
     plan, pilot = str(pilot_study / "audit.yaml"), str(pilot_study / "pilot")
     assert main(["power", plan, "--pilot", pilot]) == 0
     captured = capsys.readouterr()
-    assert "only the replications differ" in captured.err
-    assert "ran 4 replications where the plan asks for 2" in captured.err
+    assert pilots.replications_warning(Path(pilot), 4, 2) in captured.err
     lines = captured.out.splitlines()
     assert lines[0].split() == ["metric", "condition", "pilot", "n", "base/cond", "pilot", "|d|",
                                 "replications", "power"]  # fmt: skip
@@ -896,7 +902,7 @@ def test_power_command_sizes_the_plan_from_the_pilot(
     assert result["comparisons"] == 2 and result["alphaPerComparison"] == 0.025
     assert result["recommendation"] == pw.plan_recommendation(expected)
     at_plan = result["atPlannedReplications"]
-    assert at_plan["mde"] is None and "whatever the data" in at_plan["note"]
+    assert at_plan["mde"] is None and at_plan["note"] == unreachable_note(2, 2, 0.025, paired=True)
 
     argv = ["power", plan, "--pilot", pilot, "--json", "--effect", "0.5", "--power", "0.9"]
     assert main(argv) == 0
@@ -966,15 +972,19 @@ def test_power_command_with_the_plan_the_pilot_ran_has_no_warning(
     captured = capsys.readouterr()
     assert captured.err == ""
     assert "the plan has 4" in captured.out
-    assert (
-        "at the plan's 4 replications: the Wilcoxon signed-rank sign-flip test (exact) cannot "
-        "reach p < 0.025 with 4 pairs whatever the data (smallest possible p: 0.125)"
-    ) in captured.out
+    # 4 pairs cannot reach α/2: the smallest possible p is 2 / 2^4.
+    assert pw.smallest_rank_p(4, 4, paired=True) == 0.125
+    assert unreachable_note(4, 4, 0.025, paired=True) in captured.out
     # Unpaired, 4 + 4 values reach 2 / 70 < 0.1.
-    assert main([*argv, "--alpha", "0.2", "--design", "unpaired"]) == 0
+    unpaired = [*argv, "--alpha", "0.2", "--design", "unpaired"]
+    assert main([*unpaired, "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert not result["paired"] and result["test"] == "rank-sum permutation test"
+    mde = result["atPlannedReplications"]["mde"]
+    assert mde is not None
+    assert main(unpaired) == 0
     out = capsys.readouterr().out
-    assert "at the plan's 4 replications the smallest detectable |d| is" in out
-    assert "test: the unpaired rank-sum permutation test;" in out
+    assert f"{mde:.3g}" in out and result["test"] in out
 
 
 def test_power_command_refuses_a_pilot_of_another_plan(
@@ -983,19 +993,29 @@ def test_power_command_refuses_a_pilot_of_another_plan(
     pilot = str(pilot_study / "pilot")
     shutil.copy(pilot_study / "scenario.yaml", tmp_path / "scenario.yaml")
     (tmp_path / "fewer.yaml").write_text(plan_text(levels=["moralised"]))
-    err = _one_line_error(capsys, ["power", str(tmp_path / "fewer.yaml"), "--pilot", pilot])
-    assert "audit.json: plan.hash: the pilot was run from another plan" in err
-    assert "only in the pilot: linguistic_framing=risk" in err
+    located = f"{pilot}/audit.json: plan.hash: "
+    fewer = tmp_path / "fewer.yaml"
+    err = _one_line_error(capsys, ["power", str(fewer), "--pilot", pilot])
+    assert err.startswith(located) and "linguistic_framing=risk" in err
+    with pytest.raises(pilots.PilotMismatch) as caught:
+        api.power(fewer, pilot=pilot)
+    assert (caught.value.only_in_pilot, caught.value.only_in_plan) == (
+        ["linguistic_framing=risk"],
+        [],
+    )
+    assert (caught.value.file, caught.value.path) == (f"{pilot}/audit.json", "plan.hash")
 
     (tmp_path / "longer.yaml").write_text(scenario_text(steps=4))
-    (tmp_path / "other.yaml").write_text(plan_text(scenario="longer.yaml"))
-    err = _one_line_error(capsys, ["power", str(tmp_path / "other.yaml"), "--pilot", pilot])
-    assert "its plan differs in base" in err and "only the replications may differ" in err
+    other = tmp_path / "other.yaml"
+    other.write_text(plan_text(scenario="longer.yaml"))
+    err = _one_line_error(capsys, ["power", str(other), "--pilot", pilot])
+    assert err.startswith(located)
+    with pytest.raises(pilots.PilotMismatch) as caught:
+        api.power(other, pilot=pilot)
+    assert (caught.value.only_in_pilot, caught.value.keys) == ([], ["base", "baseScenario"])
     # The estimate applies the same check.
-    err = _one_line_error(
-        capsys, ["conditions", str(tmp_path / "other.yaml"), "--estimate", "--pilot", pilot]
-    )
-    assert "the pilot was run from another plan" in err
+    err = _one_line_error(capsys, ["conditions", str(other), "--estimate", "--pilot", pilot])
+    assert err.startswith(located)
 
 
 def test_power_command_refuses_missing_and_malformed_pilots(
@@ -1003,7 +1023,7 @@ def test_power_command_refuses_missing_and_malformed_pilots(
 ) -> None:
     plan = str(pilot_study / "audit.yaml")
     err = _one_line_error(capsys, ["power", plan, "--pilot", str(tmp_path / "nowhere")])
-    assert "nowhere/audit.json" in err and "no audit.json" in err
+    assert err.startswith(f"{tmp_path}/nowhere/audit.json: ")
 
     unanalysed = tmp_path / "unanalysed"
     unanalysed.mkdir()
@@ -1015,18 +1035,19 @@ def test_power_command_refuses_missing_and_malformed_pilots(
     broken.mkdir()
     (broken / "audit.json").write_text("{not json")
     err = _one_line_error(capsys, ["power", plan, "--pilot", str(broken)])
-    assert "broken/audit.json" in err and "not valid JSON" in err
+    assert err.startswith(f"{broken}/audit.json:1: ")  # the line of the JSON syntax error
 
     doc = _audit_doc(pilot_study)
     doc["tests"]["cooperationRate"][1]["nBase"] = "four"
     (broken / "audit.json").write_text(json.dumps(doc))
     err = _one_line_error(capsys, ["power", plan, "--pilot", str(broken)])
-    assert "tests.cooperationRate.1.nBase" in err and "an integer" in err
+    assert err.startswith(f"{broken}/audit.json: tests.cooperationRate.1.nBase: ")
+    assert err.endswith("(expected an integer)")
 
     del doc["plan"]["hash"]
     (broken / "audit.json").write_text(json.dumps(doc))
     err = _one_line_error(capsys, ["power", plan, "--pilot", str(broken)])
-    assert "plan.hash" in err
+    assert err.startswith(f"{broken}/audit.json: plan.hash: ")
 
 
 @pytest.mark.parametrize(
@@ -1055,13 +1076,13 @@ def test_estimate_command_from_the_pilot(
     per_run = doc["cost"]["llmCalls"] / len(doc["runs"])
     assert main(["conditions", plan, "--estimate", "--pilot", pilot]) == 0
     captured = capsys.readouterr()
-    assert "only the replications differ" in captured.err
+    assert pilots.replications_warning(Path(pilot), 4, 2) in captured.err
     out = captured.out
     assert out.startswith("3 conditions × 2 replications = 6 runs (provider offline")
     assert f"LLM calls          {round(per_run * 6):,}" in out
     prompt = round(doc["cost"]["promptTokens"] / len(doc["runs"]) * 6)
     assert f"prompt tokens      {prompt:,}" in out
-    assert "the offline provider is free" in out
+    assert pilots.OFFLINE_FREE_NOTE in out
 
     assert main(["conditions", plan, "--estimate", "--pilot", pilot, "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
@@ -1076,7 +1097,7 @@ def test_estimate_command_without_a_basis(
     assert main(["conditions", str(pilot_study / "audit.yaml"), "--estimate"]) == 0
     out = capsys.readouterr().out
     assert "basis: none" in out and "LLM calls          unknown" in out
-    assert "offline responses are not cached" in out and "the offline provider is free" in out
+    assert pilots.OFFLINE_UNCACHED_NOTE in out and pilots.OFFLINE_FREE_NOTE in out
     err = _one_line_error(
         capsys,
         ["conditions", str(pilot_study / "audit.yaml"), "--pilot", str(pilot_study / "pilot")],
@@ -1184,7 +1205,8 @@ def test_noise_floor_at_the_audit_n_is_identical_for_identical_pools_and_states_
         companions_by_metric={"m": {"base": [("a", [4.0, 5, 6])]}},
     )["m"][0]
     assert small["scope"] == "audit" and small["flipRate"] is None and small["splits"] == 0
-    assert small["sizes"] == [3, 3] and "cannot give p < 0.05" in small["note"]
+    assert small["sizes"] == [3, 3] and pw.smallest_rank_p(3, 3) == pytest.approx(0.1)
+    assert small["note"] == nf.unreachable_split_note([3, 3], 0.05, 0.1, halves=False)
     # A twin with fewer than 2 usable values is no twin: the halves are used.
     halves = pw.noise_floor(
         {"m": {"base": base}}, "h", companions_by_metric={"m": {"base": [("a", [1.0, math.nan])]}}

@@ -27,6 +27,8 @@ from simreport.analysis.stats import (
     pairwise,
     pooled_sd,
     small_spread,
+    small_spread_note,
+    too_few_note,
     tvd_score,
     wasserstein1,
     zero_violation_upper_bound,
@@ -638,7 +640,7 @@ def test_pairwise_empty_after_filtering_is_none_everywhere() -> None:
     for key in PAIRWISE_KEYS - {"nBase", "nCond", "meanCond", "tested", "smallSpread", "note"}:
         assert row[key] is None, key
     assert row["tested"] is False and row["smallSpread"] is False
-    assert "in the base (base 0, condition 2)" in row["note"]
+    assert row["note"] == too_few_note(0, 2)
 
 
 def test_pairwise_two_values_each_is_a_test() -> None:
@@ -656,7 +658,7 @@ def test_pairwise_constant_groups() -> None:
     assert row["cliffDelta"] == 1.0
     assert row["directionFlip"] is None
     assert row["smallSpread"] is True
-    assert "near-zero spread" in row["note"] and "pooled SD 0" in row["note"]
+    assert row["note"] == small_spread_note([0.1] * 5, [0.3] * 5)
 
 
 # --- pooled spread and the small-spread rule -----------------------------------------------------

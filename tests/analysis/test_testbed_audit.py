@@ -11,14 +11,18 @@ from typing import Any
 
 import pytest
 
+from simreport.analysis.provenance import OFFLINE_STAND_IN
 from simreport.analysis.stats import zero_violation_upper_bound
-from simreport.analysis.testbed_summary import EvaluatedRun, summarise_testbed
+from simreport.analysis.testbed_summary import EvaluatedRun, fault_problems, summarise_testbed
 from simreport.cli import main
 from simreport.core.schema import RunResult
 from simreport.report.html import render_report
+from tests.report.page_structure import part, tables
 from tests.support.audits import with_provenance
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "refund_desk"
+NEVER_HIT = fault_problems({"refund-timeout": ("planned", "armed")})[0]
+"""Why a run whose planned fault was armed but never hit stays out of the statistics."""
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +85,7 @@ def test_audit_json_has_the_testbed_section(audit_dir: Path) -> None:
         run["excludedBecause"]
         for run in audit["runs"]
         if run["condition"] == "order_number_disclosure=never"
-    } == {"fault refund-timeout planned, never hit"}
+    } == {NEVER_HIT}
     base = rows["base"]
     for cell in base["criteria"].values():
         assert cell["pass"] + cell["fail"] + cell["undecidable"] + cell["notApplicable"] == 2
@@ -103,18 +107,27 @@ def test_report_opens_with_the_headline_and_names_who_decided(audit_dir: Path) -
     # Every metric is named, and the condition whose fault never hit is named with its cause.
     for metric in audit["metrics"]:
         assert metric in audit["verdict"]["headline"]
-    assert "fault refund-timeout planned, never hit" in audit["verdict"]["headline"]
+    assert NEVER_HIT in audit["verdict"]["headline"]
     assert " more " not in audit["verdict"]["headline"]
-    assert "the agent under test refund-agent@stable" in html
-    assert "not a language model" in html
+    # Who decided: the agent under test by its pin, the offline stand-in for the model calls.
+    decided = audit["provenance"]["decisions"]
+    assert any("refund-agent@stable" in who for who in decided)
+    assert any(OFFLINE_STAND_IN in who for who in decided)
+    assert all(str(escape(who)) in html for who in decided)
 
 
 def test_report_shows_the_testbed_tables(audit_dir: Path) -> None:
     html = (audit_dir / "report.html").read_text(encoding="utf-8")
-    assert "Agent testbed" in html
-    assert "95% upper bound at zero violations" in html
-    assert "Excluded (validity)" in html
-    assert "fault refund-timeout planned, never hit" in html  # the problem-runs table says why
+    testbed = load(audit_dir / "audit.json")["testbed"]
+    # A table per criterion: each condition's evaluated runs and validity exclusions.
+    shown = {t.caption.split(":")[0]: t for t in tables(part(html, "testbed")) if t.caption}
+    for criterion in testbed["criteria"]:
+        rows = shown[criterion].rows[1:]
+        assert [row[1:3] for row in rows] == [
+            [str(c["evaluated"]), str(c["validityExcluded"])] for c in testbed["conditions"]
+        ]
+    # The problem-runs table says why each run of the fault that never hit is out.
+    assert any(row[-1] == NEVER_HIT for table in tables(html) for row in table.rows)
     # The eight sections keep their order; the testbed sits inside section 8.
     positions = [html.index(f'id="h-{s}"') for s in ("plan-summary", "axes", "integrity")]
     assert positions == sorted(positions)
@@ -138,7 +151,7 @@ def test_other_audits_have_no_testbed_section() -> None:
     )
     audit = analyse(plan, conditions, [RunRecord("base", 0, result)])
     assert "testbed" not in audit
-    assert "Agent testbed" not in render_report(with_provenance(audit))
+    assert 'id="testbed"' not in render_report(with_provenance(audit))
 
 
 def _result(validity: str, evidence: str = "complete", complete: bool = True) -> RunResult:

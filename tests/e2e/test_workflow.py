@@ -101,6 +101,8 @@ def test_full_build_writes_the_site(built: Path) -> None:
     # Each report opens with the audit's own headline, and every page names who decided.
     from markupsafe import escape
 
+    from simreport.analysis.provenance import OFFLINE_STAND_IN
+
     for plan in ("prisoners_dilemma", "echo_chamber"):
         audit = json.loads((site / plan / "audit.json").read_text())
         headline = str(escape(audit["verdict"]["headline"]))
@@ -108,7 +110,7 @@ def test_full_build_writes_the_site(built: Path) -> None:
         assert report.index(headline) < report.index('id="h-plan-summary"')
         assert headline in index
         for page in (report, (site / plan / "methods.html").read_text(), index):
-            assert "the offline stand-in (not a language model)" in page
+            assert OFFLINE_STAND_IN in page
 
 
 def test_nothing_changed_runs_nothing(built: Path) -> None:

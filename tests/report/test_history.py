@@ -18,7 +18,7 @@ from simreport import api
 from simreport.analysis.provenance import HISTORY_DIR, LAST_WRITTEN, kept_audits, provenance
 from simreport.cli import main
 from simreport.core.canonical import sha256_bytes
-from simreport.core.errors import InputError
+from simreport.core.errors import DocumentError, InputError
 from simreport.core.files import write_json
 from simreport.report.history import (
     HEADING,
@@ -279,32 +279,44 @@ def test_the_cli_prints_the_diff_of_two_directories_or_files(
     assert printed == json.loads(json.dumps(diff_audits(load_audit(kept), load_audit(rebuilt))))
 
     assert main(["diff", str(rebuilt), str(rebuilt)]) == 0
-    assert capsys.readouterr().out == "No changes: the two audits are identical.\n"
+    same = diff_audits(load_audit(rebuilt), load_audit(rebuilt))
+    assert same["identical"] is True
+    assert capsys.readouterr().out.splitlines() == diff_lines(same)
 
 
 @pytest.mark.parametrize(
-    ("make", "says"),
+    ("given", "kind", "named", "line"),
     [
-        (lambda d: d / "missing", "no such file or directory"),
-        (lambda d: d / "runs", "no audit.json here"),
-        (lambda d: d / "plan.json", "not an audit document"),
-        (lambda d: d / "broken.json", "JSON syntax error"),
+        ("missing", DocumentError, "missing", None),
+        ("runs", DocumentError, "runs/audit.json", None),
+        ("plan.json", InputError, "plan.json", None),
+        ("broken.json", DocumentError, "broken.json", 1),  # a JSON syntax error, located
     ],
 )
 def test_the_cli_names_a_file_that_is_not_an_audit(
-    small: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], make: Any, says: str
+    small: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    given: str,
+    kind: type[InputError],
+    named: str,
+    line: int | None,
 ) -> None:
     (tmp_path / "plan.json").write_text('{"id": "p"}')
     (tmp_path / "broken.json").write_text("{not json")
     (tmp_path / "runs").mkdir()
-    bad = make(tmp_path)
+    bad = tmp_path / given
+    with pytest.raises(InputError) as caught:
+        load_audit(bad)
+    found = caught.value
+    assert (type(found), found.file, found.line) == (kind, str(tmp_path / named), line)
     for argv in (["diff", str(bad), str(small)], ["diff", str(small), str(bad), "--json"]):
         assert main(argv) == 2
         captured = capsys.readouterr()
         assert captured.out == ""
         err = captured.err.strip().splitlines()
         assert len(err) == 1, err
-        assert str(bad) in err[0] and says in err[0]
+        assert err[0] == f"simreport: {found.one_line()}"
 
 
 # --------------------------------------------------------------------------- comparing
@@ -498,8 +510,10 @@ def test_copy_history_keeps_earlier_builds_in_the_site(small: Path, tmp_path: Pa
 
 def test_load_audit_refuses_what_is_not_an_audit(tmp_path: Path) -> None:
     (tmp_path / "list.json").write_text("[1, 2]")
-    with pytest.raises(InputError, match="not an audit document"):
+    with pytest.raises(InputError) as refused:
         load_audit(tmp_path / "list.json")
+    assert type(refused.value) is InputError  # read, but not an audit
+    assert refused.value.file == str(tmp_path / "list.json")
 
 
 def test_the_report_and_the_site_show_what_changed(rebuilt: Path, tmp_path: Path) -> None:
@@ -508,7 +522,7 @@ def test_the_report_and_the_site_show_what_changed(rebuilt: Path, tmp_path: Path
     audit_dir = _copy(rebuilt, tmp_path)
     report = api.report(audit_dir).read_text()
     section = report[report.index('<section id="changes"') : report.index("</section>")]
-    assert "Changes since the previous build" in section
+    assert 'id="h-changes"' in section
     for line in diff_lines(
         changes_since_previous(audit_dir, json.loads((audit_dir / "audit.json").read_text()))
     ):

@@ -346,7 +346,7 @@ def test_methods_refuse_an_audit_of_an_older_schema(audit_dir: Path, tmp_path: P
     with pytest.raises(InputError) as caught:
         write_methods(tmp_path)
     assert caught.value.path == "schemaVersion" and caught.value.exit_code == 2
-    assert f"re-run `simreport analyse {tmp_path}`" in caught.value.one_line()
+    assert f"simreport analyse {tmp_path}" in str(caught.value.expected)  # what to run
     assert not (tmp_path / "methods.md").exists()
 
 
@@ -410,8 +410,11 @@ def test_the_dict_and_its_json_give_the_same_text(audit_dir: Path) -> None:
 
 def test_write_methods_rejects_a_directory_without_an_audit(tmp_path: Path) -> None:
     write_json(tmp_path / "audit.json", {"something": "else"})
-    with pytest.raises(InputError, match="not an audit document"):
+    with pytest.raises(InputError) as refused:
         write_methods(tmp_path)
+    # Read, but not an audit: neither a file that cannot be read nor a broken audit contract.
+    assert type(refused.value) is InputError
+    assert (refused.value.file, refused.value.path) == (str(tmp_path / "audit.json"), None)
 
 
 # --------------------------------------------------------------------------- browser

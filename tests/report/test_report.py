@@ -15,11 +15,13 @@ import pytest
 
 from simreport.analysis.audit import RunRecord, analyse
 from simreport.analysis.audit_document import AuditDoc
+from simreport.analysis.stats import UNIFORM_TARGET_NOTE
 from simreport.core.canonical import content_hash, pretty_json
 from simreport.core.errors import InputError, SchemaError
 from simreport.core.files import write_json
 from simreport.core.schema import RunResult
 from simreport.report import figures, render_report, write_report
+from simreport.report.verdict import decisions
 from tests.support.audits import with_provenance
 from tests.support.browser import needs_chromium, page_width, render
 
@@ -363,11 +365,13 @@ def test_plan_and_scenario_strings_are_escaped(html: str) -> None:
 def test_summary_counts_models_override_hash_and_grade_rule(
     audit: dict[str, Any], html: str
 ) -> None:
+    from markupsafe import escape
+
     assert "48 in all, 45 used in the statistics; 2 failed, 1 incomplete, 3 excluded" in html
     assert "model-b, model-a" in html
     assert "Provider override</th><td>none</td>" in html
     assert audit["plan"]["hash"] in html
-    assert "The evidence grade judges the design, not the results." in html
+    assert str(escape(audit["grade"]["rule"])) in html
     for reason in audit["grade"]["reasons"]:
         assert reason.replace("'", "&#39;") in html
     footer = html[html.index("<footer") :]
@@ -396,7 +400,7 @@ def test_a_metric_without_tests_shows_its_note(audit: dict[str, Any], html: str)
 def test_distribution_section_shows_tvd_and_the_uniform_target_note(html: str) -> None:
     section = html[html.index('id="h-distribution"') : html.index('id="h-integrity"')]
     assert "Distribution choice" in section and "Distribution mood" in section
-    assert "target distribution is uniform; the score is undefined" in section
+    assert UNIFORM_TARGET_NOTE in section
     assert "100.000" in section  # a condition that matches the target exactly
     assert "Cliff's delta" in section and "W1" in section
 
@@ -571,7 +575,8 @@ def test_the_verdict_opens_the_report_with_the_grade_and_its_reasons(
     box = _section_of(html, '<div class="verdict" id="verdict">', "</div>")
     assert html.index('id="verdict"') < html.index('id="h-plan-summary"')
     assert f"<strong>Verdict.</strong> {escape(audit['verdict']['headline'])}</p>" in box
-    assert '<p id="decisions"><strong>Decisions made by:</strong>' in box
+    decided = _section_of(box, '<p id="decisions">', "</p>")
+    assert str(escape(decisions(doc(audit)))) in decided
     assert f'<span class="grade grade-{audit["grade"]["grade"]}">' in box
     for reason in audit["grade"]["reasons"]:
         assert f"<li>{escape(reason)}</li>" in box
@@ -700,14 +705,17 @@ def _with_power(audit: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_power_and_noise_floor_are_shown_when_the_audit_has_them(audit: dict[str, Any]) -> None:
-    html = render_report(_with_power(audit))
+    from markupsafe import escape
+
+    edited = _with_power(audit)
+    html = render_report(edited)
     section = _section_of(html, 'id="power"', 'id="h-sensitivity"')
     assert (
         "smallest effect its own test could detect with probability 80% at the Holm-adjusted α"
         in section
     )
     assert "(family α 0.05)" in section
-    assert "Method: normal approximation &lt;to&gt; the t-test." in section
+    assert f"{escape(edited['power']['method'])}." in section
     table = _section_of(section, "<caption>Minimum detectable", "</table>")
     first = re.search(r'<th scope="row" class="id">framing=moral@model-b</th>(.*?)</tr>', table)
     assert first and re.findall(r'<td class="num">(.*?)</td>', first.group(1)) == [
@@ -722,7 +730,7 @@ def test_power_and_noise_floor_are_shown_when_the_audit_has_them(audit: dict[str
     # Where the base was measured against: its twins at the audit's sizes, or its own halves.
     assert '<td class="num">4 vs 4</td>' in noise and '<td class="num">2 vs 2</td>' in noise
     assert "with seed=9@model-a" in noise and "the base&#39;s halves" in noise
-    assert "a constant base never differs from itself" in noise
+    assert edited["noiseFloor"]["cooperation"][0]["note"] in noise
     # The contract requires both sections: an audit without them is refused, naming the key.
     without = {k: v for k, v in audit.items() if k not in ("power", "noiseFloor")}
     with pytest.raises(SchemaError) as refused:

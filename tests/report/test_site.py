@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 
 from simreport.analysis.audit_document import AuditDoc
-from simreport.core.errors import InputError
+from simreport.analysis.provenance import OFFLINE_STAND_IN
 from simreport.core.files import write_json
 from simreport.report.html import write_report
 from simreport.report.methods import write_methods
-from simreport.report.site import render_index, serve, site_entry, write_site
+from simreport.report.site import SiteRefusal, render_index, serve, site_entry, write_site
 from tests.support.browser import needs_chromium, page_width, render
 
 EXAMPLE_PLAN = Path(__file__).resolve().parents[2] / "examples" / "prisoners_dilemma" / "audit.yaml"
@@ -112,8 +112,9 @@ def test_site_entry_without_effect_sizes_has_no_top_axis(audit: dict[str, Any]) 
 
 def test_site_entry_rejects_an_id_that_cannot_name_a_folder(audit: dict[str, Any]) -> None:
     for bad in ("../escape", "a/b", "", ".hidden", "<x>"):
-        with pytest.raises(InputError, match="cannot name a site folder"):
+        with pytest.raises(SiteRefusal) as refused:
             entry_of(audit, bad)
+        assert refused.value.reason == "folder_name"
 
 
 # --------------------------------------------------------------------------- index page
@@ -228,12 +229,16 @@ def test_write_site_refuses_incomplete_or_ambiguous_input(audit_dir: Path, tmp_p
     partial.mkdir()
     shutil.copy(audit_dir / "audit.json", partial / "audit.json")
     shutil.copy(audit_dir / "report.html", partial / "report.html")
-    with pytest.raises(InputError, match=r"no methods\.md"):
+    with pytest.raises(SiteRefusal) as refused:
         write_site(tmp_path / "s1", [("pd", partial)])
-    with pytest.raises(InputError, match="plan ids repeat"):
+    assert refused.value.reason == "missing_page"
+    assert refused.value.file == str(partial / "methods.md")
+    with pytest.raises(SiteRefusal) as refused:
         write_site(tmp_path / "s2", [("pd", audit_dir), ("pd", audit_dir)])
-    with pytest.raises(InputError, match="cannot name a site folder"):
+    assert refused.value.reason == "repeated_id"
+    with pytest.raises(SiteRefusal) as refused:
         write_site(tmp_path / "s3", [("../up", audit_dir)])
+    assert refused.value.reason == "folder_name"
     assert not (tmp_path / "up").exists()
 
 
@@ -265,8 +270,9 @@ def test_serve_serves_the_site_on_localhost(site: Path) -> None:
 
 
 def test_serve_refuses_a_missing_directory(tmp_path: Path) -> None:
-    with pytest.raises(InputError, match="no site to serve"):
+    with pytest.raises(SiteRefusal) as refused:
         serve(tmp_path / "nowhere", port=0)
+    assert (refused.value.reason, refused.value.file) == ("no_site", str(tmp_path / "nowhere"))
 
 
 # --------------------------------------------------------------------------- browser
@@ -298,9 +304,8 @@ def test_each_audit_has_its_verdict_and_grade_reasons_in_the_index(
     page = (site / "index.html").read_text(encoding="utf-8")
     first = re.findall(r'<tr class="verdict">\n<td colspan="11">(.*?)</td>', page, re.S)[0]
     assert f"<strong>Verdict.</strong> {escape(audit['verdict']['headline'])} " in first
-    assert "<strong>Decisions made by:</strong> the offline stand-in (not a language model)." in (
-        first
-    )
+    decided = entry_of(audit)["decisions"]
+    assert OFFLINE_STAND_IN in decided and f"{escape(decided)}." in first
     grade = audit["grade"]
     assert f'<strong>{grade["grade"]}</strong>: <span class="reasons">' in first
     for reason in grade["reasons"]:
@@ -336,18 +341,20 @@ def test_a_site_refuses_pages_older_than_their_audit_json(audit_dir: Path, tmp_p
     edited = json.loads((stale / "audit.json").read_text(encoding="utf-8"))
     edited["summary"]["failed"] = 7  # analysed again; the pages were not re-rendered
     write_json(stale / "audit.json", edited)
-    with pytest.raises(InputError, match=r"report\.html is out of date") as refused:
+    with pytest.raises(SiteRefusal) as refused:
         write_site(tmp_path / "site", [("prisoners_dilemma", audit_dir), ("pd", stale)])
-    assert str(stale / "report.html") in str(refused.value)
-    assert "simreport report" in str(refused.value)
+    assert (refused.value.reason, refused.value.file) == ("stale_page", str(stale / "report.html"))
+    assert "simreport report" in str(refused.value.expected)  # the command that renders it
     assert not (tmp_path / "site").exists()  # checked before anything was copied
     write_report(stale)
-    with pytest.raises(InputError, match=r"methods\.md is out of date"):
+    with pytest.raises(SiteRefusal) as refused:
         write_site(tmp_path / "site", [("pd", stale)])
+    assert (refused.value.reason, refused.value.file) == ("stale_page", str(stale / "methods.md"))
     write_methods(stale)
     (stale / "methods.html").write_text("<!doctype html><html lang=en></html>", encoding="utf-8")
-    with pytest.raises(InputError, match=r"methods\.html is out of date"):
+    with pytest.raises(SiteRefusal) as refused:
         write_site(tmp_path / "site", [("pd", stale)])
+    assert (refused.value.reason, refused.value.file) == ("stale_page", str(stale / "methods.html"))
     write_methods(stale)
     index = write_site(tmp_path / "site", [("pd", stale)])
     assert "pd/report.html" in index.read_text(encoding="utf-8")
@@ -365,7 +372,7 @@ def test_the_cli_refuses_a_stale_site_with_one_line(
     write_json(stale / "audit.json", edited)
     assert main(["site", str(stale), "--out", str(tmp_path / "site")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "report.html is out of date" in err[0]
+    assert len(err) == 1 and err[0].startswith(f"simreport: {stale / 'report.html'}: ")
     assert main(["report", str(stale)]) == 0
     assert main(["site", str(stale), "--out", str(tmp_path / "site")]) == 0
 

@@ -28,6 +28,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from simreport.client import (
+    TOKEN_SETTING,
     InvalidRequest,
     NotAuthenticated,
     NotPermitted,
@@ -422,7 +423,7 @@ def test_no_service_at_all_is_unavailable_after_bounded_attempts(sleeps: Sleeps)
     with client, pytest.raises(ServiceUnavailable) as caught:
         client.run_status("run-1")
     assert len(sleeps) == 2
-    assert "after 3 attempts" in str(caught.value)
+    assert caught.value.attempts == 3 and caught.value.status is None
 
 
 # --------------------------------------------------------------------------- 409, 410, 422
@@ -449,8 +450,11 @@ def test_409_on_start_run_reads_the_state_and_does_not_retry(
     assert len(service.requests("POST", RUNS)) == 1 and sleeps == []
     assert [s.path for s in service.requests("GET")] == [f"{RUNS}/run-first"]
     assert caught.value.state == service.runs["run-first"].status()
+    assert (caught.value.status, caught.value.code) == (409, "conflict")
+    # The message carries the service's words and names the run's state.
     text = str(caught.value)
-    assert "used with a different body" in text and "run run-first is completed" in text
+    assert caught.value.body["message"] in text
+    assert "run-first" in text and caught.value.state["execution_status"] in text
 
 
 def test_409_on_cancel_of_an_ended_run_carries_its_state(
@@ -462,7 +466,7 @@ def test_409_on_cancel_of_an_ended_run_carries_its_state(
     assert len(service.requests("POST")) == 1 and sleeps == []
     assert caught.value.state is not None
     assert caught.value.state["execution_status"] == "completed"
-    assert "already ended" in str(caught.value)
+    assert (caught.value.status, caught.value.code) == (409, "conflict")
 
 
 def test_410_on_events_rereads_the_snapshot(service: FakeService, client: SimClient) -> None:
@@ -498,9 +502,11 @@ def test_422_raises_with_located_errors_and_is_not_retried(
         client.submit_version("scn-1", "1.0.0", {"agents": [{}]}, source="test")
     assert len(service.requests("POST", path)) == 1 and sleeps == []
     assert [e["path"] for e in caught.value.errors] == ["agents.0.role", "execution.seed"]
+    assert (caught.value.status, caught.value.code) == (422, "unprocessable")
+    assert caught.value.errors == issues
+    # The message names every located problem.
     text = str(caught.value)
-    assert "422" in text and "agents.0.role: missing (expected a string)" in text
-    assert "execution.seed" in text
+    assert all(issue["path"] in text and issue["expected"] in text for issue in issues)
 
 
 def test_401_names_the_token_setting_never_the_token(service: FakeService) -> None:
@@ -509,7 +515,7 @@ def test_401_names_the_token_setting_never_the_token(service: FakeService) -> No
     with client, pytest.raises(NotAuthenticated) as caught:
         client.run_status("run-1")
     text = str(caught.value)
-    assert "--token-file" in text and "SIMREPORT_TOKEN_FILE" in text
+    assert caught.value.status == 401 and TOKEN_SETTING in text
     assert wrong not in text and wrong not in json.dumps(caught.value.body)
     assert "401" in text
 
@@ -518,7 +524,9 @@ def test_403_says_the_token_may_not_act_here(service: FakeService, client: SimCl
     service.push(Reply("GET", f"{RUNS}/run-x", 403, _error("forbidden", "other namespace")))
     with pytest.raises(NotPermitted) as caught:
         client.run_status("run-x")
-    assert "other namespace" in str(caught.value) and "--token-file" in str(caught.value)
+    assert (caught.value.status, caught.value.code) == (403, "forbidden")
+    assert caught.value.body["message"] in str(caught.value)
+    assert TOKEN_SETTING in str(caught.value)
 
 
 # --------------------------------------------------------------------------- following
@@ -610,7 +618,7 @@ def test_remote_commands_end_to_end(service: FakeService, tmp_path: Path) -> Non
 
     late = _remote(service, token_file, "cancel", run_id, "--reason", "too late")
     assert late.returncode == 2
-    assert late.stderr.count("\n") == 1 and "already ended" in late.stderr
+    assert late.stderr.count("\n") == 1 and "409 conflict" in late.stderr
     assert "completed" in late.stderr
 
     for result in (started, status, follow, page, evidence, late):

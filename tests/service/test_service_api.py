@@ -24,7 +24,7 @@ import pytest
 import sqlalchemy as sa
 import yaml
 
-from simreport.core.errors import InputError, SchemaError
+from simreport.core.errors import DocumentError, InputError, SchemaError
 from simreport.ledger import connect
 from simreport.ledger import tables as t
 from simreport.service.auth import load_tokens
@@ -699,20 +699,30 @@ def test_tokens_are_kept_as_their_sha256(tmp_path: Path) -> None:
 
 def test_token_entries_are_checked(tmp_path: Path) -> None:
     path = tmp_path / "tokens.yaml"
-    cases = {
-        "- name: a\n": "exactly one of",
-        f"- name: a\n  token: {'x' * 20}\n  sha256: {'ab' * 32}\n": "exactly one of",
-        "- name: a\n  token: short\n": "at least 16",
-        f"- name: a\n  token: {'x' * 20}\n- name: a\n  token: {'y' * 20}\n": "used twice",
-        f"- name: a\n  token: {'x' * 20}\n- name: b\n  token: {'x' * 20}\n": "listed twice",
-        "name: a\n": "a list of token entries",
+    # The text → the error's class, the entry it names (in its file) and the dotted path there.
+    cases: dict[str, tuple[type[InputError], str, str | None]] = {
+        "- name: a\n": (SchemaError, "", "0"),
+        f"- name: a\n  token: {'x' * 20}\n  sha256: {'ab' * 32}\n": (SchemaError, "", "0"),
+        "- name: a\n  token: short\n": (SchemaError, "", "0.token"),
+        f"- name: a\n  token: {'x' * 20}\n- name: a\n  token: {'y' * 20}\n": (
+            InputError,
+            ": entry 1 (a)",
+            "name",
+        ),
+        f"- name: a\n  token: {'x' * 20}\n- name: b\n  token: {'x' * 20}\n": (
+            InputError,
+            ": entry 1 (b)",
+            "token",
+        ),
+        "name: a\n": (DocumentError, "", None),
     }
-    for text, message in cases.items():
+    for text, (kind, entry, where) in cases.items():
         path.write_text(text)
         with pytest.raises(InputError) as caught:
             load_tokens(_settings(tmp_path, tokens_file=path), environ={})
-        assert message in str(caught.value), (text, str(caught.value))
-        assert "x" * 20 not in str(caught.value)
+        found = caught.value
+        assert (type(found), found.file, found.path) == (kind, f"{path}{entry}", where), text
+        assert "x" * 20 not in str(found)
     env = {"MY_TOKENS": f"- name: ci\n  token: {'z' * 20}\n  tenant: t2\n"}
     tokens = load_tokens(_settings(tmp_path, tokens_env="MY_TOKENS"), environ=env)
     assert tokens.authenticate(f"Bearer {'z' * 20}").tenant == "t2"

@@ -261,7 +261,8 @@ def test_a_run_whose_process_dies_ends_crashed_with_why(
     worker.join()
     assert worker.outcomes == [(run_id, "crashed")]
     ended = row(engine, run_id)
-    assert ended.terminal_reason == "crashed: the run process was killed by SIGKILL"
+    code, _, why = ended.terminal_reason.partition(": ")
+    assert code == "crashed" and "SIGKILL" in why
     assert ended.evidence_status == "partial" and ended.ended_at is not None
     assert len(gapless(engine, run_id)) >= 1  # what it emitted before it died
 
@@ -494,7 +495,8 @@ def test_a_retry_whose_worker_is_killed_too_ends_crashed(
     assert reclaimed_once_the_lease_ran_out(engine, run_id) == [run_id]
     ended = row(engine, run_id)
     assert (ended.execution_status, ended.evidence_status) == ("crashed", "partial")
-    assert ended.terminal_reason == "worker_lost: attempt 2, the retry, lost its worker too"
+    assert ended.terminal_reason.partition(": ")[0] == "worker_lost"
+    assert (ended.retries, ended.attempts) == (1, 2)
     events = events_of(engine, run_id)
     assert len(events) == streamed  # nothing arrived after the kill
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))

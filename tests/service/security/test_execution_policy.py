@@ -32,6 +32,7 @@ import pytest
 import yaml
 
 from simreport.ledger import connect
+from simreport.service.run_process import PolicyRefusal
 from tests.service.security.running_service import EXAMPLE, Service, refund_spec
 from tests.support.ledgers import POSTGRES_URL, fresh_ledger
 from tests.support.llm_server import FakeLLM
@@ -297,8 +298,9 @@ def test_a_worker_refuses_a_queued_run_its_own_policy_does_not_declare(
         run_id = service.run(scenario_id, version="1.0.0").json()["run_id"]
         service.worker(setting["strict"])
         assert service.ended(run_id)["execution_status"] == "crashed"
-        reason = service.row(run_id).terminal_reason
-        assert "not allowed by the execution policy" in reason and "simulator.name" in reason
+        code, _, why = service.row(run_id).terminal_reason.partition(": ")
+        assert code == "crashed" and why.startswith(f"{PolicyRefusal.__name__}: ")
+        assert "spec.simulator.name" in why
         assert not marker.exists()
     finally:
         service.stop()
