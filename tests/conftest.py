@@ -20,6 +20,8 @@ settings.register_profile("simreport", derandomize=True, database=None)
 settings.load_profile("simreport")
 
 
+ROOT = Path(__file__).resolve().parents[1]
+
 LONG_FIRST = (
     "tests/e2e/test_slurm.py",
     "tests/workflow/test_invalidation.py",
@@ -34,7 +36,7 @@ order, so a long file collected last would leave the other process idle at the e
 
 
 def _start_rank(item: pytest.Item) -> int:
-    path = item.path.relative_to(Path(__file__).resolve().parents[1]).as_posix()
+    path = item.path.relative_to(ROOT).as_posix()
     return next((i for i, head in enumerate(LONG_FIRST) if path.startswith(head)), len(LONG_FIRST))
 
 
@@ -55,7 +57,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.skip(f"needs {what}")
 
 
-EXAMPLE_PLAN = Path(__file__).resolve().parents[1] / "examples" / "prisoners_dilemma" / "audit.yaml"
+EXAMPLE_PLAN = ROOT / "examples" / "prisoners_dilemma" / "audit.yaml"
 
 
 @pytest.fixture(scope="session")
