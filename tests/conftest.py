@@ -40,6 +40,25 @@ def _start_rank(item: pytest.Item) -> int:
     return next((i for i, head in enumerate(LONG_FIRST) if path.startswith(head)), len(LONG_FIRST))
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Before any process starts testing: the package's bytecode and code fingerprints cached
+    beside its sources, so workflow copies (tests/support/workflow_copy.py) carry them along
+    instead of every build in a copy computing them again."""
+    if hasattr(config, "workerinput"):
+        return  # a worker: the controlling process did this before it started them
+    import compileall
+
+    compileall.compile_dir(ROOT / "simreport", quiet=2)
+    from simreport.kernel import kernel_fingerprint
+    from simreport.kernel.worlds import WORLDS
+    from simreport.workflow import analysis_fingerprint, report_fingerprint
+
+    analysis_fingerprint()
+    report_fingerprint()
+    for world in (None, *WORLDS):
+        kernel_fingerprint(world)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=_start_rank)  # stable: files and tests keep their order within a rank
 

@@ -25,9 +25,9 @@ def copy_workflow(dest: Path, config: dict[str, Any], *, examples: bool = False)
         if source.is_symlink():
             os.symlink(os.readlink(source), dest / name)
         elif source.is_dir():
-            shutil.copytree(
-                source, dest / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__")
-            )
+            # Bytecode too: it stays valid in the copy (same sizes and times), and every
+            # process of a build compiling the package afresh cost a first build seconds.
+            shutil.copytree(source, dest / name, symlinks=True)
         else:
             shutil.copy2(source, dest / name)
     write_config(dest, config)
