@@ -411,8 +411,7 @@ def check_linkages(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]
                 )
             chosen[point] = recs[0] if recs else None
         missing = [p for p in LINKAGE_POINTS if chosen.get(p) is None]
-        for point in missing:
-            problems.append(f"{linkage_id} ({entry['event']}): no {point} point was recorded")
+        problems.extend(_missing_point(linkage_id, entry["event"], point) for point in missing)
         ordered: bool | None = None
         if not missing:
             ordered = True
@@ -455,17 +454,17 @@ def linkage_record_faults(results: Sequence[Mapping[str, Any]]) -> list[str]:
     out: list[str] = []
     for result in results:
         points = result["points"]
-        for problem in result["problems"]:
-            if problem.endswith("no environment point was recorded"):
-                continue
-            if (
-                problem.endswith("no agent point was recorded")
-                and points.get("user")
-                and points.get("environment") is None
-            ):
-                continue  # the run ended before the agent was called again
-            out.append(str(problem))
+        excused = {_missing_point(result["linkageId"], result["event"], "environment")}
+        if points.get("user") and points.get("environment") is None:
+            # The run ended before the agent was called again.
+            excused.add(_missing_point(result["linkageId"], result["event"], "agent"))
+        out.extend(str(problem) for problem in result["problems"] if problem not in excused)
     return out
+
+
+def _missing_point(linkage_id: str, event: str, point: str) -> str:
+    """The problem `check_linkages` reports for a point never recorded."""
+    return f"{linkage_id} ({event}): no {point} point was recorded"
 
 
 # --------------------------------------------------------------------------- completeness
