@@ -95,7 +95,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_schema(args: argparse.Namespace) -> int:
+def document_schema(which: str) -> dict[str, Any]:
+    """The JSON Schema of a document kind: scenario, plan, result or audit."""
     from ..analysis.audit_document import audit_json_schema
     from ..core.schema import RunResult, Scenario
     from ..harness.plan import plan_json_schema
@@ -106,7 +107,16 @@ def cmd_schema(args: argparse.Namespace) -> int:
         "result": lambda: RunResult.model_json_schema(by_alias=True),
         "audit": audit_json_schema,
     }
-    print_json(schemas[args.which](), ensure_ascii=True)
+    return schemas[which]()
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    if args.format == "markdown":
+        from .reference import document_markdown
+
+        sys.stdout.write(document_markdown(args.which))
+    else:
+        print_json(document_schema(args.which), ensure_ascii=True)
     return EXIT_OK
 
 
@@ -463,6 +473,12 @@ def register_cli(sub: Any) -> None:
         help="print the JSON Schema of a document kind (scenario, plan, result.json, audit.json)",
     )
     p.add_argument("which", choices=["scenario", "plan", "result", "audit"])
+    p.add_argument(
+        "--format",
+        choices=["json", "markdown"],
+        default="json",
+        help="json: the JSON Schema, for editors; markdown: one table per type, for reading",
+    )
     p.set_defaults(func=cmd_schema)
     # `simreport schema scenario` checks `params` per world: the registry loads when a schema
     # is made, not when the command line starts.
