@@ -58,7 +58,5 @@ def register_cli(sub: Any) -> None:
         metavar="N",
         help=f"runs per condition (default {DEFAULT_REPLICATIONS})",
     )
-    plan.add_argument(
-        "--force", action="store_true", help="replace scenario.yaml and audit.yaml if they exist"
-    )
+    plan.add_argument("--force", action="store_true", help="replace the files if they exist")
     plan.set_defaults(func=cmd_new_plan)

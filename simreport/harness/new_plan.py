@@ -2,7 +2,7 @@
 library when it has one) and a commented `audit.yaml` whose axes are TRAILS templates with levels
 that differ from the scenario's, so the two files validate as written.
 
-Every world with a starter under `starters/<world>/` can be asked for; `AXIS_LEVELS` says which
+Every world with a starter under `starters/<world>/` can be asked for; `WORLD_PLANS` says which
 templates apply to it and what they vary. Nothing is written when a file would be replaced,
 unless `force` is given.
 """
