@@ -1,12 +1,11 @@
 """The tutorial (docs/tutorial.md) runs as written.
 
-Convention: a fenced block whose line before is the HTML comment `<!-- runnable -->` is a shell
-block the test runs; a fenced block after `<!-- output -->` is output that the runnable block
-before it prints (each of its lines is one line of that block's stdout). Both comments are
-invisible on the rendered page, and every other block is left alone. The runnable blocks run in
-order with bash in one scratch copy of the workflow, the virtual environment's bin first on
-PATH; each must exit 0, and every file under studies/, results/ or site/ that the tutorial names
-in backticks must exist afterwards.
+Convention: an HTML comment on the line before a fenced block marks it (invisible on the page;
+unmarked blocks are left alone). `<!-- runnable -->`: a shell block, run in order with bash in
+one scratch copy of the workflow, the virtual environment's bin first on PATH; it must exit 0.
+`<!-- output -->`: each line is a line of the previous runnable block's stdout.
+`<!-- excerpt: PATH -->`: verbatim text of the file PATH as the steps before it left it.
+Every file under studies/, results/ or site/ the page names in backticks must exist at the end.
 """
 
 from __future__ import annotations
@@ -29,16 +28,19 @@ TUTORIAL = ROOT / "docs" / "tutorial.md"
 BIN = Path(sys.executable).parent
 RUNNABLE = "<!-- runnable -->"
 OUTPUT = "<!-- output -->"
+_EXCERPT = re.compile(r"^<!-- excerpt: (\S+) -->$")
 BLOCK_TIMEOUT = 600
 _NAMED_FILE = re.compile(r"`((?:studies|results|site)/[^`<>\s]+\.\w+)`")
 
 
 @dataclass(frozen=True)
 class Block:
-    kind: str  # "runnable" or "output"
+    kind: str  # "runnable", "output" or "excerpt"
     text: str
     line: int
     """The line of the tutorial where the block's code starts."""
+    source: str | None = None
+    """The file an excerpt is taken from."""
 
 
 def marked_blocks(markdown: str) -> list[Block]:
@@ -48,6 +50,9 @@ def marked_blocks(markdown: str) -> list[Block]:
     blocks = []
     for i, line in enumerate(lines):
         kind = {RUNNABLE: "runnable", OUTPUT: "output"}.get(line.strip())
+        excerpt = _EXCERPT.match(line.strip())
+        if excerpt is not None:
+            kind = "excerpt"
         if kind is None:
             continue
         fence = lines[i + 1] if i + 1 < len(lines) else ""
@@ -57,7 +62,8 @@ def marked_blocks(markdown: str) -> list[Block]:
         end = next((j for j in range(i + 2, len(lines)) if lines[j].strip() == ticks), None)
         if end is None:
             raise AssertionError(f"line {i + 2}: the fenced block is never closed")
-        blocks.append(Block(kind, "\n".join(lines[i + 2 : end]) + "\n", i + 3))
+        source = excerpt.group(1) if excerpt is not None else None
+        blocks.append(Block(kind, "\n".join(lines[i + 2 : end]) + "\n", i + 3, source))
     return blocks
 
 
@@ -75,12 +81,14 @@ def test_markers_name_the_block_after_them_and_nothing_else() -> None:
         f"{RUNNABLE}\n```sh\necho one\necho two\n```\n"
         f"{OUTPUT}\n```text\none\n```\n"
         f"{RUNNABLE}\n````sh\ncat <<'EOF'\n```\nEOF\n````\n"
+        "<!-- excerpt: results/x/a.yaml -->\n```yaml\nkey: 1\n```\n"
         "See `results/x/audit.json` and `site/<id>/report.html`, not `src/a.py`.\n"
     )
     assert marked_blocks(sample) == [
         Block("runnable", "echo one\necho two\n", 6),
         Block("output", "one\n", 11),
         Block("runnable", "cat <<'EOF'\n```\nEOF\n", 15),
+        Block("excerpt", "key: 1\n", 21, "results/x/a.yaml"),
     ]
     assert named_files(sample) == ["results/x/audit.json"]
 
@@ -122,6 +130,11 @@ def test_the_tutorial_runs_as_written(tmp_path: Path) -> None:
 
     printed = ""
     for block in marked_blocks(markdown):
+        if block.kind == "excerpt":
+            quoted = work / str(block.source)
+            text = quoted.read_text(encoding="utf-8") if quoted.is_file() else ""
+            assert block.text in text, f"tutorial line {block.line}: not in {block.source}:\n{text}"
+            continue
         if block.kind == "output":
             lines = printed.splitlines()
             missing = [s for s in block.text.splitlines() if s.strip() and s not in lines]
