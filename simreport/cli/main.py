@@ -43,11 +43,12 @@ def build_parser() -> argparse.ArgumentParser:
     # Imported here, not above: `import simreport.cli` stays cheap (the service and the remote
     # client read their argument types through it), and the order below is the order of the
     # commands in `simreport --help`.
-    from . import audit, doctor, ledger, mcp, replay, review
+    from . import audit, doctor, ledger, mcp, new, replay, review
     from .remote import register_cli as register_remote
     from .service import register_api, register_worker
 
     audit.register_cli(sub)
+    new.register_cli(sub)
     doctor.register_cli(sub)
     replay.register_cli(sub)
     ledger.register_cli(sub)

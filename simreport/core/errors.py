@@ -170,6 +170,25 @@ class TooManyRuns(PlanError):
         self.limit = limit
 
 
+class UnknownChoice(InputError):
+    """A name that is none of the allowed ones (a world, an axis template): `name` is what was
+    given, `allowed` every name that would do."""
+
+    def __init__(self, message: str, *, name: str, allowed: Sequence[str], **where: Any) -> None:
+        super().__init__(message, expected="one of " + ", ".join(allowed), **where)
+        self.name = name
+        self.allowed = tuple(allowed)
+
+
+class WouldOverwrite(InputError):
+    """A command would replace files that already exist: `existing` lists them (nothing was
+    written)."""
+
+    def __init__(self, message: str, *, existing: Sequence[str | Path], **where: Any) -> None:
+        super().__init__(message, **where)
+        self.existing = tuple(str(p) for p in existing)
+
+
 class EnvironmentProblem(SimreportError):
     """The machine refused a file operation: the disk is full, the folder is read-only or not
     ours, a file stands where a folder should be. Not a bug and not bad input: the message names
