@@ -180,7 +180,13 @@ def _expectations(metrics: Sequence[str], outcomes: Mapping[str, str]) -> list[M
     groups: dict[str, list[Md]] = {}
     for metric in ordered:
         groups.setdefault(outcomes[metric], []).append(md_code(metric))
-    return [Md(f"{join_words(names)} to {md_escape(d)}") for d, names in groups.items()]
+    return [
+        Md(f"{join_words(names)} to {_VERBS.get(d, md_escape(d))}") for d, names in groups.items()
+    ]
+
+
+_VERBS = {"unchanged": "stay unchanged"}
+"""An expected outcome as the verb after "expects `m` to" (the others read as they are)."""
 
 
 def _specific_expectations(table: Mapping[str, Mapping[str, str]], what: str) -> list[Md]:

@@ -583,3 +583,13 @@ def test_the_text_names_the_audit_json_it_was_written_from(audit: dict[str, Any]
     edited["plan"]["title"] = f"{AUDIT_HASH_TEXT}`{'0' * 64}`"
     assert audit_hash_of(markdown(edited)) == fingerprint(edited)
     assert audit_hash_of("no such sentence") is None
+
+
+def test_an_unchanged_expectation_reads_as_a_verb(audit: dict[str, Any]) -> None:
+    edited = copy.deepcopy(audit)
+    first = edited["metrics"][0]
+    edited["plan"]["hypothesis"]["outcomes"] = {first: "unchanged"}
+    edited["plan"]["hypothesis"]["margins"] = {first: 0.1}
+    design = _section(markdown(edited), "Design")
+    assert f"`{first}` to stay unchanged" in design
+    assert "to unchanged" not in design
