@@ -120,7 +120,8 @@ def finish(
 ) -> str:
     """Record the finished run in `run_dir` under `run_id`, in one transaction and only while
     `worker_id` holds its lease (LeaseLost otherwise): its statuses, end, terminal reason,
-    result and content hash on the run row, the events not streamed yet (a retry's numbered
+    result, content hash and the manifest.json it wrote (provider, model, kernel: its
+    manifest row is the one frozen when it was queued) on the run row, the events not streamed yet (a retry's numbered
     after its retry mark, as `append_events` numbers them), and its records,
     fault plans and steps, observations, evidence and completeness. `reason` replaces the
     terminal reason the files give. Returns the execution status recorded. Raises InputError
@@ -181,6 +182,7 @@ def _finish(
                     "ended_at": wall_time(float(finished[-1]["wall"])) if finished else now,
                     "terminal_reason": terminal or terminal_reason(run),
                     "result": run.result_doc,
+                    "recorded_manifest": run.manifest,
                     "content_sha256": run.content_sha256,
                     "lease_expires_at": None,
                 },
