@@ -38,7 +38,8 @@ ROW_HEIGHT_IN = 0.34
 MIN_HEIGHT_IN = 2.2
 DISTRIBUTION_COLUMNS = 3
 LABEL_CHARS = 38
-LINE_CHARS = 95  # a heading, axis label or note across the figure, in characters a line
+LINE_CHARS = 95  # a heading across the whole figure, in characters a line
+AXES_RIGHT = 0.96  # where a row figure's axes end, as a share of its width
 LABEL_BREAKS = " |=@·,_-/"
 LINE_GROWTH = 0.6  # a row's height grows by this share of a row for each extra label line
 CHAR_WIDTH_IN = 0.072  # mean width of a DejaVu Sans character at the 9 pt tick label size
@@ -193,10 +194,23 @@ def _row_figure(
     row_height = ROW_HEIGHT_IN * (1 + LINE_GROWTH * (_lines(labels) - 1))
     height = max(MIN_HEIGHT_IN, extra_height + row_height * rows)
     fig = Figure(figsize=(FIGURE_WIDTH_IN, height))
-    longest = max((len(line) for label in labels for line in label.split("\n")), default=0)
-    left = min(0.6, (0.25 + CHAR_WIDTH_IN * longest) / FIGURE_WIDTH_IN)
-    fig.subplots_adjust(left=left, right=0.96, top=1 - top_in / height, bottom=bottom_in / height)
+    fig.subplots_adjust(
+        left=_left(labels), right=AXES_RIGHT, top=1 - top_in / height, bottom=bottom_in / height
+    )
     return fig
+
+
+def _left(labels: Sequence[str]) -> float:
+    """Where a row figure's axes start (a share of its width): past its longest label line."""
+    longest = max((len(line) for label in labels for line in label.split("\n")), default=0)
+    return min(0.6, (0.25 + CHAR_WIDTH_IN * longest) / FIGURE_WIDTH_IN)
+
+
+def _axes_chars(labels: Sequence[str]) -> int:
+    """How many characters of a heading or axis label fit across a row figure's axes (a title
+    is set a size larger than the tick labels CHAR_WIDTH_IN measures)."""
+    width = (AXES_RIGHT - _left(labels)) * FIGURE_WIDTH_IN
+    return max(LABEL_CHARS // 2, int(width / (CHAR_WIDTH_IN * 1.15)))
 
 
 def _empty(title: str, message: str) -> str:
@@ -357,7 +371,8 @@ def _interval_figure(
         _noted(label, None if row.diff is not None and math.isfinite(row.diff) else why)
         for label, row, why in zip(labels, rows, missing, strict=True)
     ]
-    heading, xlabel = _label(heading, chars=LINE_CHARS), _label(xlabel, chars=LINE_CHARS)
+    chars = _axes_chars(noted)
+    heading, xlabel = _label(heading, chars=chars), _label(xlabel, chars=chars)
     extra = 0.18 * (_lines([heading]) - 1 + _lines([xlabel]) - 1)
     fig = _row_figure(
         len(rows),
