@@ -216,8 +216,8 @@ def _measured(
 # rather than wrapping or scrolling. Cut words: a line that breaks between two letters of one
 # text run where no break point is (after _ | = @ / . , ; : a dash or a bracket, or at a <wbr>,
 # which ends a text run; a `.hash` has no words). Clashes: two cells of one table column whose
-# texts differ but whose visible parts read the same. Visually hidden elements (clipped to a pixel for screen
-# readers) are left out.
+# texts differ but whose visible parts read the same. Visually hidden elements (clipped to a
+# pixel for screen readers) are left out.
 _TEXT_FIT = r"""<script>
 (function () {
   var LABELS = "td, th, caption, li, summary, h1, h2, h3, figcaption";
