@@ -9,13 +9,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from ..core.errors import EXIT_INPUT, EXIT_OK
 from .arguments import int64, positive_int
-from .output import print_json, print_table, short_time, shortened
+from .output import distinct_shortened, print_json, print_table, short_time
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -190,6 +190,9 @@ def cmd_runs(args: argparse.Namespace) -> int:
     if not runs:
         print("no runs match")
         return EXIT_OK
+    # Cut to fit, but never so that two different conditions (or reasons) read alike.
+    conditions = distinct_shortened([r["condition"] for r in runs], 40)
+    reasons = distinct_shortened([r["terminalReason"] for r in runs], 40)
     print_table(
         (
             "run",
@@ -207,16 +210,16 @@ def cmd_runs(args: argparse.Namespace) -> int:
             (
                 r["runId"],
                 r["scenario"],
-                shortened(r["condition"], 40),
+                condition,
                 r["replication"],
                 r["status"]["execution"],
                 r["status"]["validity"],
                 r["status"]["evidence"],
                 r["purpose"],
                 short_time(r["startedAt"] or r["recordedAt"]),
-                shortened(r["terminalReason"], 40),
+                reason,
             )
-            for r in runs
+            for r, condition, reason in zip(runs, conditions, reasons, strict=True)
         ],
     )
     print(f"{len(runs)} run{'s' if len(runs) != 1 else ''}")
@@ -260,11 +263,9 @@ def cmd_show(args: argparse.Namespace) -> int:
         f"  manifest     {manifest['manifestId']} (sha256 {manifest['sha256'][:16]}…): "
         f"scenario {manifest['scenario']}@{manifest['scenarioVersion']}, seed {manifest['seed']}"
     )
-    print(
-        f"               provider {manifest['provider']} · model {manifest['model']} · kernel "
-        f"{manifest['kernelVersion']} ({str(manifest['kernelFingerprint'] or '-')[:12]}) · "
-        f"simreport {manifest['simreportVersion']}"
-    )
+    ran = _ran_with(manifest)
+    if ran:
+        print("               " + " · ".join(ran))
     counts = run["counts"]
     print(
         f"  recorded     {counts['events']} events · {counts['records']} records · "
@@ -327,6 +328,24 @@ def cmd_show(args: argparse.Namespace) -> int:
             ],
         )
     return EXIT_OK
+
+
+def _ran_with(manifest: Mapping[str, Any]) -> list[str]:
+    """What the run's manifest says it ran with (provider, model, kernel, simreport), each only
+    when the run recorded it."""
+    shown = []
+    for label, key in (("provider", "provider"), ("model", "model"), ("kernel", "kernelVersion")):
+        if manifest.get(key) is not None:
+            shown.append(f"{label} {manifest[key]}")
+    fingerprint = manifest.get("kernelFingerprint")
+    if fingerprint:
+        if manifest.get("kernelVersion") is not None:
+            shown[-1] += f" ({str(fingerprint)[:12]})"
+        else:
+            shown.append(f"kernel fingerprint {str(fingerprint)[:12]}")
+    if manifest.get("simreportVersion") is not None:
+        shown.append(f"simreport {manifest['simreportVersion']}")
+    return shown
 
 
 def _number(value: Any) -> str:

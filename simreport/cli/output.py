@@ -58,6 +58,43 @@ def shortened(text: str | None, width: int = 48) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+_SEPARATORS = "|=@,;: /"
+
+
+def distinct_shortened(texts: Sequence[str | None], width: int = 48) -> list[str]:
+    """Each of `texts` as `shortened` prints it, except that two different texts never print
+    alike: where cutting makes them equal, the shortened ones keep their tails too
+    (`head…tail`), one more character of tail at a time, and print in full when even that
+    does not tell them apart. Equal texts print equally."""
+    whole = [" ".join(t.split()) if t else "" for t in texts]
+    tails = [0] * len(whole)
+
+    def shown(i: int) -> str:
+        text, tail = whole[i], tails[i]
+        if not text:
+            return "-"
+        if len(text) <= width or tail < 0:
+            return text
+        if tail:
+            # The tail starts after a separator where one is near: `…environment_structure=0.95`
+            # reads better than `…95`.
+            starts = [text.rfind(c, len(text) - (width - 2), len(text) - tail) for c in _SEPARATORS]
+            tail = len(text) - 1 - max(starts) if max(starts) >= 0 else tail
+        return text[: width - 1 - tail] + "…" + (text[-tail:] if tail else "")
+
+    while True:
+        seen: dict[str, set[str]] = {}
+        for i in range(len(whole)):
+            seen.setdefault(shown(i), set()).add(whole[i])
+        clashing = {short for short, originals in seen.items() if len(originals) > 1}
+        cut = [i for i in range(len(whole)) if shown(i) in clashing and len(whole[i]) > width]
+        if not cut:
+            return [shown(i) for i in range(len(whole))]
+        for i in cut:
+            # A head of one character is the least a cut keeps; past it, the text in full.
+            tails[i] = tails[i] + 1 if tails[i] + 1 < width - 1 else -1
+
+
 def note(text: str) -> None:
     """`simreport: note: …` on stderr: something the user may want to know; nothing failed."""
     print(f"simreport: note: {text}", file=sys.stderr)

@@ -238,6 +238,9 @@ def show_run(engine: Engine, run_id: str) -> dict[str, Any]:
             .order_by(t.build.c.recorded_at)
         ).all()
     document = manifest.document or {}
+    # What the run wrote when it ran: a service run's own manifest.json, which its shared,
+    # frozen manifest row lacks; an ingested run's is that row's document.
+    ran = run.recorded_manifest or document
     result = run.result or {}
     order = {stage: i for i, stage in enumerate(t.FAULT_STAGES)}
     faults = []
@@ -296,14 +299,14 @@ def show_run(engine: Engine, run_id: str) -> dict[str, Any]:
             "scenario": manifest.scenario_id,
             "scenarioVersion": manifest.scenario_version,
             "seed": manifest.seed,
-            "provider": document.get("provider"),
-            "model": document.get("model"),
-            "kernelVersion": document.get("kernelVersion"),
-            "kernelFingerprint": document.get("kernelFingerprint"),
-            "simreportVersion": document.get("simreportVersion"),
+            "provider": ran.get("provider"),
+            "model": ran.get("model"),
+            "kernelVersion": ran.get("kernelVersion"),
+            "kernelFingerprint": ran.get("kernelFingerprint"),
+            "simreportVersion": ran.get("simreportVersion"),
             "resolved": manifest.resolved,
             "derivedFrom": (document.get("scenarioVersion") or {}).get("derivedFrom"),
-            "notOnline": document.get("notOnline") or [],
+            "notOnline": ran.get("notOnline") or [],
         },
         "assets": [
             {

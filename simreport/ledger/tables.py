@@ -237,6 +237,9 @@ run = sa.Table(
     # expired; the run is reclaimed only if it is still expired and unrenewed a confirmation
     # period later. A heartbeat clears it.
     sa.Column("lease_suspected_at", Timestamp),
+    # Added (revision 0007): manifest.json as a service run wrote it; its manifest row is the
+    # one frozen when it was queued. Empty for runs ingested from a folder.
+    sa.Column("recorded_manifest", JSONDoc),
     _one_of("mode", RUN_MODES),
     _one_of("purpose", PURPOSES),
     _one_of("execution_status", EXECUTION_STATUSES),

@@ -38,6 +38,8 @@ ROW_HEIGHT_IN = 0.34
 MIN_HEIGHT_IN = 2.2
 DISTRIBUTION_COLUMNS = 3
 LABEL_CHARS = 38
+LINE_CHARS = 95  # a heading across the whole figure, in characters a line
+AXES_RIGHT = 0.96  # where a row figure's axes end, as a share of its width
 LABEL_BREAKS = " |=@·,_-/"
 LINE_GROWTH = 0.6  # a row's height grows by this share of a row for each extra label line
 CHAR_WIDTH_IN = 0.072  # mean width of a DejaVu Sans character at the 9 pt tick label size
@@ -107,19 +109,25 @@ def _text(text: str) -> str:
     return visible_control_characters(text).replace("$", r"\$")
 
 
-def _label(text: Any, suffix: str = "") -> str:
-    """A plan string as a matplotlib label, broken into lines of at most LABEL_CHARS characters
+def _label(text: Any, suffix: str = "", chars: int = LABEL_CHARS) -> str:
+    """A plan string as a matplotlib label, broken into lines of at most `chars` characters
     (after a separator where one is near). No character is dropped, so two different names never
     read alike, however long their common prefix."""
     rest = visible_control_characters((text if isinstance(text, str) else str(text)) + suffix)
     lines = []
-    while len(rest) > LABEL_CHARS:
-        cut = max((rest.rfind(c, LABEL_CHARS // 2, LABEL_CHARS) for c in LABEL_BREAKS), default=-1)
-        cut = cut + 1 if cut > 0 else LABEL_CHARS
+    while len(rest) > chars:
+        cut = max((rest.rfind(c, chars // 2, chars) for c in LABEL_BREAKS), default=-1)
+        cut = cut + 1 if cut > 0 else chars
         lines.append(rest[:cut])
         rest = rest[cut:]
     lines.append(rest)
     return _text("\n".join(lines))
+
+
+def _noted(label: str, note: str | None) -> str:
+    """A row's label with its note (why the row has no estimate) as lines of its own under it:
+    drawn in the plot, a note could run past the figure's edge and be cut."""
+    return label if not note else f"{label}\n{_label(f'({note})')}"
 
 
 def _lines(labels: Sequence[str]) -> int:
@@ -172,7 +180,11 @@ def _new_figure(height: float) -> Figure:
 
 
 def _row_figure(
-    rows: int, labels: Sequence[str], extra_height: float, top_in: float = 0.45
+    rows: int,
+    labels: Sequence[str],
+    extra_height: float,
+    top_in: float = 0.45,
+    bottom_in: float = 0.6,
 ) -> Figure:
     """A one-axes figure of labelled rows with margins computed from its labels.
 
@@ -182,10 +194,23 @@ def _row_figure(
     row_height = ROW_HEIGHT_IN * (1 + LINE_GROWTH * (_lines(labels) - 1))
     height = max(MIN_HEIGHT_IN, extra_height + row_height * rows)
     fig = Figure(figsize=(FIGURE_WIDTH_IN, height))
-    longest = max((len(line) for label in labels for line in label.split("\n")), default=0)
-    left = min(0.6, (0.25 + CHAR_WIDTH_IN * longest) / FIGURE_WIDTH_IN)
-    fig.subplots_adjust(left=left, right=0.96, top=1 - top_in / height, bottom=0.6 / height)
+    fig.subplots_adjust(
+        left=_left(labels), right=AXES_RIGHT, top=1 - top_in / height, bottom=bottom_in / height
+    )
     return fig
+
+
+def _left(labels: Sequence[str]) -> float:
+    """Where a row figure's axes start (a share of its width): past its longest label line."""
+    longest = max((len(line) for label in labels for line in label.split("\n")), default=0)
+    return min(0.6, (0.25 + CHAR_WIDTH_IN * longest) / FIGURE_WIDTH_IN)
+
+
+def _axes_chars(labels: Sequence[str]) -> int:
+    """How many characters of a heading or axis label fit across a row figure's axes (a title
+    is set a size larger than the tick labels CHAR_WIDTH_IN measures)."""
+    width = (AXES_RIGHT - _left(labels)) * FIGURE_WIDTH_IN
+    return max(LABEL_CHARS // 2, int(width / (CHAR_WIDTH_IN * 1.15)))
 
 
 def _empty(title: str, message: str) -> str:
@@ -319,7 +344,6 @@ def effects_svg(audit: AuditDoc, metric: str) -> str:
             note = audit.notes.get(metric) or "no condition has an estimate"
             return _empty(title, f"No effects to show for {metric}: {note}.")
         names = condition_names(audit)
-        labels = [_label(names.get(r.condition, r.condition)) for r in rows]
         missing = [
             "not tested: identical to the base" if row.condition in identical else "no estimate"
             for row in rows
@@ -327,7 +351,7 @@ def effects_svg(audit: AuditDoc, metric: str) -> str:
         return _interval_figure(
             (title, f"Effects on {metric}", f"difference in mean {metric} (condition − base)"),
             rows,
-            labels,
+            [_label(names.get(r.condition, r.condition)) for r in rows],
             missing,
         )
 
@@ -339,28 +363,40 @@ def _interval_figure(
     missing: Sequence[str],
 ) -> str:
     """One labelled row per estimate: its `diff` as a point, its `ci95` as a horizontal bar, a
-    line at zero, and the row's `missing` text where it has no finite difference. `texts` are
-    the SVG title, the axes' heading and the x label. Call it holding the drawing lock."""
+    line at zero; a row without a finite difference has its `missing` text as a note under its
+    label. `texts` are the SVG title, the axes' heading and the x label (each wrapped to the
+    figure's width). Call it holding the drawing lock."""
     title, heading, xlabel = texts
-    fig = _row_figure(len(rows), labels, 1.0)
+    noted = [
+        _noted(label, None if row.diff is not None and math.isfinite(row.diff) else why)
+        for label, row, why in zip(labels, rows, missing, strict=True)
+    ]
+    chars = _axes_chars(noted)
+    heading, xlabel = _label(heading, chars=chars), _label(xlabel, chars=chars)
+    extra = 0.18 * (_lines([heading]) - 1 + _lines([xlabel]) - 1)
+    fig = _row_figure(
+        len(rows),
+        noted,
+        1.0 + extra,
+        top_in=0.45 + 0.18 * (_lines([heading]) - 1),
+        bottom_in=0.6 + 0.18 * (_lines([xlabel]) - 1),
+    )
     ax = fig.add_subplot()
     ys = list(range(len(rows)))
     ax.axvline(0.0, color="#444444", linewidth=0.9, zorder=1)
-    for y, row, why in zip(ys, rows, missing, strict=True):
+    for y, row in zip(ys, rows, strict=True):
         diff = row.diff
         lo, hi = row.ci95 if row.ci95 else (None, None)
         if lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi):
             ax.hlines(y, lo, hi, color=_BAR_COLOUR, linewidth=1.6, zorder=2)
             ax.plot([lo, hi], [y, y], "|", color=_BAR_COLOUR, markersize=8, zorder=2)
-        if diff is None or not math.isfinite(diff):
-            ax.text(0, y, f"  {why}", va="center", ha="left", color="#555555")
-            continue
-        ax.plot([diff], [y], "o", color=_BAR_COLOUR, markersize=5, zorder=3)
-    ax.set_yticks(ys, labels)
+        if diff is not None and math.isfinite(diff):
+            ax.plot([diff], [y], "o", color=_BAR_COLOUR, markersize=5, zorder=3)
+    ax.set_yticks(ys, noted)
     ax.set_ylim(len(rows) - 0.5, -0.5)
     ax.margins(x=0.12)
-    ax.set_xlabel(_text(xlabel))
-    ax.set_title(_text(heading), loc="left")
+    ax.set_xlabel(xlabel)
+    ax.set_title(heading, loc="left")
     return _save(fig, title)
 
 
@@ -488,12 +524,15 @@ def distribution_svg(audit: AuditDoc, name: str) -> str:
             ax.axvline(target[category], color=_TARGET_COLOUR, linestyle="--", linewidth=0.8)
             ax.set_xlim(0, 1)
             ax.set_xticks([0, 0.5, 1], ["0", "0.5", "1"])
-            ax.set_title(_label(category), fontsize=9)
+            ax.set_title(_label(category, chars=LABEL_CHARS // n_cols + 6), fontsize=9)
             ax.set_yticks(ys, labels)
             ax.tick_params(axis="y", length=0)
         axes[0][0].invert_yaxis()
         fig.suptitle(
-            _text(f"Distribution {name}: share of each category"), x=0.01, ha="left", fontsize=10
+            _label(f"Distribution {name}: share of each category", chars=LINE_CHARS),
+            x=0.01,
+            ha="left",
+            fontsize=10,
         )
         fig.supxlabel("proportion (grey: base; dashed: target)", fontsize=8.5)
         return _save(fig, title)

@@ -151,13 +151,25 @@ def problem_runs(audit: AuditDoc, names: Mapping[str, str]) -> list[dict[str, An
     return rows
 
 
-def purpose(section: PurposeSection) -> dict[str, Any]:
-    """What the report says about why the runs were made (audit.json `purpose`)."""
+def purpose(section: PurposeSection) -> dict[str, Any] | None:
+    """What the report says about why the runs were made (audit.json `purpose`): always for a
+    regression audit; for an exploration, only when its runs used versions that were not
+    online (unpublished), listed with a count of each kind to fold them under. None when there
+    is nothing worth saying: an exploration of unversioned scenarios."""
+    name = display_text(section.purpose, "exploration")
+    if name != "regression" and not section.not_online:
+        return None
+    kinds: dict[str, int] = {}
+    for v in section.not_online:
+        kinds[display_text(v.kind)] = kinds.get(display_text(v.kind), 0) + 1
     return {
-        "purpose": display_text(section.purpose, "exploration"),
+        "purpose": name,
         "exploration_runs": section.exploration_runs,
         "not_online": [
             f"{display_text(v.name)}@{display_text(v.version)} ({display_text(v.status)})"
             for v in section.not_online
+        ],
+        "not_online_kinds": [
+            f"{n} {kind} {'version' if n == 1 else 'versions'}" for kind, n in sorted(kinds.items())
         ],
     }

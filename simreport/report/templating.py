@@ -4,16 +4,19 @@ Templates live in `simreport/report/templates`. Undefined names are errors and a
 newline is kept; HTML pages are autoescaped and have block tags trimmed, Markdown is not escaped
 by Jinja (the methods module escapes its values itself, through `finalize`). Whatever a template
 prints has its control characters replaced by visible stand-ins, in every configuration. Each
-configuration is built once per process, so its templates are parsed once.
+configuration is built once per process, so its templates are parsed once. The `wbr` filter
+escapes an identifier and marks where it may break across lines.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable
 from typing import Any
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
+from markupsafe import Markup, escape
 
 from ..core.files import CONTROL_CHARACTERS, visible_control_characters
 
@@ -42,8 +45,23 @@ def environment(
         keep_trailing_newline=True,
         finalize=_printable(finalize),
     )
+    env.filters["wbr"] = break_points
     env.filters.update(filters)
     return env
+
+
+# After `_`, `|`, `=`, `@` and `/`, and after a `.` that a letter follows (a dotted path, not
+# a decimal point): where an identifier may break across lines without cutting a word.
+_BREAK_AFTER = re.compile(r"([_|=@/]|\.(?=[^\W\d_]))(?=.)")
+
+
+def break_points(value: Any) -> Markup:
+    """`value` escaped, with `<wbr>` after each point where an identifier may break
+    (`order_number_disclosure` → `order_<wbr>number_<wbr>disclosure`), so a narrow cell breaks
+    it there and nowhere else. Markup passes as it is (its text cannot be told from its tags)."""
+    if isinstance(value, Markup):
+        return value
+    return Markup(_BREAK_AFTER.sub(r"\1<wbr>", str(escape(value))))
 
 
 def _printable(finalize: Callable[..., Any] | None) -> Callable[[Any], Any]:

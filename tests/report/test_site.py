@@ -123,7 +123,8 @@ def test_site_entry_rejects_an_id_that_cannot_name_a_folder(audit: dict[str, Any
 def test_index_lists_every_audit_with_its_numbers(
     site: Path, audit: dict[str, Any], edited_dir: Path
 ) -> None:
-    page = (site / "index.html").read_text(encoding="utf-8")
+    # Without the <wbr> break points in identifiers: the text as read.
+    page = (site / "index.html").read_text(encoding="utf-8").replace("<wbr>", "")
     rows = re.findall(r'<tbody class="audit">\n<tr>\n<th scope="row">(.*?)</tbody>', page, re.S)
     assert len(rows) == 2
     first, second = rows
@@ -289,7 +290,7 @@ def test_index_renders_in_headless_chromium_from_file(site: Path, tmp_path: Path
     for plan_id in ("prisoners_dilemma", "pd-edited"):
         for name in ("report.html", "methods.html", "audit.json"):
             assert f'href="{plan_id}/{name}"' in page.dom
-    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page.dom
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page.dom.replace("<wbr>", "")
     assert "<script" not in page.dom
 
 

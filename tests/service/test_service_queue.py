@@ -5,6 +5,7 @@ workers."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import threading
 import time
@@ -16,10 +17,12 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from simreport.cli import main
 from simreport.core.files import load_document
 from simreport.kernel.engine import run_scenario, validate_scenario
 from simreport.ledger import tables as t
 from simreport.ledger.db import as_utc, utc_now
+from simreport.ledger.queries import show_run
 from simreport.ledger.review import transition
 from simreport.service import queue as q
 
@@ -724,6 +727,64 @@ def test_finish_records_the_run_whole_under_its_id(
     assert plans == 1
     with pytest.raises(q.LeaseLost):  # finished: nobody holds it any more
         q.finish(engine, run_id, "w1", out)
+
+
+def test_ledger_show_prints_what_a_service_run_ran_with(
+    engine: Engine,
+    ledger_url: str,
+    library: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The run's manifest row is the one frozen when it was queued; what it ran with (provider,
+    model, kernel) is what its own manifest.json says, kept with the run when it finishes."""
+    run_id, _ = start(engine, scenario(engine), library)
+    claimed = q.claim(engine, "w1", lease_seconds=30)
+    assert claimed is not None
+    out = tmp_path / "run"
+    run_scenario(
+        validate_scenario(claimed.scenario),
+        out,
+        condition="service",
+        replication=0,
+        asset_root=library.parent,
+        checks=claimed.checks,
+    )
+    q.finish(engine, run_id, "w1", out)
+    written = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    assert run_row(engine, run_id).recorded_manifest == written
+    shown = show_run(engine, run_id)["manifest"]
+    assert {k: shown[k] for k in ("provider", "model", "kernelVersion", "kernelFingerprint")} == {
+        "provider": written["provider"],
+        "model": written["model"],
+        "kernelVersion": written["kernelVersion"],
+        "kernelFingerprint": written["kernelFingerprint"],
+    }
+    assert shown["notOnline"] == written["notOnline"] != []
+    capsys.readouterr()
+    assert main(["ledger", "show", run_id, "--ledger", ledger_url]) == 0
+    printed = capsys.readouterr().out
+    assert "None" not in printed
+    assert (
+        f"provider {written['provider']} · model {written['model']} · "
+        f"kernel {written['kernelVersion']} ({written['kernelFingerprint'][:12]})"
+    ) in printed
+
+
+def test_ledger_show_leaves_out_what_a_run_never_recorded(
+    engine: Engine, ledger_url: str, library: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run that ended without a result recorded no manifest.json: nothing is shown for it."""
+    run_id, _ = start(engine, scenario(engine), library)
+    assert q.claim(engine, "w1", lease_seconds=30) is not None
+    q.fail(engine, run_id, "w1", "the run process died")
+    shown = show_run(engine, run_id)["manifest"]
+    assert (shown["provider"], shown["model"], shown["kernelVersion"]) == (None, None, None)
+    capsys.readouterr()
+    assert main(["ledger", "show", run_id, "--ledger", ledger_url]) == 0
+    printed = capsys.readouterr().out
+    assert "None" not in printed and "provider" not in printed and "kernel" not in printed
+    assert "ended by     the run process died" in printed
 
 
 def test_a_worker_s_end_tried_again_finds_it_recorded_once(

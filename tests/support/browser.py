@@ -13,6 +13,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from PIL import Image
@@ -174,17 +175,28 @@ class PageWidth:
 def page_width(page: Path, folder: Path, *, width: int = 400, height: int = 900) -> PageWidth:
     """Open a copy of `page` (next to it, so its relative links still resolve) with a measuring
     script added, in a viewport `width` px wide, and read back how wide the document is."""
-    folder.mkdir(parents=True, exist_ok=True)
+    measured = _measured(page, folder / "profile-width", _MEASURE, "page-width", width, height)
+    return PageWidth(
+        measured["viewport"], measured["clientWidth"], measured["scrollWidth"], measured["outside"]
+    )
+
+
+def _measured(
+    page: Path, profile: Path, script: str, out_id: str, width: int, height: int
+) -> dict[str, Any]:
+    """Open a copy of `page` with `script` added, framed in a viewport `width` px wide, and
+    read back the JSON the script writes into the frame's element `out_id`."""
+    profile.parent.mkdir(parents=True, exist_ok=True)
     probe = page.with_name(f".measure-{page.name}")
     frame = page.with_name(f".frame-{page.name}")
     text = page.read_text(encoding="utf-8")
-    probe.write_text(text.replace("</body>", _MEASURE + "</body>", 1), encoding="utf-8")
+    probe.write_text(text.replace("</body>", script + "</body>", 1), encoding="utf-8")
     frame.write_text(_FRAME.format(src=probe.name, width=width, height=height), encoding="utf-8")
     try:
         done = run_chromium(
             chromium_command(
                 frame.resolve().as_uri(),
-                folder / "profile-width",
+                profile,
                 "--allow-file-access-from-files",  # the page may write into its frame
                 "--dump-dom",
                 window=f"{max(width, 500) + 100},{height + 100}",
@@ -193,9 +205,129 @@ def page_width(page: Path, folder: Path, *, width: int = 400, height: int = 900)
     finally:
         probe.unlink()
         frame.unlink()
-    found = re.search(r'<pre id="page-width">(.*?)</pre>', done.stdout, re.S)
+    found = re.search(rf'<pre id="{out_id}">(.*?)</pre>', done.stdout, re.S)
     assert found, done.stdout[-2000:]
-    measured = json.loads(html.unescape(found.group(1)))
-    return PageWidth(
-        measured["viewport"], measured["clientWidth"], measured["scrollWidth"], measured["outside"]
+    measured: dict[str, Any] = json.loads(html.unescape(found.group(1)))
+    return measured
+
+
+# A script that reads every label of a page as it is laid out: table cells, captions, headings,
+# list items and summaries. Clipped: text an element cuts off (overflow hidden or an ellipsis)
+# rather than wrapping or scrolling. Cut words: a line that breaks between two letters of one
+# text run where no break point is (after _ | = @ / . , ; : a dash or a bracket, or at a <wbr>,
+# which ends a text run; a `.hash` has no words). Clashes: two cells of one table column whose
+# texts differ but whose visible parts read the same. Visually hidden elements (clipped to a
+# pixel for screen readers) are left out.
+_TEXT_FIT = r"""<script>
+(function () {
+  var LABELS = "td, th, caption, li, summary, h1, h2, h3, figcaption";
+  var BREAK_AFTER = "_|=@/.,;:-\u2013\u2014)]}\u2026\u00b7";
+  function hidden(el) {
+    for (var p = el; p; p = p.parentElement) {
+      var cs = getComputedStyle(p);
+      if (cs.clipPath !== "none" || cs.display === "none") return true;
+      if (cs.visibility === "hidden") return true;
+      var folded = p.tagName === "DETAILS" && !p.open && el !== p;
+      if (folded && !el.closest("summary")) return true;
+    }
+    return false;
+  }
+  function clips(el) {
+    var cs = getComputedStyle(el);
+    var hides = cs.overflowX === "hidden" || cs.overflowX === "clip";
+    hides = hides || cs.textOverflow === "ellipsis";
+    return hides && el.scrollWidth > el.clientWidth + 1;
+  }
+  function visibleText(el) {
+    if (!clips(el)) return el.textContent;
+    var box = el.getBoundingClientRect(), shown = "";
+    var walker = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+    for (var node = walker.nextNode(); node; node = walker.nextNode()) {
+      for (var i = 0; i < node.length; i++) {
+        var range = document.createRange();
+        range.setStart(node, i); range.setEnd(node, i + 1);
+        var r = range.getBoundingClientRect();
+        if (r.right <= box.right + 0.5 && r.left >= box.left - 0.5) shown += node.data[i];
+      }
+    }
+    return shown;
+  }
+  function cutWords(el, found) {
+    var walker = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+    for (var node = walker.nextNode(); node; node = walker.nextNode()) {
+      if (node.parentElement.closest(".hash")) continue;  // a hash has no words to cut
+      var before = null, top = null;
+      for (var i = 0; i < node.length; i++) {
+        var c = node.data[i];
+        if (/\s/.test(c)) { before = null; continue; }
+        var range = document.createRange();
+        range.setStart(node, i); range.setEnd(node, i + 1);
+        var r = range.getBoundingClientRect();
+        if (r.width === 0 && r.height === 0) { before = null; continue; }
+        var wrapped = before !== null && r.top > top + r.height / 2;
+        if (wrapped && BREAK_AFTER.indexOf(before) < 0 && "([{".indexOf(c) < 0) {
+          var text = node.data;
+          found.push(text.slice(Math.max(0, i - 20), i) + "\u2038" + text.slice(i, i + 20));
+        }
+        before = c; top = r.top;
+      }
+    }
+  }
+  var out = {viewport: window.innerWidth, labels: 0, clipped: [], cutWords: [], clashes: []};
+  var seen = new Set();
+  document.querySelectorAll(LABELS).forEach(function (el) {
+    if (hidden(el)) return;
+    out.labels += 1;
+    if (clips(el)) out.clipped.push(el.tagName.toLowerCase() + ": " + el.textContent.slice(0, 80));
+    // Text nested in another label (a cell's list item) is measured once, with its own node.
+    if (el.parentElement && el.parentElement.closest(LABELS)) return;
+    cutWords(el, out.cutWords);
+  });
+  document.querySelectorAll("table").forEach(function (table, t) {
+    var columns = {};
+    table.querySelectorAll("tr").forEach(function (tr) {
+      Array.prototype.forEach.call(tr.cells, function (cell) {
+        if (hidden(cell)) return;
+        var key = cell.cellIndex, shown = visibleText(cell).trim();
+        var whole = cell.textContent.trim();
+        if (!shown) return;
+        columns[key] = columns[key] || {};
+        (columns[key][shown] = columns[key][shown] || new Set()).add(whole);
+      });
+    });
+    Object.keys(columns).forEach(function (key) {
+      Object.keys(columns[key]).forEach(function (shown) {
+        if (columns[key][shown].size < 2) return;
+        out.clashes.push("table " + t + " column " + key + ": " + shown);
+      });
+    });
+  });
+  var pre = parent.document.createElement("pre");
+  pre.id = "text-fit";
+  pre.textContent = JSON.stringify(out);
+  parent.document.body.appendChild(pre);
+})();
+</script>
+"""
+
+
+@dataclass(frozen=True)
+class TextFit:
+    viewport: int
+    labels: int  # how many visible labels were measured
+    clipped: list[str]  # labels whose text is cut off
+    cut_words: list[str]  # where a line broke inside a word (‸ marks the break)
+    clashes: list[str]  # visible cell texts that stand for two different texts in one column
+
+
+def text_fit(page: Path, folder: Path, *, width: int, height: int = 900) -> TextFit:
+    """How the labels of `page` fit in a viewport `width` px wide (see `_TEXT_FIT`)."""
+    profile = folder / f"profile-fit-{width}"
+    measured = _measured(page, profile, _TEXT_FIT, "text-fit", width, height)
+    return TextFit(
+        measured["viewport"],
+        measured["labels"],
+        measured["clipped"],
+        measured["cutWords"],
+        measured["clashes"],
     )

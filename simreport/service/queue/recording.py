@@ -120,11 +120,13 @@ def finish(
 ) -> str:
     """Record the finished run in `run_dir` under `run_id`, in one transaction and only while
     `worker_id` holds its lease (LeaseLost otherwise): its statuses, end, terminal reason,
-    result and content hash on the run row, the events not streamed yet (a retry's numbered
-    after its retry mark, as `append_events` numbers them), and its records,
-    fault plans and steps, observations, evidence and completeness. `reason` replaces the
-    terminal reason the files give. Returns the execution status recorded. Raises InputError
-    for a run directory that breaks its contract (then nothing is written).
+    result, content hash and the manifest.json it wrote (provider, model, kernel: its
+    manifest row is the one frozen when it was queued) on the run row, the events not
+    streamed yet (a retry's numbered after its retry mark, as `append_events` numbers them),
+    and its records, fault plans and steps, observations, evidence and completeness.
+    `reason` replaces the terminal reason the files give. Returns the execution status
+    recorded. Raises InputError for a run directory that breaks its contract (then nothing is
+    written).
 
     `again`: this may repeat a try whose answer was lost with the ledger's connection after it
     committed; a run `worker_id` ended already with this very content is then taken as
@@ -181,6 +183,7 @@ def _finish(
                     "ended_at": wall_time(float(finished[-1]["wall"])) if finished else now,
                     "terminal_reason": terminal or terminal_reason(run),
                     "result": run.result_doc,
+                    "recorded_manifest": run.manifest,
                     "content_sha256": run.content_sha256,
                     "lease_expires_at": None,
                 },
