@@ -3,6 +3,7 @@
 #
 #   snakemake --cores 8                       build every plan in config/config.yaml and site/
 #   snakemake --cores 8 --config replications=3
+#   snakemake --cores 8 --config plans=examples/echo_chamber/audit.yaml    that plan only
 #   snakemake --profile config/profiles/slurm on a SLURM cluster
 #
 # Rules stay thin: every step is one call into simreport.workflow, where the logic is tested.
