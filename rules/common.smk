@@ -4,9 +4,10 @@ from snakemake.logging import logger
 from simreport import workflow as simreport_workflow
 
 # Errors about the config name the file it came from (the last one given wins, as in Snakemake).
-WORKFLOW = simreport_workflow.load_workflow(
-    config, config_file=(workflow.configfiles or ["config/config.yaml"])[-1]
-)
+with simreport_workflow.stop_on_input_error():
+    WORKFLOW = simreport_workflow.load_workflow(
+        config, config_file=(workflow.configfiles or ["config/config.yaml"])[-1]
+    )
 PLANS = {plan.id: plan for plan in WORKFLOW.plans}
 RUN_THREADS = int(config.get("runThreads", 1))
 FAIL_ON_RUN_FAILURE = bool(config.get("failOnRunFailure", False))

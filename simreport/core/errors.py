@@ -189,6 +189,26 @@ class WouldOverwrite(InputError):
         self.existing = tuple(str(p) for p in existing)
 
 
+class ConflictingExpectations(PlanError):
+    """Two entries of a plan's `hypothesis.levels` apply to one condition and expect opposite
+    directions of one metric. `entries` holds both: each entry's `path`, `line` and
+    `direction`."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        condition: str,
+        metric: str,
+        entries: Sequence[dict[str, Any]],
+        **where: Any,
+    ) -> None:
+        super().__init__(message, **where)
+        self.condition = condition
+        self.metric = metric
+        self.entries = list(entries)
+
+
 class EnvironmentProblem(SimreportError):
     """The machine refused a file operation: the disk is full, the folder is read-only or not
     ours, a file stands where a folder should be. Not a bug and not bad input: the message names

@@ -498,9 +498,23 @@ class PerturbationAxis(Model):
     id: str = Field(
         ..., min_length=1, pattern=r"^[^|=@]+$", description="Axis id (no '|', '=' or '@')."
     )
-    level: Literal["micro", "meso", "macro"] = Field(description="TRAILS level.")
-    kind: Literal["design", "representation"] = Field(description="Design or representation.")
-    dimension: str = Field(..., min_length=1, description="TRAILS dimension, free text.")
+    level: Literal["micro", "meso", "macro"] = Field(
+        description=(
+            "TRAILS level: micro (one agent), meso (how agents meet), macro (the whole "
+            "population). A plan's custom axis may leave it out when its target implies it."
+        )
+    )
+    kind: Literal["design", "representation"] = Field(
+        description=(
+            "design (changes what is simulated) or representation (the same content written "
+            "differently). A plan's custom axis may leave it out when its target implies it."
+        )
+    )
+    dimension: str = Field(
+        ...,
+        min_length=1,
+        description="TRAILS dimension, free text; in a plan, the axis id in words by default.",
+    )
     target: str = Field(..., min_length=1, description="Dotted path into the scenario.")
     levels: list[JsonValue] = Field(..., min_length=1, description="One condition per level.")
     code: str | None = Field(

@@ -1,5 +1,6 @@
 """The TRAILS axis catalogue: thirteen named templates for the design and representation choices an
-audit can perturb, and the expansion of `{template: ...}` entries in plan documents."""
+audit can perturb, the expansion of `{template: ...}` entries in plan documents, and the defaults
+of a custom axis's `level`, `kind` and `dimension` (docs/harness.md, "Custom axes")."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Literal
 
-from ..core.errors import InputError, join_path
+from ..core.errors import InputError, SchemaError, ValidationIssue, join_path
 from ..core.files import Document
 from ..core.schema import PerturbationAxis
 from ..core.validation import validate_model
@@ -167,6 +168,88 @@ _EXPANDED_KEYS = ("template", "levels", "target", "id")
 _FIXED_BY_TEMPLATE = ("level", "kind", "dimension", "code")
 
 
+LEVEL_MEANINGS: Mapping[str, str] = MappingProxyType(
+    {
+        "micro": "one agent: its model, persona, memory, prompt",
+        "meso": "how agents meet: who acts when, the network, the platform's mechanics",
+        "macro": "the whole population or institution: its size, interventions, rules",
+    }
+)
+"""TRAILS levels, each with what an axis at that level varies."""
+
+KIND_MEANINGS: Mapping[str, str] = MappingProxyType(
+    {
+        "design": "changes what is simulated: a mechanism, a parameter, a structure",
+        "representation": "the same content written differently for the model: wording, "
+        "format, order",
+    }
+)
+"""TRAILS kinds, each with what an axis of that kind varies."""
+
+# Where a custom axis's target says its level and kind: every template's default target, and
+# the scenario's groups whose every path is one agent's prompt, model, executor or activation.
+_TARGET_DEFAULTS: Mapping[str, tuple[Level, Kind]] = MappingProxyType(
+    {
+        "prompt": ("micro", "representation"),
+        "llm": ("micro", "design"),
+        "executors": ("micro", "design"),
+        "policy": ("meso", "design"),
+        **{t.target: (t.level, t.kind) for t in _TEMPLATES},
+    }
+)
+
+
+def target_defaults(target: str) -> tuple[Level, Kind] | None:
+    """The level and kind a custom axis on `target` gets when it leaves them out: those of the
+    longest of `_TARGET_DEFAULTS`' paths that is `target` or holds it (None: no default)."""
+    parts = target.split(".")
+    for end in range(len(parts), 0, -1):
+        found = _TARGET_DEFAULTS.get(".".join(parts[:end]))
+        if found is not None:
+            return found
+    return None
+
+
+def custom_axis_doc(
+    entry: Mapping[str, Any], index: int = 0, document: Document | None = None
+) -> dict[str, Any]:
+    """A custom axis entry (not a template) with its defaults filled in: `dimension` the axis
+    id in words, `level` and `kind` from its target (`target_defaults`). A level or kind that
+    is missing and has no default is a SchemaError at `axes.<index>.<key>` that lists the values
+    to choose from, each with its meaning."""
+    filled = dict(entry)
+    axis_id, target = entry.get("id"), entry.get("target")
+    if "dimension" not in entry and isinstance(axis_id, str) and axis_id.strip():
+        filled["dimension"] = " ".join(axis_id.replace("_", " ").replace("-", " ").split())
+    if not isinstance(target, str):
+        return filled  # the schema names the missing or malformed target
+    defaults = target_defaults(target)
+    missing = [key for key in ("level", "kind") if key not in entry]
+    if defaults is not None:
+        for key, value in zip(("level", "kind"), defaults, strict=True):
+            filled.setdefault(key, value)
+        return filled
+    if not missing:
+        return filled
+    name = f"axis {axis_id!r}" if isinstance(axis_id, str) else "a custom axis"
+    choices = {"level": LEVEL_MEANINGS, "kind": KIND_MEANINGS}
+    expected = "; ".join(
+        f"{key}: " + ", ".join(f"{v} ({meaning})" for v, meaning in choices[key].items())
+        for key in missing
+    )
+    path = join_path("axes", index, missing[0])
+    issue = ValidationIssue(
+        path,
+        f"{name} needs `{'` and `'.join(missing)}`: its target {target} does not say which "
+        "(a template's target, or one under prompt, llm, executors or policy, would)",
+        expected=expected,
+        kind="axis_" + "_".join(missing) + "_missing",
+    )
+    file = document.path if document is not None else None
+    line = document.line_of(join_path("axes", index)) if document is not None else None
+    raise SchemaError([issue], file=file, line=line)
+
+
 def _known() -> str:
     return ", ".join(f"{t.id} ({t.code})" for t in _TEMPLATES)
 
@@ -210,15 +293,20 @@ def template_axis_doc(
 
 
 def expand_axis_templates(data: Any, *, document: Document | None = None) -> Any:
-    """A copy of a plan document with every `{template: ...}` axis entry written out in full.
+    """A copy of a plan document with every `{template: ...}` axis entry written out in full,
+    and every custom axis with its defaults (`custom_axis_doc`).
 
     Anything that is not shaped like a plan is returned unchanged for the schema to reject.
     """
     if not isinstance(data, dict) or not isinstance(data.get("axes"), list):
         return data
     axes = [
-        _expand_entry(entry, index, document)
-        if isinstance(entry, dict) and "template" in entry
+        (
+            _expand_entry(entry, index, document)
+            if "template" in entry
+            else custom_axis_doc(entry, index, document)
+        )
+        if isinstance(entry, dict)
         else entry
         for index, entry in enumerate(data["axes"])
     ]

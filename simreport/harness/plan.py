@@ -16,9 +16,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..core.canonical import content_hash
-from ..core.errors import InputError, PlanError, SchemaError, TooManyRuns, join_path
+from ..core.canonical import canonical_json, content_hash
+from ..core.errors import (
+    ConflictingExpectations,
+    InputError,
+    PlanError,
+    SchemaError,
+    TooManyRuns,
+    join_path,
+)
 from ..core.files import Document, load_document
+from ..core.overrides import lookup
 from ..core.redaction import redact_document
 from ..core.schema import AuditPlan, Hypothesis, PlanHypothesis, Scenario
 from ..core.validation import validate_model
@@ -484,6 +492,74 @@ def _check_hypothesis_levels(
                 + "; `simreport conditions` lists the condition ids",
             )
         _check_outcome_metrics(outcomes, metrics, document, path)
+    _check_conflicting_levels(loaded, hypothesis)
+
+
+def _check_conflicting_levels(loaded: LoadedPlan, hypothesis: PlanHypothesis) -> None:
+    """In a full_factorial design a cell that moves two axes falls under both levels' entries
+    of `hypothesis.levels`; where they expect opposite directions of a metric and the cell has
+    no entry of its own, the analysis would give that cell no expectation. Refused instead,
+    naming both entries."""
+    if loaded.plan.design != "full_factorial" or len(hypothesis.levels) < 2:
+        return
+    from .conditions import condition_id, level_text
+
+    base_doc = loaded.base.to_doc()
+    base_values = {a.id: canonical_json(lookup(base_doc, a.target)[1]) for a in loaded.plan.axes}
+    for condition in loaded._conditions or ():
+        if condition.is_base or len(condition.levels) < 2:
+            continue
+        moved = [
+            axis
+            for axis, value in condition.levels.items()
+            if canonical_json(value) != base_values.get(axis)
+        ] or list(condition.levels)
+        plain = condition_id(list(condition.levels.items()))
+        decided = {**hypothesis.levels.get(plain, {}), **hypothesis.levels.get(condition.id, {})}
+        found: dict[str, list[tuple[str, str]]] = {}
+        for axis in moved:
+            key = f"{axis}={level_text(condition.levels[axis])}"
+            for metric, direction in hypothesis.levels.get(key, {}).items():
+                if metric not in decided:
+                    found.setdefault(metric, []).append((key, direction))
+        for metric, entries in found.items():
+            if len({direction for _, direction in entries}) > 1:
+                first = entries[0]
+                second = next(e for e in entries if e[1] != first[1])
+                raise _conflict(loaded, plain, metric, first, second)
+
+
+def _conflict(
+    loaded: LoadedPlan, cell: str, metric: str, *entries: tuple[str, str]
+) -> ConflictingExpectations:
+    found = [
+        {
+            "path": join_path("hypothesis", "levels", key, metric),
+            "line": loaded.document.line_of(join_path("hypothesis", "levels", key, metric)),
+            "direction": direction,
+        }
+        for key, direction in entries
+    ]
+    said = " and ".join(
+        f"{e['path']}"
+        + (f" (line {e['line']})" if e["line"] else "")
+        + f" expects {e['direction']}"
+        for e in found
+    )
+    return ConflictingExpectations(
+        f"conflicting expectations: {said}; both apply to condition {cell!r}, which moves both "
+        "axes, and would leave it with no expectation",
+        condition=cell,
+        metric=metric,
+        entries=found,
+        file=loaded.plan_file,
+        path=found[1]["path"],
+        line=found[1]["line"],
+        expected=(
+            f"entries that agree, or the condition's own entry deciding it: hypothesis.levels "
+            f"{cell!r}: {{{metric}: increase or decrease}}"
+        ),
+    )
 
 
 def _check_outcome_metrics(
@@ -592,6 +668,8 @@ def plan_json_schema() -> dict[str, Any]:
     base["anyOf"] = [{"$ref": "#/$defs/Scenario"}, {"type": "null"}]
 
     axis = defs["PerturbationAxis"]
+    # A custom axis may leave these out: expand_axis_templates fills in their defaults.
+    axis["required"] = [k for k in axis["required"] if k not in ("level", "kind", "dimension")]
     codes = [t.code for t in AXIS_CATALOG.values()]
     entry_keys = [k for k in TEMPLATE_ENTRY_KEYS if k != "template"]
     defs["AxisTemplateEntry"] = {

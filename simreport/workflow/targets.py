@@ -248,6 +248,15 @@ def validate_config(document: Document, root: str | Path = ".") -> Workflow:
     on a config from elsewhere): against the workflow's JSON Schema (`CONFIG_SCHEMA` under
     `root`, the workflow's folder, where its plan paths resolve too), then every plan it names,
     loaded and expanded. Raises SchemaError or InputError naming the file, its line and key."""
+    issues = config_schema_issues(document.data, root)
+    if issues:
+        raise SchemaError(issues, file=document.path, line=document.line_of(issues[0].path))
+    return load_workflow(document.data, root, config_file=document.path)
+
+
+def config_schema_issues(config: Any, root: str | Path = ".") -> list[ValidationIssue]:
+    """What the workflow's JSON Schema (`CONFIG_SCHEMA` under `root`) finds wrong with a config,
+    by path; each issue's `expected` is the schema's description of the key."""
     import jsonschema
 
     schema_file = Path(root) / CONFIG_SCHEMA
@@ -260,16 +269,37 @@ def validate_config(document: Document, root: str | Path = ".") -> Workflow:
         )
     schema = load_document(schema_file).data
     validator = jsonschema.validators.validator_for(schema)(schema)
-    problems = sorted(
-        validator.iter_errors(document.data), key=lambda e: [str(p) for p in e.absolute_path]
-    )
-    if problems:
-        issues = [
-            ValidationIssue(join_path(*problem.absolute_path), problem.message)
-            for problem in problems
-        ]
-        raise SchemaError(issues, file=document.path, line=document.line_of(issues[0].path))
-    return load_workflow(document.data, root, config_file=document.path)
+    problems = sorted(validator.iter_errors(config), key=lambda e: [str(p) for p in e.path])
+    return [
+        ValidationIssue(
+            join_path(*problem.absolute_path, *_unexpected_keys(problem)[:1]),
+            problem.message,
+            expected=_described(problem.validator, problem.schema),
+            kind=str(problem.validator),
+        )
+        for problem in problems
+    ]
+
+
+def _unexpected_keys(problem: Any) -> list[str]:
+    """The keys an `additionalProperties` problem is about, so its path names the first."""
+    known = problem.schema.get("properties") if isinstance(problem.schema, Mapping) else None
+    if problem.validator != "additionalProperties" or not isinstance(problem.instance, Mapping):
+        return []
+    return sorted(str(k) for k in problem.instance if k not in (known or {}))
+
+
+def _described(validator: Any, schema: Any) -> str | None:
+    if not isinstance(schema, Mapping):
+        return None
+    if validator == "additionalProperties" and isinstance(schema.get("properties"), Mapping):
+        return "one of the keys " + ", ".join(schema["properties"])
+    text = " ".join(str(schema.get("description") or "").split()).rstrip(".")
+    types = schema.get("type")
+    if validator == "type" and types:
+        kinds = " or ".join(types) if isinstance(types, list) else str(types)
+        return f"{kinds}: {text}" if text else str(kinds)
+    return text or None
 
 
 _OVERRIDES = ("replications", "maxRuns", "provider", "model", "baseUrl", "includeIncomplete")
@@ -288,12 +318,22 @@ _TYPED = (
 """Config keys whose values are numbers, switches or null, never text."""
 
 
-def retype_command_line(config: MutableMapping[str, Any]) -> None:
+def retype_command_line(
+    config: MutableMapping[str, Any], command_line: Mapping[str, Any] | None = None
+) -> None:
     """Give `--config` values their types back before the config is validated. Snakemake reads
     `key=value` as text unless it is a number or `True`/`False`, and a mapping's leaves always as
     text: `--config failOnRunFailure=true overrides='{echo_chamber: {replications: 5}}'` arrive
     as "true" and "5". Only the keys that are never text are converted, at the top level and
-    in each plan's `overrides`; a value that still does not fit is left for the schema to refuse."""
+    in each plan's `overrides`; a value that still does not fit is left for the schema to refuse.
+
+    `plans=PATH` becomes a list of that one plan. When `command_line` (what `--config` gave)
+    names the plans, the config file's `overrides` of plans it leaves out are dropped: building
+    one plan of several needs no edit of the config."""
+    if isinstance(config.get("plans"), str) and config["plans"].strip():
+        config["plans"] = [config["plans"].strip()]
+    if command_line and "plans" in command_line:
+        _drop_overrides_of_unlisted_plans(config, command_line)
     _retype(config)
     if isinstance(config.get("ledger"), str) and config["ledger"].strip().lower() in _NULL:
         config["ledger"] = None  # `--config ledger=null`: no ledger
@@ -302,6 +342,23 @@ def retype_command_line(config: MutableMapping[str, Any]) -> None:
         for entry in overrides.values():
             if isinstance(entry, MutableMapping):
                 _retype(entry)
+
+
+def _drop_overrides_of_unlisted_plans(
+    config: MutableMapping[str, Any], command_line: Mapping[str, Any]
+) -> None:
+    overrides, plans = config.get("overrides"), config.get("plans")
+    if not isinstance(overrides, MutableMapping) or not isinstance(plans, list):
+        return  # the schema refuses them
+    given = command_line.get("overrides")
+    kept = set(given) if isinstance(given, Mapping) else set()
+    for entry in plans:
+        try:
+            kept.add(plan_id_of(str(entry)))
+        except InputError:
+            return  # a plan that cannot be read: loading it names the problem
+    for plan_id in [k for k in overrides if k not in kept]:
+        del overrides[plan_id]
 
 
 def _retype(values: MutableMapping[str, Any]) -> None:

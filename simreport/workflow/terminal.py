@@ -1,10 +1,14 @@
-"""What a build shows on the terminal: a job's own lines at once (`say`), and Snakemake's
-output kept to one line per job from the start of a build (`keep_terminal_short`)."""
+"""What a build shows on the terminal: a job's own lines at once (`say`), Snakemake's
+output kept to one line per job from the start of a build (`keep_terminal_short`), and the
+build's last line naming the site and how to view it (`announce_site`)."""
 
 from __future__ import annotations
 
+import atexit
 import logging
+import shlex
 import sys
+from pathlib import Path
 
 
 def say(text: str) -> None:
@@ -39,3 +43,44 @@ def keep_terminal_short(logger: logging.Logger, *, verbose: bool) -> None:
             isinstance(f, _ShortTerminal) for f in handler.filters
         ):
             handler.addFilter(_ShortTerminal())
+
+
+def site_line(site_dir: str | Path) -> str:
+    """The line that ends a successful build: where the site's index is and the command that
+    serves it."""
+    index = Path(site_dir) / "index.html"
+    return (
+        f"simreport: the site is ready: {index}; to view it, run: simreport serve "
+        f"{shlex.quote(str(site_dir))}"
+    )
+
+
+def announce_site(site_dir: str | Path) -> None:
+    """Print `site_line` as the build's very last line: when the process exits, after
+    Snakemake's own closing lines (its log's path, the elapsed time). Once per process."""
+    global _announced
+    if not _announced:
+        _announced = True
+        atexit.register(say, site_line(site_dir))
+
+
+_announced = False
+_UP_TO_DATE = "Nothing to be done"
+"""How Snakemake starts the message of a build with nothing to do (it calls no onsuccess then)."""
+
+
+class _AnnounceWhenUpToDate(logging.Filter):
+    def __init__(self, site_dir: str | Path) -> None:
+        super().__init__()
+        self.site_dir = site_dir
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if str(record.msg).startswith(_UP_TO_DATE):
+            announce_site(self.site_dir)
+        return True
+
+
+def announce_site_when_up_to_date(logger: logging.Logger, site_dir: str | Path) -> None:
+    """A build with nothing to do ends with `site_line` too."""
+    if not any(isinstance(f, _AnnounceWhenUpToDate) for f in logger.filters):
+        logger.addFilter(_AnnounceWhenUpToDate(site_dir))

@@ -40,16 +40,24 @@ def _env(dest: Path) -> dict[str, str]:
     return env
 
 
-def snakemake(dest: Path, *args: str, check: bool = True) -> tuple[dict[str, int], str]:
-    """Run snakemake in `dest`; return the job counts per rule and the output."""
-    proc = subprocess.run(
+def run_snakemake(
+    dest: Path, *args: str, timeout: float | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`snakemake --cores 2 ARGS` in `dest` with the copy's package; the finished process."""
+    return subprocess.run(
         [str(SNAKEMAKE), "--cores", "2", *args],
         cwd=dest,
         env=_env(dest),
         capture_output=True,
         text=True,
         check=False,
+        timeout=timeout,
     )
+
+
+def snakemake(dest: Path, *args: str, check: bool = True) -> tuple[dict[str, int], str]:
+    """Run snakemake in `dest`; return the job counts per rule and the output."""
+    proc = run_snakemake(dest, *args)
     out = proc.stdout + proc.stderr
     if check:
         assert proc.returncode == 0, out[-4000:]
