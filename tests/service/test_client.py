@@ -703,7 +703,7 @@ def _remote_command(url: str, token_file: Path, *args: str) -> subprocess.Comple
 
 @pytest.mark.slow
 def test_remote_commands_against_the_real_service(tmp_path: Path) -> None:
-    """What the README shows a newcomer: create the scenario and submit the refund desk's file,
+    """What the run-service guide shows: create the scenario and submit the refund desk's file,
     start a run, follow its events live, fetch its evidence, cancel another run."""
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN, encoding="utf-8")
@@ -778,14 +778,14 @@ def test_remote_commands_against_the_real_service(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_a_paced_run_is_followed_live_and_cancelled_while_it_runs(tmp_path: Path) -> None:
-    """The README's run that takes its time: the refund desk with `paced-agent@1.0.0`, which
+    """The run-service guide's slow run: the refund desk with `paced-agent@1.0.0`, which
     answers every turn after two seconds. `remote events --follow` prints its events as they
     happen, and `remote cancel` stops it while it runs: it ends cancelled with partial evidence
     and its events whole."""
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN, encoding="utf-8")
     ledger = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
-    # What the README's sed makes of the example: another agent under test, a version of its own.
+    # What the guide's sed makes of the example: another agent under test, a version of its own.
     text = (EXAMPLE / "scenario.yaml").read_text(encoding="utf-8")
     text, agents = re.subn(r"refund-agent@stable", "paced-agent@1.0.0", text)
     text, versions = re.subn(r"(?m)^  version: 1\.3\.0$", "  version: 1.3.0-paced", text)
