@@ -139,6 +139,20 @@ class PlanTarget:
     include_incomplete: bool
     plan_doc: dict[str, Any] = field(repr=False, default_factory=dict)
     conditions_doc: list[dict[str, Any]] = field(repr=False, default_factory=list)
+    _by_dir: dict[str, ConditionTarget] = field(repr=False, default_factory=dict)
+    _by_id: dict[str, ConditionTarget] = field(repr=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._by_dir.update((t.condition.dir, t) for t in self.conditions)
+        self._by_id.update((t.condition.id, t) for t in self.conditions)
+
+    def by_dir(self, condition_dir: str) -> ConditionTarget | None:
+        """The condition whose folder (and state file, and log) is named `condition_dir`."""
+        return self._by_dir.get(condition_dir)
+
+    def by_id(self, condition_id: str) -> ConditionTarget | None:
+        """The condition with this id."""
+        return self._by_id.get(condition_id)
 
     @property
     def results(self) -> list[str]:
