@@ -14,10 +14,10 @@ import itertools
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.canonical import canonical_json, content_hash
+from ..core.canonical import canonical_json, content_hash, sha256_text
 from ..core.errors import (
     InputError,
     InvalidOverride,
@@ -71,6 +71,15 @@ class Condition:
     base)."""
     label: str = ""
     """How reports name the condition, unique within the plan (the rules: docs/harness.md)."""
+    runs_read: str | None = field(default=None, repr=False, compare=False)
+    """The canonical JSON of `run_document(scenario.to_doc())`, what its runs read, when the
+    condition was built with it (`build_conditions`): keys that hash it reuse it."""
+
+    def runs_read_json(self) -> str:
+        """The canonical JSON of the scenario as its runs read it (`run_document`)."""
+        if self.runs_read is not None:
+            return self.runs_read
+        return canonical_json(run_document(self.scenario.to_doc()))
 
     def to_doc(self, replications: int) -> dict[str, Any]:
         """This condition's entry in conditions.json."""
@@ -227,7 +236,7 @@ def build_conditions(loaded: LoadedPlan) -> list[Condition]:
     base_hash = content_hash(base_plain)
     # Identical to the base when its runs would read the same scenario: a level that changes
     # only what no run reads (a description) runs byte-identically, so it is no test.
-    base_runs_read = content_hash(run_document(base_plain))
+    base_runs_read = _runs_read(base_plain)
     models: list[str | None] = list(plan.models) if plan.models else [None]
     # Every condition's (axis, level) indices and model, in plan order; labels need them all.
     cells = [((), model) for model in models] + [
@@ -249,6 +258,7 @@ def build_conditions(loaded: LoadedPlan) -> list[Condition]:
                 is_base=True,
                 scenario=_with_model(base_plain, model),
                 scenario_hash=base_hash,
+                runs_read=base_runs_read if model is None else None,
                 identical_to_base=False,
                 base_id=base_id,
                 label=label,
@@ -258,7 +268,8 @@ def build_conditions(loaded: LoadedPlan) -> list[Condition]:
     for combo in combos:
         plain = _prepare(_apply(loaded, base_doc, combo))
         scenario_hash = content_hash(plain)
-        identical = content_hash(run_document(plain)) == base_runs_read
+        runs_read = _runs_read(plain)
+        identical = runs_read == base_runs_read
         pairs = [(axes[i].id, axes[i].levels[j]) for i, j in combo]
         levels = dict(pairs)
         if plan.design == "one_at_a_time":
@@ -280,6 +291,7 @@ def build_conditions(loaded: LoadedPlan) -> list[Condition]:
                     is_base=False,
                     scenario=_with_model(plain, model),
                     scenario_hash=scenario_hash,
+                    runs_read=runs_read if model is None else None,
                     identical_to_base=identical,
                     base_id=condition_id((), model),
                     label=next(perturbed_labels),
@@ -413,6 +425,13 @@ def _copied(node: Any, copied: set[int]) -> Any:
     fresh = dict(node) if isinstance(node, dict) else list(node)
     copied.add(id(fresh))
     return fresh
+
+
+def _runs_read(doc: dict[str, Any]) -> str:
+    """The canonical JSON of a condition's scenario document as its runs read it. The scenario
+    validated from `doc` gives the same document back, so it is the JSON of the condition's
+    scenario too (without a model set; a model variant computes its own)."""
+    return canonical_json(run_document(doc))
 
 
 def _with_model(doc: dict[str, Any], model: str | None) -> Scenario:
