@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.canonical import canonical_json, content_hash, sha256_text
+from ..core.canonical import canonical_json, content_hash
 from ..core.errors import (
     InputError,
     InvalidOverride,
