@@ -138,8 +138,8 @@ class PlanTarget:
     include_incomplete: bool
     plan_doc: dict[str, Any] = field(repr=False, default_factory=dict)
     conditions_doc: list[dict[str, Any]] = field(repr=False, default_factory=list)
-    _by_dir: dict[str, ConditionTarget] = field(repr=False, default_factory=dict)
-    _by_id: dict[str, ConditionTarget] = field(repr=False, default_factory=dict)
+    _by_dir: dict[str, ConditionTarget] = field(init=False, repr=False, default_factory=dict)
+    _by_id: dict[str, ConditionTarget] = field(init=False, repr=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self._by_dir.update((t.condition.dir, t) for t in self.conditions)
