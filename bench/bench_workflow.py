@@ -17,6 +17,8 @@ when PYTHONDONTWRITEBYTECODE is set here.
     python bench/bench_workflow.py [--cores 2] [--repeat 2] [--goals noop,dry,first]
                                    [--shapes few,many] [--first-replications 2]
     python bench/bench_workflow.py --quick      # the few-conditions shape of every goal
+    python bench/bench_workflow.py --declared   # the same for the earlier design (every
+                                                # result.json a declared output), to compare
 """
 
 from __future__ import annotations
@@ -144,7 +146,24 @@ def workspace(tmp: Path, shape: Shape) -> Path:
     config = yaml.safe_load((tmp / "config" / "config.yaml").read_text())
     config.update(plans=["examples/bench/audit.yaml"], ledger=None, maxRuns=max(shape.runs, 100))
     (tmp / "config" / "config.yaml").write_text(yaml.safe_dump(config))
+    if DECLARED:
+        declared_runs(tmp)
     return tmp
+
+
+DECLARED: list[bool] = []
+"""Set by --declared: the workspaces use the earlier design (see `declared_runs`)."""
+
+
+def declared_runs(space: Path) -> None:
+    """Make the workspace's condition jobs declare every result.json they write as an output
+    (the earlier design, whose no-op start read metadata for every run), the state file last."""
+    rules = space / "rules" / "runs.smk"
+    text = rules.read_text()
+    declared = "                _target.state,\n"
+    if declared not in text:
+        raise SystemExit(f"{rules} no longer says {declared.strip()!r}: update this benchmark")
+    rules.write_text(text.replace(declared, "                [*_target.outputs, _target.state],\n"))
 
 
 def best(repeat: int, measure: Callable[[], float]) -> float:
@@ -206,7 +225,15 @@ def main() -> None:
     parser.add_argument("--shapes", default="few,many", help="few and/or many conditions")
     parser.add_argument("--first-replications", type=int, default=2, metavar="N")
     parser.add_argument("--quick", action="store_true", help="--shapes few --repeat 1")
+    parser.add_argument(
+        "--declared",
+        action="store_true",
+        help="the earlier design: condition jobs declare every result.json (run both ways to "
+        "compare)",
+    )
     args = parser.parse_args()
+    if args.declared:
+        DECLARED.append(True)
     wanted = ["few"] if args.quick else args.shapes.split(",")
     repeat = 1 if args.quick else args.repeat
     table: dict[str, list[str]] = {}
