@@ -14,7 +14,7 @@ import itertools
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.canonical import canonical_json, content_hash
@@ -26,7 +26,7 @@ from ..core.errors import (
     UnknownOverride,
     ValidationIssue,
 )
-from ..core.overrides import get_path, set_path
+from ..core.overrides import get_path, split_path
 from ..core.redaction import redact_document
 from ..core.schema import AuditPlan, PerturbationAxis, Scenario
 from ..core.versions import design_sha256, recorded_version, run_document
@@ -71,6 +71,15 @@ class Condition:
     base)."""
     label: str = ""
     """How reports name the condition, unique within the plan (the rules: docs/harness.md)."""
+    runs_read: str | None = field(default=None, repr=False, compare=False)
+    """The canonical JSON of `run_document(scenario.to_doc())`, what its runs read, when the
+    condition was built with it (`build_conditions`): keys that hash it reuse it."""
+
+    def runs_read_json(self) -> str:
+        """The canonical JSON of the scenario as its runs read it (`run_document`)."""
+        if self.runs_read is not None:
+            return self.runs_read
+        return canonical_json(run_document(self.scenario.to_doc()))
 
     def to_doc(self, replications: int) -> dict[str, Any]:
         """This condition's entry in conditions.json."""
@@ -227,7 +236,7 @@ def build_conditions(loaded: LoadedPlan) -> list[Condition]:
     base_hash = content_hash(base_plain)
     # Identical to the base when its runs would read the same scenario: a level that changes
     # only what no run reads (a description) runs byte-identically, so it is no test.
-    base_runs_read = content_hash(run_document(base_plain))
+    base_runs_read = _runs_read(base_plain)
     models: list[str | None] = list(plan.models) if plan.models else [None]
     # Every condition's (axis, level) indices and model, in plan order; labels need them all.
     cells = [((), model) for model in models] + [
@@ -249,6 +258,7 @@ def build_conditions(loaded: LoadedPlan) -> list[Condition]:
                 is_base=True,
                 scenario=_with_model(base_plain, model),
                 scenario_hash=base_hash,
+                runs_read=base_runs_read if model is None else None,
                 identical_to_base=False,
                 base_id=base_id,
                 label=label,
@@ -258,7 +268,8 @@ def build_conditions(loaded: LoadedPlan) -> list[Condition]:
     for combo in combos:
         plain = _prepare(_apply(loaded, base_doc, combo))
         scenario_hash = content_hash(plain)
-        identical = content_hash(run_document(plain)) == base_runs_read
+        runs_read = _runs_read(plain)
+        identical = runs_read == base_runs_read
         pairs = [(axes[i].id, axes[i].levels[j]) for i, j in combo]
         levels = dict(pairs)
         if plan.design == "one_at_a_time":
@@ -280,6 +291,7 @@ def build_conditions(loaded: LoadedPlan) -> list[Condition]:
                     is_base=False,
                     scenario=_with_model(plain, model),
                     scenario_hash=scenario_hash,
+                    runs_read=runs_read if model is None else None,
                     identical_to_base=identical,
                     base_id=condition_id((), model),
                     label=next(perturbed_labels),
@@ -382,11 +394,48 @@ def replication_scenarios(condition: Condition, replications: int) -> list[Scena
 
 def _prepare(doc: dict[str, Any]) -> dict[str, Any]:
     """Audit settings every condition shares: temperature 0."""
-    return set_path(doc, "llm.temperature", 0.0)  # type: ignore[no-any-return]
+    return replace_paths(doc, [("llm.temperature", 0.0)])  # type: ignore[no-any-return]
+
+
+def replace_paths(document: Any, items: Sequence[tuple[str, Any]]) -> Any:
+    """`document` with each (path, value) of `items` set, as `set_path` sets it (the paths must
+    exist; UnknownOverride otherwise), copying only the mappings and lists on the way to each
+    path and the values set: the result shares every other part with `document`, so neither
+    may be changed in place afterwards. For documents validated next, which makes a fresh
+    document (copying each condition's whole scenario for each of its levels cost a plan of
+    1,000 conditions 600,000 copy calls at every workflow start)."""
+    result = document
+    copied: set[int] = set()
+    for path, value in items:
+        get_path(result, path)  # raises UnknownOverride, naming what is missing
+        *spine, last = split_path(path)
+        result = node = _copied(result, copied)
+        for part in spine:
+            key: Any = int(part) if isinstance(node, list) else part
+            node[key] = _copied(node[key], copied)
+            node = node[key]
+        node[int(last) if isinstance(node, list) else last] = copy.deepcopy(value)
+    return result
+
+
+def _copied(node: Any, copied: set[int]) -> Any:
+    """A shallow copy of a mapping or list, once per result (`copied` holds the copies' ids)."""
+    if id(node) in copied:
+        return node
+    fresh = dict(node) if isinstance(node, dict) else list(node)
+    copied.add(id(fresh))
+    return fresh
+
+
+def _runs_read(doc: dict[str, Any]) -> str:
+    """The canonical JSON of a condition's scenario document as its runs read it. The scenario
+    validated from `doc` gives the same document back, so it is the JSON of the condition's
+    scenario too (without a model set; a model variant computes its own)."""
+    return canonical_json(run_document(doc))
 
 
 def _with_model(doc: dict[str, Any], model: str | None) -> Scenario:
-    final = doc if model is None else set_path(doc, "llm.model", model)
+    final = doc if model is None else replace_paths(doc, [("llm.model", model)])
     return Scenario.model_validate(final)
 
 
@@ -509,9 +558,8 @@ def _apply(
 ) -> dict[str, Any]:
     """The base document with each (axis, level) of `combo` set, validated by the kernel."""
     axes = loaded.plan.axes
-    doc = base_doc
-    for i, j in combo:
-        doc = set_path(doc, axes[i].target, axes[i].levels[j])
+    # Validation builds a fresh document: the levels' copy may share the rest with the base.
+    doc = replace_paths(base_doc, [(axes[i].target, axes[i].levels[j]) for i, j in combo])
     try:
         validated = validate_scenario(doc).to_doc()
     except InputError as exc:

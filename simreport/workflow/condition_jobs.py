@@ -118,7 +118,9 @@ def run_condition(
     failed or missing runs ends with one line per failure class, in `log` and on stderr. The
     condition's state file records what is pending, so the next build retries exactly that."""
     plan = workflow.plan(plan_id)
-    target = next(t for t in plan.conditions if t.condition.id == condition_id)
+    target = plan.by_id(condition_id)
+    if target is None:
+        raise KeyError(condition_id)
     slots, jobs, fetched = _condition_jobs(workflow, plan, target)
     progress = ConditionLog(log, condition_id, total=len(slots), fetched=len(fetched))
     workers = workflow.workers or default_workers(cores)
@@ -422,7 +424,7 @@ def run_replication(
         known = ", ".join(plan.id for plan in workflow.plans)
         raise InputError(f"no plan {plan_id!r} in the config (its plans: {known})")
     plan = workflow.plan(plan_id)
-    target = next((t for t in plan.conditions if t.condition.dir == condition_dir), None)
+    target = plan.by_dir(condition_dir)
     if target is None:
         raise InputError(f"plan {plan_id!r} has no condition folder {condition_dir!r}")
     if not 0 <= replication < len(target.outputs):

@@ -58,7 +58,7 @@ def evaluate_condition(
     from ..evaluation import evaluate_batch, evaluator_named
 
     plan = workflow.plan(plan_id)
-    target = next((t for t in plan.conditions if t.condition.dir == condition_dir), None)
+    target = plan.by_dir(condition_dir)
     if target is None:
         raise InputError(f"plan {plan_id!r} has no condition folder {condition_dir!r}")
     condition_id = target.condition.id

@@ -15,10 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..core.canonical import content_hash, sha256_text
+from ..core.canonical import canonical_json, content_hash, sha256_text
 from ..core.errors import InputError, SchemaError, ValidationIssue, join_path
 from ..core.files import Document, check_output_dir, load_document
-from ..core.versions import run_document
 from ..harness import (
     Condition,
     LoadedPlan,
@@ -139,6 +138,20 @@ class PlanTarget:
     include_incomplete: bool
     plan_doc: dict[str, Any] = field(repr=False, default_factory=dict)
     conditions_doc: list[dict[str, Any]] = field(repr=False, default_factory=list)
+    _by_dir: dict[str, ConditionTarget] = field(init=False, repr=False, default_factory=dict)
+    _by_id: dict[str, ConditionTarget] = field(init=False, repr=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._by_dir.update((t.condition.dir, t) for t in self.conditions)
+        self._by_id.update((t.condition.id, t) for t in self.conditions)
+
+    def by_dir(self, condition_dir: str) -> ConditionTarget | None:
+        """The condition whose folder (and state file, and log) is named `condition_dir`."""
+        return self._by_dir.get(condition_dir)
+
+    def by_id(self, condition_id: str) -> ConditionTarget | None:
+        """The condition with this id."""
+        return self._by_id.get(condition_id)
 
     @property
     def results(self) -> list[str]:
@@ -473,6 +486,20 @@ def _workers(value: Any, config_file: str | Path) -> int | None:
     return workers
 
 
+def condition_key(condition: Condition, fields: Mapping[str, Any]) -> str:
+    """`content_hash` of `fields` with "scenario": the condition's scenario as its runs read it
+    (a description edit or a reordered mapping reruns nothing). "scenario" sorts after every
+    other key, so the canonical JSON ends with the scenario's own, which the condition keeps
+    from when it was built: hashing each scenario again at every start cost a plan of 5,000
+    conditions seconds."""
+    if any(name >= "scenario" for name in fields):
+        raise ValueError("condition_key: the fields must sort before 'scenario'")
+    head = canonical_json(dict(fields))
+    return sha256_text(
+        f'{head[:-1]}{"," if fields else ""}"scenario":{condition.runs_read_json()}}}'
+    )
+
+
 def _plan_target(
     loaded: LoadedPlan,
     out_dir: Path,
@@ -489,11 +516,10 @@ def _plan_target(
         world = condition.scenario.world
         if world not in fingerprints:
             fingerprints[world] = kernel_fingerprint(world)
-        key = content_hash(
+        key = condition_key(
+            condition,
             {
                 "keyVersion": RUN_KEY_VERSION,
-                # What the runs read: a description edit or a reordered mapping reruns nothing.
-                "scenario": run_document(condition.scenario.to_doc()),
                 "id": condition.id,
                 "replications": reps,
                 "provider": provider,
@@ -502,7 +528,7 @@ def _plan_target(
                 # Only the files this condition's runs read (for an agent scenario, the asset
                 # versions its own manifest resolves), as in the run store's keys.
                 "inputs": input_hashes(condition.scenario, loaded.asset_root),
-            }
+            },
         )
         # Text, not Path objects: a plan of 100,000 runs builds this many paths at every start.
         folder = os.path.join(out_dir, "runs", condition.dir)
