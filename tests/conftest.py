@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,11 @@ def pytest_configure(config: pytest.Config) -> None:
     instead of every build in a copy computing them again."""
     if hasattr(config, "workerinput"):
         return  # a worker: the controlling process did this before it started them
+    # Every process writes and reuses bytecode, the test processes started next included: with
+    # PYTHONDONTWRITEBYTECODE set, each process of each build compiled the package and parsed
+    # its sources for their fingerprints again (a third of a small build's time).
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    sys.dont_write_bytecode = False
     import compileall
 
     compileall.compile_dir(ROOT / "simreport", quiet=2)
