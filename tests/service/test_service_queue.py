@@ -9,6 +9,7 @@ import json
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -76,6 +77,21 @@ def start(engine: Engine, scenario_id: str, library: Path, **overrides: Any) -> 
     }
     request.update(overrides)
     return q.start_run(engine, **request)
+
+
+def execute(
+    claimed: Any, out: Path, library: Path, on_event: Callable[[dict[str, Any]], None] | None = None
+) -> None:
+    """Run a claimed run's scenario into `out` as a worker does (events to `on_event`)."""
+    run_scenario(
+        validate_scenario(claimed.scenario),
+        out,
+        condition="service",
+        replication=0,
+        asset_root=library.parent,
+        checks=claimed.checks,
+        on_event=on_event,
+    )
 
 
 def run_row(engine: Engine, run_id: str) -> Any:
@@ -489,30 +505,14 @@ def test_a_retried_run_records_its_retry_whole_after_the_mark(
     first = q.claim(engine, "w1", lease_seconds=30)
     assert first is not None
     lost: list[dict[str, Any]] = []
-    run_scenario(
-        validate_scenario(first.scenario),
-        tmp_path / "lost",
-        condition="service",
-        replication=0,
-        asset_root=library.parent,
-        checks=first.checks,
-        on_event=lost.append,
-    )
+    execute(first, tmp_path / "lost", library, on_event=lost.append)
     q.append_events(engine, run_id, lost[:10], worker_id="w1")  # then the worker died
     assert [r.outcome for r in reclaim_later(engine)] == ["pending"]
     second = q.claim(engine, "w2", lease_seconds=30)
     assert second is not None
     seen: list[dict[str, Any]] = []
     out = tmp_path / "run"
-    run_scenario(
-        validate_scenario(second.scenario),
-        out,
-        condition="service",
-        replication=0,
-        asset_root=library.parent,
-        checks=second.checks,
-        on_event=seen.append,
-    )
+    execute(second, out, library, on_event=seen.append)
     q.append_events(engine, run_id, seen[:5], worker_id="w2")
     q.finish(engine, run_id, "w2", out)
     row = run_row(engine, run_id)
@@ -686,15 +686,7 @@ def test_finish_records_the_run_whole_under_its_id(
     assert early.value.code == "not_converged"
     seen: list[dict[str, Any]] = []
     out = tmp_path / "run"
-    run_scenario(
-        validate_scenario(claimed.scenario),
-        out,
-        condition="service",
-        replication=0,
-        asset_root=library.parent,
-        checks=claimed.checks,
-        on_event=seen.append,
-    )
+    execute(claimed, out, library, on_event=seen.append)
     q.append_events(engine, run_id, seen[:20], worker_id="w1")
     with pytest.raises(q.LeaseLost):
         q.finish(engine, run_id, "someone-else", out)
@@ -742,14 +734,7 @@ def test_ledger_show_prints_what_a_service_run_ran_with(
     claimed = q.claim(engine, "w1", lease_seconds=30)
     assert claimed is not None
     out = tmp_path / "run"
-    run_scenario(
-        validate_scenario(claimed.scenario),
-        out,
-        condition="service",
-        replication=0,
-        asset_root=library.parent,
-        checks=claimed.checks,
-    )
+    execute(claimed, out, library)
     q.finish(engine, run_id, "w1", out)
     written = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
     assert run_row(engine, run_id).recorded_manifest == written
@@ -798,14 +783,7 @@ def test_a_worker_s_end_tried_again_finds_it_recorded_once(
     claimed = q.claim(engine, "w1", lease_seconds=30)
     assert claimed is not None
     out = tmp_path / "run"
-    run_scenario(
-        validate_scenario(claimed.scenario),
-        out,
-        condition="service",
-        replication=0,
-        asset_root=library.parent,
-        checks=claimed.checks,
-    )
+    execute(claimed, out, library)
     assert q.finish(engine, run_id, "w1", out) == "completed"
     written = (count_rows(engine, t.event, run_id), count_rows(engine, t.record, run_id))
     assert q.finish(engine, run_id, "w1", out, again=True) == "completed"
