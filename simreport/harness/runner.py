@@ -23,6 +23,7 @@ from typing import Any
 from ..core.canonical import content_hash, pretty_json
 from ..core.errors import InputError
 from ..core.files import read_json, write_atomic, write_json
+from ..core.processes import fresh_processes
 from ..core.redaction import redact_document
 from ..core.schema import RunResult, Scenario
 from ..core.versions import RunChecks, run_document
@@ -435,14 +436,18 @@ def run_scenario_of(scenario: Scenario, llm: Mapping[str, Any] | None = None) ->
     return Scenario.model_validate(run_document(doc))
 
 
+RUN_PRELOAD = ("simreport.harness.runner", "simreport.kernel.warm")
+"""What the fork server of a pool imports once, besides the main script's imports: the code a
+worker runs, and the kernel with its fingerprints."""
+
+
 def worker_pool(workers: int) -> ProcessPoolExecutor:
     """A pool of `workers` fresh processes for runs. Each worker ends its runs as interrupted on
     SIGINT or SIGTERM (see `stop_pool`) and exits by itself once this process is gone."""
     return ProcessPoolExecutor(
         max_workers=workers,
-        mp_context=multiprocessing.get_context("spawn"),
+        mp_context=fresh_processes(RUN_PRELOAD),
         initializer=interrupt.init_worker,
-        initargs=(os.getpid(),),
     )
 
 

@@ -14,14 +14,15 @@ import multiprocessing
 import os
 import signal
 import threading
-import time
 from collections.abc import Iterator
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from ..core.errors import EXIT_INTERRUPTED, RunError
 
-PARENT_POLL_SECONDS = 0.25
-"""How often a worker looks whether its parent still lives."""
+if TYPE_CHECKING:
+    from multiprocessing.process import BaseProcess
+
 EXIT_DEADLINE_SECONDS = 10.0
 """After a stop signal, the longest the main process may take to exit (a model call that hangs
 in this process must not hold it)."""
@@ -71,13 +72,16 @@ def pause(seconds: float) -> None:
 # --------------------------------------------------------------------------- processes
 
 
-def init_worker(parent_pid: int) -> None:
+def init_worker() -> None:
     """Initializer of every pool worker process: stop signals set the flag (and never raise in
-    the middle of a run), and the worker exits once `parent_pid` is no longer its parent."""
+    the middle of a run), and the worker exits once the process that started it is gone."""
     for signum in STOP_SIGNALS:
         signal.signal(signum, _stop_quietly)
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return  # not started by multiprocessing: nobody to outlive
     watchdog = threading.Thread(
-        target=_exit_when_orphaned, args=(parent_pid,), name="simreport-parent-watch", daemon=True
+        target=_exit_when_orphaned, args=(parent,), name="simreport-parent-watch", daemon=True
     )
     watchdog.start()
 
@@ -86,11 +90,13 @@ def _stop_quietly(signum: int, frame: FrameType | None) -> None:
     request_stop()
 
 
-def _exit_when_orphaned(parent_pid: int) -> None:
-    # Polling rather than PR_SET_PDEATHSIG: that fires when the *thread* that started the worker
-    # ends, and pools are started from short-lived threads (Snakemake jobs).
-    while os.getppid() == parent_pid:
-        time.sleep(PARENT_POLL_SECONDS)
+def _exit_when_orphaned(parent: BaseProcess) -> None:
+    # The parent's sentinel (a pipe multiprocessing keeps open in the process that started this
+    # one) rather than the parent pid: a fork server's child has the server as its parent, and
+    # the server lives as long as any child does. Not PR_SET_PDEATHSIG either: that fires when
+    # the *thread* that started the worker ends, and pools are started from short-lived threads
+    # (Snakemake jobs).
+    parent.join()
     for group in list(_CHILD_GROUPS):
         with contextlib.suppress(OSError):
             os.killpg(group, signal.SIGKILL)

@@ -76,7 +76,7 @@ PRELOAD: Final = [
     "simreport.cli",
     "simreport.service.run_process",
     "simreport.kernel.engine",
-    "simreport.service.warm",
+    "simreport.kernel.warm",
 ]
 """What a run process needs, imported once in the fork server that run processes start from
 (warm: the code fingerprints every run records). `simreport.cli` is there because each run
@@ -85,17 +85,10 @@ its imports loaded already, that costs milliseconds instead of a third of a seco
 
 
 def _fresh_processes() -> ForkServerContext | SpawnContext:
-    """Where run processes come from. Each starts as a process that has run nothing before:
-    forked from a fork server (a single-threaded process started once, which imported the
-    kernel already, so a fresh run process does not pay the imports), or spawned where there
-    is no fork server."""
-    import multiprocessing
+    """Where run processes come from: each has run nothing before (see `fresh_processes`)."""
+    from ..core.processes import fresh_processes
 
-    if "forkserver" not in multiprocessing.get_all_start_methods():
-        return multiprocessing.get_context("spawn")
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(PRELOAD)
-    return context
+    return fresh_processes(PRELOAD)
 
 
 def _run_process(conn: Connection) -> None:
@@ -106,8 +99,8 @@ def _run_process(conn: Connection) -> None:
     from ..kernel import interrupt
 
     # SIGINT and SIGTERM become the run's stop request. The process exits when orphaned: when
-    # the worker dies, and with it the fork server this process was forked from.
-    interrupt.init_worker(os.getppid())
+    # the worker that started it dies.
+    interrupt.init_worker()
     from ..core.execution_policy import ExecutionPolicy
     from ..core.redaction import environment_secrets
     from ..core.versions import RunChecks

@@ -192,15 +192,19 @@ sys.exit(main(sys.argv[1:]))
 
 
 def _pool_workers(pid: int) -> set[int]:
-    """The run processes of a process's pool: its children that multiprocessing spawned (not its
-    resource tracker, which ignores stop signals)."""
+    """The run processes of a process's pool: the children of its fork server, or those that
+    multiprocessing spawned where there is no fork server (not its resource tracker, which
+    ignores stop signals)."""
     found = set()
     for child in children(pid):
         try:
-            if b"spawn_main" in Path(f"/proc/{child}/cmdline").read_bytes():
-                found.add(child)
+            command = Path(f"/proc/{child}/cmdline").read_bytes()
         except OSError:
             continue  # gone meanwhile
+        if b"forkserver" in command:
+            found |= children(child)
+        elif b"spawn_main" in command:
+            found.add(child)
     return found
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import subprocess
+import sys
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -43,3 +45,57 @@ def test_jobs_finish_in_fresh_pools_after_the_shared_one_broke(tmp_path: Path) -
     assert all(r.failure is None for r in results.values())
     assert (tmp_path / "1" / "result.json").exists()
     pool.shutdown()
+
+
+HEAVY_MODULE = """\
+import os
+
+# Every process that imports this module leaves a line.
+with open(os.environ["IMPORTS"], "a") as f:
+    f.write(str(os.getpid()) + "\\n")
+"""
+
+MAIN_SCRIPT = """\
+import os
+import time
+
+import heavy
+
+if __name__ == "__main__":
+    from simreport.harness.runner import worker_pool
+
+    pool = worker_pool(3)
+    # Every worker busy at once, so that all three have started.
+    futures = [pool.submit(time.sleep, 0.3) for _ in range(6)]
+    for future in futures:
+        future.result()
+    print(os.getpid(), len(pool._processes), flush=True)
+    pool.shutdown()
+"""
+
+
+def test_workers_do_not_pay_for_the_main_script_s_imports(tmp_path: Path) -> None:
+    """A pool started from a script (Snakemake's, or a command's) has its workers forked from a
+    server that imported what the script imports once: a worker's start costs no imports (a
+    spawned worker runs the script's imports again)."""
+    (tmp_path / "heavy.py").write_text(HEAVY_MODULE)
+    (tmp_path / "main.py").write_text(MAIN_SCRIPT)
+    imports = tmp_path / "imports"
+    proc = subprocess.run(
+        [sys.executable, "main.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+        env={
+            **os.environ,
+            "IMPORTS": str(imports),
+            "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+        },
+    )
+    assert proc.returncode == 0, proc.stderr
+    pid, workers = proc.stdout.split()
+    assert workers == "3"
+    main_process, fork_server = imports.read_text().split()
+    assert main_process == pid and fork_server != pid
