@@ -117,9 +117,7 @@ def test_a_lock_left_by_a_killed_build_is_explained(tmp_path: Path) -> None:
         wait_for((dest / BUILD_NOTE).exists, "the build to take its locks")
         # Killed while its jobs run: what they leave marked incomplete runs again (the profile's
         # rerun-incomplete), and the next build meets the lock.
-        wait_for(
-            lambda: any((dest / "results").glob("*/runs/*/*/result.json")), "a run to finish"
-        )
+        wait_for(lambda: any((dest / "results").glob("*/runs/*/*/result.json")), "a run to finish")
         os.kill(build.pid, signal.SIGKILL)
     finally:
         build.wait()
