@@ -3,7 +3,8 @@ executor plugin: every condition runs inside a SLURM job, condition jobs are bat
 jobs, and the results equal a local build's byte for byte.
 
 Needs a running cluster (`tests/cluster/slurm.sh start DIR`, then `SLURM_CONF=DIR/slurm.conf`) and
-`pip install -e '.[slurm]'`; .ci/run does both."""
+the executor plugin: `pip install -e '.[slurm]'`, or installed in a folder of its own named by
+SIMREPORT_TEST_SLURM_PLUGIN_PATH (as .ci/run does, so that no other test's Snakemake imports it)."""
 
 from __future__ import annotations
 
@@ -42,12 +43,21 @@ def _cluster_cpus() -> int:
 
 
 CPUS = _cluster_cpus()
-PLUGIN = importlib.util.find_spec("snakemake_executor_plugin_slurm") is not None
+PLUGIN_PATH = os.environ.get("SIMREPORT_TEST_SLURM_PLUGIN_PATH", "")
+"""A folder holding the plugin apart from the environment, put on PYTHONPATH for this test's
+Snakemake calls alone (empty: the plugin is installed in the environment)."""
+PLUGIN = importlib.util.find_spec("snakemake_executor_plugin_slurm") is not None or (
+    bool(PLUGIN_PATH) and (Path(PLUGIN_PATH) / "snakemake_executor_plugin_slurm").is_dir()
+)
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.requires(CPUS > 0, "a running SLURM cluster (SLURM_CONF)"),
-    pytest.mark.requires(PLUGIN, "snakemake-executor-plugin-slurm (pip install -e '.[slurm]')"),
+    pytest.mark.requires(
+        PLUGIN,
+        "snakemake-executor-plugin-slurm (pip install -e '.[slurm]', "
+        "or in SIMREPORT_TEST_SLURM_PLUGIN_PATH)",
+    ),
 ]
 
 
@@ -78,8 +88,11 @@ def _plan_copy(dest: Path) -> Path:
 
 def _run(dest: Path, *args: str) -> str:
     env = _env(dest)
-    # Keep a plugin installed on PYTHONPATH visible (the copy's package comes first).
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(dest), os.environ.get("PYTHONPATH")]))
+    # Keep a plugin installed on PYTHONPATH visible (the copy's package comes first); SLURM
+    # jobs inherit this environment, so the jobs' own Snakemake finds it too.
+    env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(dest), PLUGIN_PATH, os.environ.get("PYTHONPATH")])
+    )
     proc = subprocess.run(
         [str(SNAKEMAKE), *args],
         cwd=dest,
