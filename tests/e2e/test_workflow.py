@@ -270,7 +270,17 @@ def test_cluster_executor_runs_jobs_as_separate_processes(tmp_path: Path) -> Non
     pytest.importorskip("snakemake_executor_plugin_cluster_generic")
     (tmp_path / "copy").mkdir()
     dest = _copy(tmp_path / "copy")
-    config = {"plans": ["examples/prisoners_dilemma/audit.yaml"], "replications": 2}
+    # Four conditions: every job is a Snakemake process of its own, a few seconds each.
+    plan_file = dest / "examples" / "prisoners_dilemma" / "memory.yaml"
+    plan = {
+        "id": "memory",
+        "baseScenario": "scenario.yaml",
+        "replications": 2,
+        "concurrency": 2,
+        "axes": [{"template": "memory_temporality", "levels": [1, 5, 10]}],
+    }
+    plan_file.write_text(yaml.safe_dump(plan, sort_keys=False))
+    config = {"plans": [str(plan_file.relative_to(dest))]}
     (dest / "config" / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     tests = Path(__file__).resolve().parents[1] / "cluster"
     env_state = tmp_path / "cluster-state"
@@ -301,9 +311,8 @@ def test_cluster_executor_runs_jobs_as_separate_processes(tmp_path: Path) -> Non
     )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     assert (dest / "site" / "index.html").exists()
-    processes = {counts["process"] for counts in _run_logs(dest, "prisoners_dilemma").values()}
-    conditions = json.loads(
-        (dest / "results" / "prisoners_dilemma" / "conditions.json").read_text()
-    )
+    processes = {counts["process"] for counts in _run_logs(dest, "memory").values()}
+    conditions = json.loads((dest / "results" / "memory" / "conditions.json").read_text())
+    assert len(conditions) == 4
     assert len(processes) == len(conditions), "each condition job ran in its own process"
     assert str(os.getpid()) not in processes
