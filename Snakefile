@@ -19,6 +19,8 @@ min_version("9.0")
 
 # "Directory cannot be locked" says whether the build holding the lock still runs, and what to do.
 simreport_workflow.explain_locks(logger)
+# Snakemake's check of each job's params, without importing pandas at every start.
+simreport_workflow.compare_params_without_pandas()
 
 # The config is checked by simreport's bounded loader (alias expansion, duplicate keys, control
 # characters) before Snakemake's own loader reads it. A config or plan error ends the build with

@@ -18,6 +18,10 @@ def plan_requested(wildcards):
     return PLANS[wildcards.plan].requested
 
 
+def condition_requested(wildcards):
+    return PLANS[wildcards.plan].by_dir(wildcards.condition).requested
+
+
 def plan_evaluations(wildcards):
     return PLANS[wildcards.plan].evaluations
 

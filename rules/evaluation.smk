@@ -6,8 +6,8 @@
 
 rule evaluate:
     input:
-        # The state file the condition's run job ends with (ConditionTarget.requested).
-        "{results}/{plan}/state/{condition}.json",
+        # What the condition's run job ends with (ConditionTarget.requested).
+        condition_requested,
     output:
         "{results}/{plan}/evaluations/{condition}.json",
     log:

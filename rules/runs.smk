@@ -1,8 +1,9 @@
 # One job per plan writes its plan.json and conditions.json; one job per condition runs all of its
-# replications (reusing finished runs from the store). A job reruns when its `key` changes: the
-# condition's scenario, replication count, provider override or the kernel's code fingerprint,
-# or its retry generation, one more while its last job left failed runs or a result.json of it
-# was deleted (simreport_workflow.retry_token).
+# replications (reusing finished runs from the store), or, in a plan with more conditions than
+# `runJobs`, one job per batch of conditions (simreport_workflow.RunBatch). A job reruns when its
+# `key` changes: a condition's scenario, replication count, provider override or the kernel's
+# code fingerprint, or its retry generation, one more while its last job left failed runs or a
+# result.json of it was deleted (simreport_workflow.retry_token).
 
 
 rule plan_spec:
@@ -21,19 +22,20 @@ rule plan_spec:
 
 
 for _plan in WORKFLOW.plans:
-    for _target in _plan.conditions:
+    for _batch in _plan.batches:
 
         rule:
             name:
-                _target.rule_name
+                _batch.name
             output:
-                # The state file the job ends with. It writes one result.json per replication
-                # too, undeclared: see simreport_workflow.ConditionTarget.requested.
-                _target.state,
+                # The state file its condition ends with, or its batch's summary. The job writes
+                # one result.json per replication too, undeclared (and in a batch each
+                # condition's state file): see simreport_workflow.ConditionTarget.requested.
+                _batch.output,
             log:
-                str(_plan.out_dir / "logs" / "runs" / f"{_target.condition.dir}.log"),
-            # On a cluster, condition jobs are batched into group jobs (`group-components: runs=N`
-            # in the SLURM profile); the local executor ignores groups.
+                _batch.log,
+            # On a cluster, run jobs are batched into group jobs (`group-components: runs=N` in
+            # the SLURM profile); the local executor ignores groups.
             group:
                 "runs"
             conda:
@@ -41,11 +43,11 @@ for _plan in WORKFLOW.plans:
             threads: RUN_THREADS
             params:
                 plan=_plan.id,
-                condition=_target.condition.id,
-                key=_target.key,
+                conditions=_batch.condition_ids,
+                key=_batch.key,
             run:
-                simreport_workflow.run_condition(
-                    WORKFLOW, params.plan, params.condition, workflow.cores, log[0]
+                simreport_workflow.run_conditions(
+                    WORKFLOW, params.plan, params.conditions, workflow.cores, log[0]
                 )
 
 

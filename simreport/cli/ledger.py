@@ -110,7 +110,7 @@ def register_cli(sub: Any) -> None:
 
 def ledger_url_from(args: argparse.Namespace) -> str:
     """The ledger a command's `--ledger` and `--results` name."""
-    from ..ledger.db import ledger_url
+    from ..ledger.location import ledger_url
 
     url = ledger_url(args.ledger, results_dir=args.results)
     assert url is not None  # no config here can turn it off

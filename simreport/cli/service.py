@@ -126,7 +126,7 @@ def register_api(sub: Any) -> None:
 
 
 def cmd_api(args: argparse.Namespace) -> int:
-    from ..ledger.db import ledger_url
+    from ..ledger.location import ledger_url
     from ..service.config import settings_from_options
     from ..service.serve import serve
 
@@ -225,7 +225,8 @@ def register_worker(sub: Any) -> None:
 def cmd_worker(args: argparse.Namespace) -> int:
     import threading
 
-    from ..ledger.db import describe, ledger_url
+    from ..ledger.db import describe
+    from ..ledger.location import ledger_url
     from ..service.spool import default_spool
     from ..service.worker import default_worker_id, run_worker
     from ..service.worker_secrets import say

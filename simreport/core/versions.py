@@ -13,7 +13,7 @@ from typing import Any, Final, Literal
 
 from pydantic import Field
 
-from .canonical import content_hash, sorted_mappings
+from .canonical import content_hash, document_json, sorted_mappings
 from .schema import Model
 
 Purpose = Literal["regression", "exploration"]
@@ -61,6 +61,18 @@ def run_document(scenario_doc: Mapping[str, Any]) -> dict[str, Any]:
             if key in doc:
                 doc[key] = None
     return doc
+
+
+def run_document_json(scenario_doc: Mapping[str, Any]) -> str:
+    """The canonical JSON of `run_document(scenario_doc)` for a scenario's document form
+    (`to_doc()`): canonical JSON sorts every mapping itself, so only the presentation fields
+    need setting, on a shallow copy."""
+    doc = dict(scenario_doc)
+    if doc.get("identity") is None:
+        for key in PRESENTATION_FIELDS:
+            if key in doc:
+                doc[key] = None
+    return document_json(doc)
 
 
 def design_document(scenario_doc: Mapping[str, Any]) -> dict[str, Any]:
@@ -173,5 +185,6 @@ __all__ = [
     "design_sha256",
     "recorded_version",
     "run_document",
+    "run_document_json",
     "version_key",
 ]

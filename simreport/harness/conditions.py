@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.canonical import canonical_json, content_hash
+from ..core.canonical import canonical_json, document_json, sha256_text
 from ..core.errors import (
     InputError,
     InvalidOverride,
@@ -29,7 +29,7 @@ from ..core.errors import (
 from ..core.overrides import get_path, split_path
 from ..core.redaction import redact_document
 from ..core.schema import AuditPlan, PerturbationAxis, Scenario
-from ..core.versions import design_sha256, recorded_version, run_document
+from ..core.versions import design_sha256, recorded_version, run_document_json
 from ..kernel import validate_scenario
 from .plan import LoadedPlan
 
@@ -79,7 +79,7 @@ class Condition:
         """The canonical JSON of the scenario as its runs read it (`run_document`)."""
         if self.runs_read is not None:
             return self.runs_read
-        return canonical_json(run_document(self.scenario.to_doc()))
+        return run_document_json(self.scenario.to_doc())
 
     def to_doc(self, replications: int) -> dict[str, Any]:
         """This condition's entry in conditions.json."""
@@ -233,7 +233,7 @@ def build_conditions(loaded: LoadedPlan) -> list[Condition]:
         ]
 
     base_plain = _prepare(base_doc)
-    base_hash = content_hash(base_plain)
+    base_hash = sha256_text(document_json(base_plain))
     # Identical to the base when its runs would read the same scenario: a level that changes
     # only what no run reads (a description) runs byte-identically, so it is no test.
     base_runs_read = _runs_read(base_plain)
@@ -267,7 +267,7 @@ def build_conditions(loaded: LoadedPlan) -> list[Condition]:
     perturbed_labels = iter(labels[len(models) :])
     for combo in combos:
         plain = _prepare(_apply(loaded, base_doc, combo))
-        scenario_hash = content_hash(plain)
+        scenario_hash = sha256_text(document_json(plain))
         runs_read = _runs_read(plain)
         identical = runs_read == base_runs_read
         pairs = [(axes[i].id, axes[i].levels[j]) for i, j in combo]
@@ -431,7 +431,7 @@ def _runs_read(doc: dict[str, Any]) -> str:
     """The canonical JSON of a condition's scenario document as its runs read it. The scenario
     validated from `doc` gives the same document back, so it is the JSON of the condition's
     scenario too (without a model set; a model variant computes its own)."""
-    return canonical_json(run_document(doc))
+    return run_document_json(doc)
 
 
 def _with_model(doc: dict[str, Any], model: str | None) -> Scenario:

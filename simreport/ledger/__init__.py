@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .builds import BuildIngest
-    from .db import connect, ledger_url
+    from .db import connect
     from .errors import (
         AssetVersionChanged,
         LedgerOutdated,
@@ -27,13 +27,14 @@ if TYPE_CHECKING:
         ingest_paths,
         ingest_run,
     )
+    from .location import ledger_url
     from .migrate import upgrade
     from .recording import EXIT_LEDGER, LedgerIncomplete, LedgerRecorder
     from .rundir import run_identity
 
 _WHERE = {
     "connect": "db",
-    "ledger_url": "db",
+    "ledger_url": "location",
     "AssetVersionChanged": "errors",
     "LedgerOutdated": "errors",
     "LedgerUnavailable": "errors",

@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from ..core.errors import SimreportError
 from ..core.redaction import redact_text
-from .db import UNSET, _Unset, connect, describe, ledger_url
+from .db import connect, describe
 from .errors import LedgerUnavailable
+from .location import UNSET, _Unset, ledger_url
 from .rundir import REQUIRED_FILES
 
 if TYPE_CHECKING:

@@ -148,8 +148,8 @@ class ServiceSettings(BaseModel):
     @field_validator("ledger")
     @classmethod
     def _known_database(cls, value: str) -> str:
-        from ..ledger.db import normalise_url
         from ..ledger.errors import LedgerUnavailable
+        from ..ledger.location import normalise_url
 
         try:
             return normalise_url(value)

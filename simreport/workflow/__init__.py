@@ -11,6 +11,7 @@ from .condition_jobs import (
     remove_obsolete_runs,
     retry_token,
     run_condition,
+    run_conditions,
     run_replication,
     write_plan_spec,
 )
@@ -30,22 +31,25 @@ from .outputs import (
 from .pool import forward_stop_signals
 from .startup import (
     check_config,
+    compare_params_without_pandas,
     explain_locks,
     note_build_ended,
     note_build_started,
     stop_on_input_error,
 )
-from .targets import ConditionTarget, load_workflow, retype_command_line, validate_config
+from .targets import ConditionTarget, RunBatch, load_workflow, retype_command_line, validate_config
 from .terminal import announce_site, announce_site_when_up_to_date, keep_terminal_short
 
 __all__ = [
     "ConditionTarget",
+    "RunBatch",
     "analyse_plan",
     "analysis_fingerprint",
     "announce_site",
     "announce_site_when_up_to_date",
     "build_site",
     "check_config",
+    "compare_params_without_pandas",
     "evaluate_condition",
     "evaluation_fingerprint",
     "explain_locks",
@@ -61,6 +65,7 @@ __all__ = [
     "retry_token",
     "retype_command_line",
     "run_condition",
+    "run_conditions",
     "run_replication",
     "site_outputs",
     "stop_on_input_error",

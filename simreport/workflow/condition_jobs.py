@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -106,25 +107,86 @@ def _condition_jobs(
     )
 
 
+def run_conditions(
+    workflow: Workflow,
+    plan_id: str,
+    condition_ids: Sequence[str],
+    cores: int | None,
+    log: str | Path | None = None,
+) -> dict[str, int]:
+    """One run job: its condition (`run_condition`, logged to `log`), or the conditions of a
+    batch (a plan with more conditions than `runJobs`) side by side in the shared pool, each with
+    its own log and state file as if it had a job of its own. A batch's `log` gets each
+    condition's summary line as it ends, and its summary file is written last. Returns the run
+    counts summed over the conditions; when a condition's job fails, the others still end before
+    the first error is raised (and the summary is not written)."""
+    plan = workflow.plan(plan_id)
+    targets = [_target_of(plan, condition_id) for condition_id in condition_ids]
+    if len(targets) == 1 and targets[0].batch_summary is None:
+        return run_condition(workflow, plan_id, condition_ids[0], cores, log)
+    workers = workflow.workers or default_workers(cores)
+    totals: dict[str, int] = {}
+    errors: list[BaseException] = []
+    header = f"{len(targets)} conditions of {plan_id} in one job: " + ", ".join(condition_ids)
+    progress = ConditionLog(log, plan_id, total=0, fetched=0, header=header)
+    with ThreadPoolExecutor(max_workers=max(1, min(len(targets), workers))) as threads:
+        futures = {
+            threads.submit(
+                run_condition, workflow, plan_id, t.condition.id, cores, t.log, pooled=True
+            ): t
+            for t in targets
+        }
+        for future in as_completed(futures):
+            condition_id = futures[future].condition.id
+            try:
+                counts = future.result()
+            except BaseException as exc:  # every condition ends; the first error is raised
+                errors.append(exc)
+                progress.line(f"{condition_id}: {type(exc).__name__}: {exc}")
+                continue
+            for name, value in counts.items():
+                totals[name] = totals.get(name, 0) + value
+            progress.line(f"{condition_id}: " + " ".join(f"{k}={v}" for k, v in counts.items()))
+    progress.close(" ".join(f"{k}={v}" for k, v in totals.items()) + f" process={os.getpid()}")
+    if errors:
+        raise errors[0]
+    summary = targets[0].batch_summary
+    if summary is not None:
+        # Last, once every condition's state is written: the same bytes when the same runs are
+        # there, so the analysis and evaluations of a batch that ran again for nothing stay.
+        states = {t.condition.id: _digest(Path(t.state)) for t in targets}
+        write_atomic(Path(summary), pretty_json({"conditions": states}))
+    return totals
+
+
+def _target_of(plan: PlanTarget, condition_id: str) -> ConditionTarget:
+    target = plan.by_id(condition_id)
+    if target is None:
+        raise KeyError(condition_id)
+    return target
+
+
 def run_condition(
     workflow: Workflow,
     plan_id: str,
     condition_id: str,
     cores: int | None,
     log: str | Path | None = None,
+    *,
+    pooled: bool = False,
 ) -> dict[str, int]:
     """Every replication of one condition: copied from the store when finished before, otherwise
-    run in the shared pool and then stored. Each run is logged to `log` as it ends; a job with
-    failed or missing runs ends with one line per failure class, in `log` and on stderr. The
-    condition's state file records what is pending, so the next build retries exactly that."""
+    run in the shared pool and then stored (a single run in the job's own process, unless
+    `pooled`: conditions of a batch share the pool). Each run is logged to `log` as it ends; a
+    job with failed or missing runs ends with one line per failure class, in `log` and on
+    stderr. The condition's state file records what is pending, so the next build retries
+    exactly that."""
     plan = workflow.plan(plan_id)
-    target = plan.by_id(condition_id)
-    if target is None:
-        raise KeyError(condition_id)
+    target = _target_of(plan, condition_id)
     slots, jobs, fetched = _condition_jobs(workflow, plan, target)
     progress = ConditionLog(log, condition_id, total=len(slots), fetched=len(fetched))
     workers = workflow.workers or default_workers(cores)
-    pool = shared_pool(workers) if len(jobs) > 1 else None
+    pool = shared_pool(workers) if len(jobs) > 1 or (pooled and jobs) else None
     recorder = ledger_recorder(workflow)
     try:
         results = {
@@ -181,7 +243,15 @@ class ConditionLog:
     """A condition job's log, written as its runs end (appended and flushed line by line, so
     `tail -f` follows it), ending with the job's summary line."""
 
-    def __init__(self, path: str | Path | None, condition_id: str, *, total: int, fetched: int):
+    def __init__(
+        self,
+        path: str | Path | None,
+        condition_id: str,
+        *,
+        total: int,
+        fetched: int,
+        header: str | None = None,
+    ):
         self.total = total
         self.done = fetched
         self.failed = 0
@@ -190,7 +260,8 @@ class ConditionLog:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             self._handle = open(path, "w", encoding="utf-8")  # noqa: SIM115 (kept open while runs end)
         self.line(
-            f"{condition_id}: {total} runs, {fetched} from the store, {total - fetched} to run"
+            header
+            or f"{condition_id}: {total} runs, {fetched} from the store, {total - fetched} to run"
         )
 
     def line(self, text: str) -> None:

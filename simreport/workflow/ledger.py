@@ -23,7 +23,7 @@ def ledger_of(config: Mapping[str, Any], results_dir: Path, config_file: str | P
     """The ledger the workflow records in: $SIMREPORT_LEDGER_URL, else the config's `ledger`
     (a URL or a SQLite file path; null turns recording off), else
     `sqlite:///<results>/ledger.sqlite`. A config value that cannot be one names the file."""
-    from ..ledger.db import UNSET, ledger_url, normalise_url
+    from ..ledger.location import UNSET, ledger_url, normalise_url
 
     configured = config.get("ledger", UNSET)
     if isinstance(configured, str):

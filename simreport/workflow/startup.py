@@ -1,7 +1,8 @@
 """What a build checks around Snakemake's own start: the config against its schema
 (`check_config`), a config or plan error as one located line and a non-zero exit
 (`stop_on_input_error`), and a lock an earlier build left explained with what to do
-(`explain_locks`, with the note `note_build_started` keeps of the build that holds the lock)."""
+(`explain_locks`, with the note `note_build_started` keeps of the build that holds the lock),
+and Snakemake's params comparison kept from importing pandas (`compare_params_without_pandas`)."""
 
 from __future__ import annotations
 
@@ -51,6 +52,31 @@ def check_config(
     with suppress(SimreportError):
         line = load_document(config_file).line_of(issues[0].path)
     raise SchemaError(issues, file=config_file, line=line)
+
+
+def compare_params_without_pandas() -> None:
+    """Make Snakemake compare a job's recorded params with its current ones without pandas.
+
+    When pandas is installed (statsmodels brings it), Snakemake imports it to serialise params
+    at every start that has outputs to check: a third of a second of a no-op build. No rule of
+    this workflow has a pandas object among its params (they are text, numbers and lists of
+    text), and for anything else Snakemake's pandas serialiser hands over to its builtin one, so
+    the comparison and what is recorded stay the same. Nothing changes if Snakemake no longer
+    has both serialisers under these names."""
+    try:
+        from snakemake.persistence import PersistenceBase as Persistence
+    except ImportError:
+        return
+    if not all(
+        hasattr(Persistence, name)
+        for name in ("_serialize_param", "_serialize_param_builtin", "_serialize_param_pandas")
+    ):
+        return
+    Persistence._serialize_param = property(_builtin_serialiser)
+
+
+def _builtin_serialiser(persistence: Any) -> Any:
+    return persistence._serialize_param_builtin
 
 
 @contextmanager

@@ -31,7 +31,7 @@ from ..harness.plan import bounded_workers, plan_id_of
 from ..harness.runner import check_llm_access, validate_llm_override
 from ..harness.store import RUN_KEY_VERSION
 from ..kernel import input_hashes, kernel_fingerprint
-from .condition_jobs import read_state, retry_token, runs_changed, state_file
+from .condition_jobs import STATE_DIR, read_state, retry_token, runs_changed, state_file
 from .ledger import ledger_of
 
 DEFAULT_STORE = ".store"
@@ -59,6 +59,11 @@ class LLMOverride:
         return fields
 
 
+RUN_JOBS = 128
+"""Most run jobs per plan unless the config's `runJobs` says otherwise. A plan with more
+conditions shares them out among this many jobs, several conditions each: every Snakemake start
+pays for each job of the DAG, and at thousands of conditions that cost dominates a no-op build."""
+
 RULE_NAME_LIMIT = 72
 """Longest readable run-rule name; a longer one is cut and ends in a short hash of the id."""
 
@@ -83,17 +88,27 @@ class ConditionTarget:
     """Another condition of the plan has the same slug: the rule name carries a hash."""
     retry: int = 0
     """The retry generation this build runs the condition as (part of `key`; see `retry_token`)."""
+    batch_summary: str | None = None
+    """In a plan with more conditions than `runJobs`: the summary its batch's job ends with."""
 
     @property
     def requested(self) -> str:
-        """What the analysis asks of this condition's job, and the job's one declared output:
-        its state file, the job's last write. Every result.json of the condition is written by
+        """What the analysis and the evaluation ask of this condition's run job, and the job's
+        one declared output: its state file, the job's last write, or in a batched plan the
+        batch's summary (`RunBatch.output`). Every result.json of the condition is written by
         the job too, but declaring them would cost Snakemake a metadata read and more per run at
         every start (a no-op build of 10,000 runs took 4.3 s, 2.8 s of it Snakemake's own cost
         for 10,000 declared outputs; see bench/bench_workflow.py). A run deleted or rewritten
         after the job is caught by the retry token instead (see `runs_changed`), and a single
         run can be asked for by its path (the `run_replication` rule)."""
-        return self.state
+        return self.batch_summary or self.state
+
+    @property
+    def log(self) -> str:
+        """The condition's log: `<audit dir>/logs/runs/<condition dir>.log`, one line per run
+        as it ends and the job's summary last."""
+        audit_dir = Path(self.state).parent.parent
+        return str(audit_dir / "logs" / "runs" / f"{self.condition.dir}.log")
 
     @property
     def evaluated(self) -> bool:
@@ -123,6 +138,73 @@ class ConditionTarget:
         return f"{name[: RULE_NAME_LIMIT - len(digest) - 1].rstrip('_')}_{digest}"
 
 
+@dataclass(frozen=True)
+class RunBatch:
+    """One run job of a plan and what Snakemake knows of it: the conditions it runs (one, unless
+    the plan has more conditions than `runJobs`), its rule name, its log and its key, which
+    changes exactly when one of its conditions' keys does."""
+
+    name: str
+    targets: list[ConditionTarget]
+    key: str
+    log: str
+    summary: str | None = None
+    """A batch's summary file (None for a job of one condition)."""
+
+    @property
+    def output(self) -> str:
+        """The job's one declared output, its last write: the state file of its condition, or
+        a batch's summary (each condition's state file is then written undeclared, as its runs
+        are: fewer declared files is what keeps Snakemake's start short)."""
+        return self.summary or self.targets[0].state
+
+    @property
+    def condition_ids(self) -> list[str]:
+        return [target.condition.id for target in self.targets]
+
+
+def run_batches(
+    plan_id: str, out_dir: Path, targets: Sequence[ConditionTarget], run_jobs: int
+) -> list[RunBatch]:
+    """The run jobs of a plan. Up to `run_jobs` conditions, one job each, named, logged and keyed
+    as the condition. Beyond that, each condition goes to one of `run_jobs` batches chosen by a
+    hash of its id alone (`batch_of`), in plan order within a batch: adding, removing or editing
+    a condition changes the key of its own batch only, and only that job reruns (its other
+    conditions' runs come back from the run store). Sets each batched target's `batch_summary`."""
+    if len(targets) <= run_jobs:
+        return [RunBatch(t.rule_name, [t], t.key, t.log) for t in targets]
+    members: dict[int, list[ConditionTarget]] = {}
+    for target in targets:
+        members.setdefault(batch_of(target.condition.id, run_jobs), []).append(target)
+    width = len(str(run_jobs - 1))
+    prefix = f"run_{(_slug(plan_id) or 'plan')[:40]}_batch_"
+    batches = []
+    for k, batch in sorted(members.items()):
+        summary = os.path.join(out_dir, STATE_DIR, BATCHES, f"{k:0{width}d}.json")
+        for target in batch:
+            target.batch_summary = summary
+        batches.append(
+            RunBatch(
+                name=f"{prefix}{k:0{width}d}",
+                targets=batch,
+                key=sha256_text("\n".join(t.key for t in batch)),
+                log=str(out_dir / "logs" / "runs" / BATCHES / f"{k:0{width}d}.log"),
+                summary=summary,
+            )
+        )
+    return batches
+
+
+BATCHES = "batches"
+"""Folder of the batch summaries (under state/) and batch logs (under logs/runs/)."""
+
+
+def batch_of(condition_id: str, run_jobs: int) -> int:
+    """The batch (0 to run_jobs - 1) a condition of a plan with more than `run_jobs` conditions
+    runs in: a function of its id and the number of batches, nothing else."""
+    return int(sha256_text(condition_id)[:12], 16) % run_jobs
+
+
 @dataclass
 class PlanTarget:
     id: str
@@ -138,6 +220,8 @@ class PlanTarget:
     include_incomplete: bool
     plan_doc: dict[str, Any] = field(repr=False, default_factory=dict)
     conditions_doc: list[dict[str, Any]] = field(repr=False, default_factory=list)
+    batches: list[RunBatch] = field(repr=False, default_factory=list)
+    """The plan's run jobs (`run_batches`): one per condition unless it has more than `runJobs`."""
     _by_dir: dict[str, ConditionTarget] = field(init=False, repr=False, default_factory=dict)
     _by_id: dict[str, ConditionTarget] = field(init=False, repr=False, default_factory=dict)
 
@@ -159,8 +243,9 @@ class PlanTarget:
 
     @property
     def requested(self) -> list[str]:
-        """What the analysis asks of the condition jobs (see `ConditionTarget.requested`)."""
-        return [target.requested for target in self.conditions]
+        """What the analysis asks of the run jobs: each one's declared output (see
+        `ConditionTarget.requested`)."""
+        return [batch.output for batch in self.batches]
 
     @property
     def evaluations(self) -> list[str]:
@@ -198,6 +283,7 @@ def load_workflow(
     site_dir = Path(config.get("site", "site"))
     store_dir = Path(config.get("store") or results_dir / DEFAULT_STORE)
     shared = _globals(config, config_file)
+    run_jobs = _run_jobs(config.get("runJobs"), config_file)
     for key, folder in (("results", results_dir), ("site", site_dir), ("store", store_dir)):
         _check_folder(key, folder, config_file)
     plan_files = [base / str(entry) for entry in config.get("plans") or []]
@@ -232,6 +318,7 @@ def load_workflow(
                 include_incomplete=(
                     loaded.plan.include_incomplete if include is None else bool(include)
                 ),
+                run_jobs=run_jobs,
             )
         )
     return Workflow(
@@ -324,6 +411,7 @@ _TYPED = (
     "maxRuns",
     "workers",
     "runThreads",
+    "runJobs",
     "includeIncomplete",
     "failOnRunFailure",
     "verbose",
@@ -466,6 +554,20 @@ def _check_overrides(values: Mapping[str, Any], config_file: str | Path, prefix:
             )
 
 
+def _run_jobs(value: Any, config_file: str | Path) -> int:
+    """`runJobs`, checked (null or unset: RUN_JOBS)."""
+    if value is None:
+        return RUN_JOBS
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InputError(
+            f"runJobs must be a whole number of at least 1, not {value!r}",
+            file=config_file,
+            path="runJobs",
+            expected=f"an integer ≥ 1: the most run jobs per plan (null: {RUN_JOBS})",
+        )
+    return value
+
+
 def _workers(value: Any, config_file: str | Path) -> int | None:
     """`workers`, checked and capped at the machine's worker limit (with a note on stderr)."""
     if value is None:
@@ -507,6 +609,7 @@ def _plan_target(
     provider: str | None,
     llm: dict[str, Any],
     include_incomplete: bool,
+    run_jobs: int = RUN_JOBS,
 ) -> PlanTarget:
     conditions = build_conditions(loaded)
     fingerprints: dict[str | None, str] = {}
@@ -570,4 +673,5 @@ def _plan_target(
         include_incomplete=include_incomplete,
         plan_doc=plan_doc,
         conditions_doc=conditions_doc,
+        batches=run_batches(loaded.plan_id, out_dir, targets, run_jobs),
     )

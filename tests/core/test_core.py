@@ -7,8 +7,16 @@ import math
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from simreport.core.canonical import canonical_json, content_hash, parse_number, pretty_json
+from simreport.core.canonical import (
+    canonical_json,
+    content_hash,
+    document_json,
+    parse_number,
+    pretty_json,
+)
 from simreport.core.errors import DocumentError, SchemaError, UnknownOverride
 from simreport.core.files import load_document, write_atomic
 from simreport.core.overrides import get_path, set_path
@@ -23,6 +31,34 @@ def test_canonical_json_sorts_keys_and_writes_non_finite_as_strings() -> None:
     json.loads(text)  # strict JSON
     assert pretty_json(value).endswith("\n")
     assert math.isinf(parse_number("inf")) and math.isnan(parse_number("nan"))
+
+
+_LEAVES = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8)
+_DOCUMENTS = st.recursive(
+    _LEAVES,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=5)
+    ),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.text(max_size=6), _DOCUMENTS, max_size=6))
+def test_document_json_is_canonical_json_for_text_keyed_documents(document: dict) -> None:
+    # The fast path of condition building: the same text, non-finite floats and all.
+    assert document_json(document) == canonical_json(document)
+
+
+def test_run_document_json_is_the_canonical_json_of_the_run_document() -> None:
+    from simreport.core.versions import run_document, run_document_json
+    from simreport.kernel import load_scenario
+
+    root = Path(__file__).resolve().parents[2] / "examples"
+    for path in sorted(root.glob("*/scenario.yaml")):
+        doc = load_scenario(path).scenario.to_doc()
+        assert run_document_json(doc) == canonical_json(run_document(doc)), path
+        assert document_json(doc) == canonical_json(doc), path
 
 
 def test_content_hash_ignores_key_order() -> None:

@@ -395,13 +395,17 @@ def test_the_workflow_evaluates_each_condition_in_one_job_and_matches_the_cli(
 
     if not SNAKEMAKE.exists():
         pytest.skip("snakemake is not installed next to python")
-    dest = copy_workflow(
-        tmp_path / "wf", {"plans": ["examples/refund_desk/small.yaml"]}, examples=True
-    )
+    # Run jobs in two batches (`runJobs`): each evaluation job still judges one condition, and
+    # asks for its batch's summary.
+    config = {"plans": ["examples/refund_desk/small.yaml"], "runJobs": 2}
+    dest = copy_workflow(tmp_path / "wf", config, examples=True)
     small_plan(dest / "examples" / "refund_desk")
     jobs, out = snakemake(dest)
     audit_dir = dest / "results" / "refund_desk"
     conditions = load(audit_dir / "conditions.json")
+    assert len(conditions) > 2
+    assert all(k.startswith("run_refund_desk_batch_") for k in jobs if k.startswith("run_"))
+    assert sum(k.startswith("run_") for k in jobs) == 2, out[-3000:]
     # One evaluation job per condition, not one per run, before the analysis.
     assert jobs["evaluate"] == len(conditions), out[-3000:]
     audit = load(audit_dir / "audit.json")

@@ -39,8 +39,8 @@ from simreport.ledger import (
     run_identity,
 )
 from simreport.ledger import tables as t
-from simreport.ledger.db import ENV_VAR, UNSET
 from simreport.ledger.errors import NotRecorded
+from simreport.ledger.location import ENV_VAR, UNSET
 from simreport.ledger.migrate import current_revision, downgrade, head_revision, upgrade
 from simreport.ledger.queries import counts, list_runs, plan_history, show_run
 from tests.support.refusals import refused

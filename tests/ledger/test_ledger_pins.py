@@ -25,7 +25,7 @@ from simreport.kernel import load_scenario
 from simreport.kernel.replay_runner import replay_run
 from simreport.ledger import connect
 from simreport.ledger import tables as t
-from simreport.ledger.db import ENV_VAR
+from simreport.ledger.location import ENV_VAR
 from simreport.ledger.migrate import current_revision, upgrade
 from simreport.ledger.review import import_scenario, transition
 from tests.support.refusals import refused as refusal_of

@@ -27,7 +27,7 @@ from simreport.ledger import (
     connect,
     ingest_run,
 )
-from simreport.ledger.db import ENV_VAR
+from simreport.ledger.location import ENV_VAR
 from simreport.ledger.queries import counts, list_runs
 from simreport.workflow import load_workflow, retype_command_line
 from tests.e2e.test_workflow_failures import (

@@ -255,3 +255,26 @@ def test_an_up_to_date_build_ends_naming_the_site(tmp_path: Path) -> None:
     lines = proc.stderr.strip().splitlines()
     assert lines[-1] == site_line("public")
     assert lines.count(site_line("public")) == 1
+
+
+# --------------------------------------------------------------------------- params without pandas
+
+
+def test_params_are_compared_without_pandas_and_serialise_as_before() -> None:
+    from types import SimpleNamespace
+
+    from snakemake.persistence import PersistenceBase
+
+    from simreport.workflow import compare_params_without_pandas
+
+    builtin, with_pandas = (
+        PersistenceBase._serialize_param_builtin,
+        PersistenceBase._serialize_param_pandas,
+    )
+    compare_params_without_pandas()
+    persistence = SimpleNamespace(_serialize_param_builtin=lambda v: builtin(persistence, v))
+    serialiser = PersistenceBase._serialize_param.fget(persistence)
+    assert serialiser == persistence._serialize_param_builtin
+    # The values the workflow's rules have as params: the same serialisation either way.
+    for value in ("a3f9", ["base", "framing=moralised"], 5, None, "prisoners_dilemma"):
+        assert persistence._serialize_param_builtin(value) == with_pandas(persistence, value)
