@@ -437,8 +437,8 @@ def run_scenario_of(scenario: Scenario, llm: Mapping[str, Any] | None = None) ->
 
 
 RUN_PRELOAD = ("simreport.harness.runner", "simreport.kernel.warm")
-"""What the fork server of a pool imports once, besides the main script's imports: the code a
-worker runs, and the kernel with its fingerprints."""
+"""What the fork server of a pool imports once: the code a worker runs, and the kernel with its
+fingerprints (nothing of the main script: see `core.processes.fresh_processes`)."""
 
 
 def worker_pool(workers: int) -> ProcessPoolExecutor:
