@@ -808,10 +808,13 @@ def test_a_paced_run_is_followed_live_and_cancelled_while_it_runs(tmp_path: Path
         assert started.returncode == 0, started.stderr
         run_id = json.loads(started.stdout)["run_id"]
 
+        # The worker learns of a cancellation at its next heartbeat: every half second here, so
+        # that the cancel reaches the run well inside the turns it has left (about six seconds)
+        # however slowly the `remote cancel` command starts on a busy machine.
         worker = subprocess.Popen(
             [
                 sys.executable, "-m", "simreport.cli", "worker", "--ledger", ledger,
-                "--library", str(EXAMPLE / "assets"),
+                "--library", str(EXAMPLE / "assets"), "--heartbeat-seconds", "0.5",
             ],
             cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
