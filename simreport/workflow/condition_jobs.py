@@ -146,8 +146,8 @@ def run_conditions(
                 continue
             for name, value in counts.items():
                 totals[name] = totals.get(name, 0) + value
-            progress.line(f"{condition_id}: " + " ".join(f"{k}={v}" for k, v in counts.items()))
-    progress.close(" ".join(f"{k}={v}" for k, v in totals.items()) + f" process={os.getpid()}")
+            progress.line(f"{condition_id}: {_counts_text(counts)}")
+    progress.close(f"{_counts_text(totals)} process={os.getpid()}")
     if errors:
         raise errors[0]
     summary = targets[0].batch_summary
@@ -157,6 +157,12 @@ def run_conditions(
         states = {t.condition.id: _digest(Path(t.state)) for t in targets}
         write_atomic(Path(summary), pretty_json({"conditions": states}))
     return totals
+
+
+def _counts_text(counts: Mapping[str, int]) -> str:
+    """`replications=10 computed=2 fromStore=8 failed=0`: a job's counts as its log's last line
+    gives them."""
+    return " ".join(f"{k}={v}" for k, v in counts.items())
 
 
 def _target_of(plan: PlanTarget, condition_id: str) -> ConditionTarget:
@@ -209,7 +215,7 @@ def run_condition(
         "fromStore": len(fetched),
         "failed": len(state["pending"]),
     }
-    summary = " ".join(f"{k}={v}" for k, v in counts.items())
+    summary = _counts_text(counts)
     for line in state["failures"]:
         progress.line(line)
     progress.close(f"{condition_id}: {summary} process={os.getpid()}")
