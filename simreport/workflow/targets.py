@@ -104,11 +104,15 @@ class ConditionTarget:
         return self.batch_summary or self.state
 
     @property
+    def audit_dir(self) -> Path:
+        """The plan's audit folder, where the state file's folder is."""
+        return Path(self.state).parent.parent
+
+    @property
     def log(self) -> str:
         """The condition's log: `<audit dir>/logs/runs/<condition dir>.log`, one line per run
         as it ends and the job's summary last."""
-        audit_dir = Path(self.state).parent.parent
-        return str(audit_dir / "logs" / "runs" / f"{self.condition.dir}.log")
+        return str(self.audit_dir / "logs" / "runs" / f"{self.condition.dir}.log")
 
     @property
     def evaluated(self) -> bool:
@@ -122,8 +126,7 @@ class ConditionTarget:
         summary written once each run of the condition has its evaluation.json."""
         from ..evaluation import CONDITION_SUMMARIES
 
-        audit_dir = Path(self.state).parent.parent
-        return str(audit_dir / CONDITION_SUMMARIES / f"{self.condition.dir}.json")
+        return str(self.audit_dir / CONDITION_SUMMARIES / f"{self.condition.dir}.json")
 
     @property
     def rule_name(self) -> str:
