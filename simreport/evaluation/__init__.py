@@ -26,6 +26,7 @@ from .evaluator import (
     problems_of,
     write_audit_summary,
 )
+from .extraction import EXTRACTIONS, DerivedLayers, Extraction, LayerMismatch, RunMaterial
 from .judgement import GATES, VERDICTS, decide, judge
 from .layers import NotEvaluable, RunLayers, read_run
 
@@ -33,13 +34,18 @@ __all__ = [
     "CONDITION_SUMMARIES",
     "DEFAULT_EVALUATOR",
     "EVALUATORS",
+    "EXTRACTIONS",
     "GATES",
     "SUMMARY_FILE",
     "VERDICTS",
+    "DerivedLayers",
     "Evaluator",
+    "Extraction",
+    "LayerMismatch",
     "NotEvaluable",
     "RunEvaluation",
     "RunLayers",
+    "RunMaterial",
     "audit_runs",
     "decide",
     "evaluate_audit",

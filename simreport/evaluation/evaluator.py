@@ -64,7 +64,7 @@ EVALUATORS: dict[str, Evaluator] = {
         Evaluator(
             "simreport-checks",
             "1.0.0",
-            ("evaluation/judgement.py", "evaluation/layers.py"),
+            ("evaluation/judgement.py", "evaluation/layers.py", "evaluation/extraction.py"),
             judge,
         ),
     )

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..kernel.testbed.assets import EvaluationSpecAsset
+from ..kernel.testbed.assets import CriterionSpec, EvaluationSpecAsset
+from ..kernel.testbed.domain.expressions import Expression
 from .layers import DECISIONS_CHECK, RunLayers
 
 DEFAULT_REQUIRED = ("required_message", "tool_result", "state_snapshot", "fault_recovery")
@@ -53,6 +54,23 @@ def decide(check: str, facts: Mapping[str, Any]) -> tuple[str, str]:
     raise ValueError(f"unknown check {check!r}")
 
 
+def decide_criterion(criterion: CriterionSpec, facts: Mapping[str, Any]) -> tuple[str, str]:
+    """The verdict of one criterion: its built-in check, or its `expect` expression (with
+    `applies` deciding whether it applies at all)."""
+    if criterion.check != "expect":
+        return decide(criterion.check, facts)
+    assert criterion.expect is not None
+    obs = {"obs": dict(facts)}
+    if criterion.applies is not None:
+        applies = Expression.compile(criterion.applies, "applies", frozenset({"obs"}))
+        if not applies.truth(obs):
+            return "not_applicable", f"{criterion.applies} is false"
+    expect = Expression.compile(criterion.expect, "expect", frozenset({"obs"}))
+    if expect.truth(obs):
+        return "pass", f"{criterion.expect} holds"
+    return "fail", f"{criterion.expect} does not hold"
+
+
 def judge(spec: EvaluationSpecAsset, layers: RunLayers) -> dict[str, Any]:
     """evaluation.json's `checks`, `criteria` and `undecidable`."""
     required = tuple(spec.required_checks) or DEFAULT_REQUIRED
@@ -77,7 +95,7 @@ def judge(spec: EvaluationSpecAsset, layers: RunLayers) -> dict[str, Any]:
             sufficient[criterion.key] = bool(item.get("sufficient"))
         failed, reason = _failed_gate(unreadable, inconsistent, missing, validity, item)
         if failed is None:
-            verdict, reason = decide(criterion.check, facts)
+            verdict, reason = decide_criterion(criterion, facts)
         else:
             verdict = "undecidable"
             undecidable.append(

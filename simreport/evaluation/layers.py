@@ -1,12 +1,9 @@
 """A run directory as the evaluator reads it: the run's own outputs, checked before any verdict.
 
-What cannot be trusted at all is an error (`InputError`, located): a manifest edited after its run
-(its own `manifestSha256` no longer matches), an evaluation spec whose file is gone or differs from
-the sha256 the manifest locked. A run without result.json or manifest.json (it never finished), or
-one that never resolved an evaluation spec (not an agent-testbed run, or one that failed before
-its manifest was resolved), is `NotEvaluable`. Missing or unreadable result layers, or layers that
-disagree with each other, are not errors: they make every criterion undecidable, naming the check
-that failed.
+A manifest, evaluation spec, record or layer altered after the run is an `InputError` (located;
+`RunAltered`, `LayerMismatch`); a run that never finished or never resolved an evaluation spec is
+`NotEvaluable`; missing or disagreeing layers make every criterion undecidable, naming the check
+that failed. The rules: docs/evaluation.md.
 """
 
 from __future__ import annotations
@@ -19,11 +16,11 @@ from typing import Any
 
 from ..core.canonical import sha256_bytes, to_plain
 from ..core.errors import DocumentError, InputError
+from ..core.run_digests import RunAltered
 from ..core.schema import RunResult
 from ..kernel.testbed.assets import (
-    AssetError,
-    AssetLibrary,
     EvaluationSpecAsset,
+    expectation_needs,
     manifest_sha256,
 )
 from ..kernel.testbed.records import (
@@ -35,6 +32,7 @@ from ..kernel.testbed.records import (
     Observations,
     build_evidence,
 )
+from .extraction import check_against_records, locked_asset
 
 MANIFEST_FILE = "manifest.json"
 RESULT_FILE = "result.json"
@@ -128,7 +126,9 @@ class RunLayers:
                 f"{EVIDENCE_FILE} covers criteria {sorted(stated)}, the spec has {sorted(wanted)}"
             )
             return problems
-        derived = build_evidence(obs, [(c.key, c.check) for c in spec.criteria])["criteria"]
+        derived = build_evidence(
+            obs, [(c.key, c.check) for c in spec.criteria], expectation_needs(spec)
+        )["criteria"]
         for key in sorted(wanted):
             item = stated[key]
             for name in EVIDENCE_FIELDS:
@@ -211,12 +211,14 @@ def read_run(run_dir: Path) -> RunLayers:
         )
     recorded = manifest.get("manifestSha256")
     if recorded != manifest_sha256(manifest):
-        raise InputError(
+        raise RunAltered(
             "manifest.json was altered after the run: what it locks no longer hashes to its "
             "manifestSha256",
             file=run_dir / MANIFEST_FILE,
             path="manifestSha256",
             expected=manifest_sha256(manifest),
+            recorded=None if recorded is None else str(recorded),
+            found=manifest_sha256(manifest),
         )
     spec, spec_version = _spec(run_dir, manifest, entry, inputs)
     layers = RunLayers(
@@ -247,6 +249,8 @@ def read_run(run_dir: Path) -> RunLayers:
             layers.unreadable.append(f"{name} is not a JSON object")
             continue
         setattr(layers, name.removesuffix(".json"), value)
+    written = {name: getattr(layers, name.removesuffix(".json")) for name in LAYER_FILES}
+    layers.unreadable += check_against_records(run_dir, manifest, written, inputs)
     return layers
 
 
@@ -255,37 +259,13 @@ def _spec(
 ) -> tuple[EvaluationSpecAsset, dict[str, str]]:
     """The evaluation spec the manifest locked, read from the run's asset library and checked
     against the sha256 the manifest recorded."""
-    where = f"resolved.{SPEC_SLOT}"
-    root = manifest.get("assetRoot")
-    if not isinstance(root, str) or not root:
-        raise InputError(
-            "manifest.json records no assetRoot, so the evaluation spec cannot be found",
-            file=run_dir / MANIFEST_FILE,
-            path="assetRoot",
-            expected="the scenario's folder",
-        )
     scenario = _object(_required(run_dir / SCENARIO_FILE, inputs), run_dir / SCENARIO_FILE)
     provenance = scenario.get("provenance")
     folder = provenance.get("assetLibrary") if isinstance(provenance, Mapping) else None
-    library = Path(root) / str(folder or "assets")
+    asset = locked_asset(
+        run_dir, manifest, str(folder) if folder else None, SPEC_SLOT, "evaluation_spec"
+    )
     name, version, digest = (str(entry.get(k)) for k in ("name", "version", "sha256"))
-    try:
-        asset = AssetLibrary(library).resolve(f"{name}@{version}", "evaluation_spec", SPEC_SLOT)
-    except AssetError as exc:
-        raise InputError(
-            f"the evaluation spec the run resolved cannot be read: {exc}",
-            file=library / str(entry.get("file") or name),
-            path=f"{MANIFEST_FILE} {where}",
-            expected=f"{name}@{version} with sha256 {digest}",
-        ) from None
-    if asset.sha256 != digest:
-        raise InputError(
-            f"the evaluation spec changed since the run: its sha256 is {asset.sha256}, the "
-            f"manifest locked {digest}",
-            file=asset.path,
-            path=f"{MANIFEST_FILE} {where}",
-            expected=f"the file {name}@{version} the run resolved",
-        )
     version_doc = {"slot": SPEC_SLOT, "name": name, "version": version, "sha256": digest}
     return asset.typed(EvaluationSpecAsset), version_doc
 

@@ -113,7 +113,8 @@ def pin_asset_versions(
                     "version": e.version,
                     "content_ref": location,
                     "content_sha256": e.sha,
-                    "status": header.get("status") or "draft",
+                    # A header never sets a status: only review does (ledger/review).
+                    "status": "draft",
                     "created_at": now,
                 }
             ],
@@ -191,8 +192,8 @@ def _library_location(run: RunDirectory, entry: Mapping[str, Any]) -> LibraryFil
 
 
 def _library_header(path: Path | None, sha: str) -> dict[str, str]:
-    """The asset file's header (owner, status) when the file is still where the run found it
-    with the content it had."""
+    """The asset file's header (its owner) when the file is still where the run found it with
+    the content it had."""
     if path is None:
         return {}
     try:
@@ -203,9 +204,7 @@ def _library_header(path: Path | None, sha: str) -> dict[str, str]:
         return {}
     header: dict[str, str] = {}
     if isinstance(data, dict):
-        owner, status = data.get("owner"), data.get("status")
+        owner = data.get("owner")
         if isinstance(owner, str) and owner:
             header["owner"] = owner
-        if isinstance(status, str) and status in t.REVIEW_STATUSES:
-            header["status"] = status
     return header

@@ -61,17 +61,53 @@ class ScenarioVersionChanged(VersionChanged):
 
 class ReviewRefused(InputError):
     """A review action the ledger does not allow: an unknown version, a version not in the
-    status the action starts from, no reviewer, or a high-risk scenario going online without a
-    risk sign-off. Nothing was changed."""
+    status the action starts from, no reviewer, a version approved or published by its own
+    author, or a high-risk scenario going online without its risk sign-off. Nothing was
+    changed. `code` names the refusal for programs."""
+
+    code = "review_refused"
 
 
 class UnknownVersion(ReviewRefused):
     """A review action on a version the ledger does not hold."""
 
+    code = "unknown_version"
+
 
 class WrongStatus(ReviewRefused):
     """A review action that does not start from the version's status (another reviewer may
     have moved it first)."""
+
+    code = "review_status"
+
+
+class SelfApproval(ReviewRefused):
+    """A version's author (who created or submitted it) approving or publishing it where the
+    review policy wants another reviewer. Carries the version's `authors`."""
+
+    code = "self_approval"
+
+    def __init__(self, message: str, *, authors: tuple[str, ...], **where: Any) -> None:
+        super().__init__(message, **where)
+        self.authors = authors
+
+
+class RiskSignoffMissing(ReviewRefused):
+    """A high-risk scenario published without its risk sign-off."""
+
+    code = "risk_signoff_missing"
+
+
+class RiskSignoffMismatch(ReviewRefused):
+    """A risk sign-off naming a sha256 that is not the version's: the signer did not sign off
+    what would go online. Carries both: `recorded` (the version's) and `found` (the sign-off's)."""
+
+    code = "risk_signoff_mismatch"
+
+    def __init__(self, message: str, *, recorded: str, found: str, **where: Any) -> None:
+        super().__init__(message, **where)
+        self.recorded = recorded
+        self.found = found
 
 
 class NotRecorded(InputError):

@@ -224,7 +224,6 @@ def fault_rows(
             continue
         stages.setdefault((fault_id, stage), []).append(record)
         if stage == "planned":
-            logical = record.get("logicalMs")
             plans.append(
                 {
                     "run_id": run_id,
@@ -234,10 +233,10 @@ def fault_rows(
                     "params": {
                         k: v for k, v in payload.items() if k not in ("faultId", "target", "effect")
                     },
-                    # When the window opens in logical milliseconds, if the plan says so, else
-                    # from when the plan is in force (the call or turn that opens it is in
-                    # params.at); how long after it opened it closes, if timed.
-                    "at_logical_ms": _first_int(payload.get("atLogicalMs"), logical, 0),
+                    # When the window opens in logical milliseconds, if the plan says so; none
+                    # for a window a call or a turn opens (it is in params.at), never a made-up
+                    # 0. How long after it opened it closes, if timed.
+                    "at_logical_ms": _first_int(payload.get("atLogicalMs"), None),
                     "recover_after_ms": _first_int(payload.get("recoverAfterMs"), None),
                 }
             )

@@ -25,6 +25,15 @@ import orjson
 
 from ..core.canonical import content_hash, sha256_bytes, sha256_text
 from ..core.errors import DocumentError, InputError
+from ..core.run_digests import (
+    USER_QUALITY_FILE,
+    altered_layers,
+    check_manifest,
+    check_manifest_lock,
+    check_scenario,
+    recorded_layer_digests,
+    records_sha256,
+)
 from ..core.schema import RunResult, Scenario
 from ..core.validation import validate_model
 from .tables import RECORD_TYPES
@@ -395,7 +404,8 @@ def read_run_dir(source: str | Path | RunFiles) -> RunDirectory:
     or the files of one that `read_run_files` read already.
 
     Raises InputError naming the file (and line) of anything that does not match its contract,
-    including a testbed record whose sha256 does not match its content."""
+    including a testbed record whose sha256 does not match its content, and RunAltered for a
+    file that differs from the digest the run recorded of it (`check_digests`)."""
     files = source if isinstance(source, RunFiles) else read_run_files(source)
     run_dir, raw, content = files.path, files.raw, files.content_sha256
     scenario_path = run_dir / SCENARIO_FILE
@@ -422,6 +432,7 @@ def read_run_dir(source: str | Path | RunFiles) -> RunDirectory:
         ]
         records = [record for record, _ in parsed]
         record_lines = tuple(line for _, line in parsed)
+    check_digests(run_dir, scenario_doc, manifest, records, files.file_sha256)
     layers: dict[str, dict[str, Any] | None] = {}
     for name in (OBSERVATIONS_FILE, EVIDENCE_FILE, COMPLETENESS_FILE):
         layer_path = run_dir / name
@@ -448,6 +459,36 @@ def read_run_dir(source: str | Path | RunFiles) -> RunDirectory:
         record_lines=record_lines,
         file_sha256=files.file_sha256,
     )
+
+
+def check_digests(
+    run_dir: Path,
+    scenario_doc: Mapping[str, Any],
+    manifest: Mapping[str, Any],
+    records: list[dict[str, Any]] | None,
+    file_sha256: Mapping[str, str],
+) -> None:
+    """Refuse a run folder a file of which differs from the digest the run recorded of it
+    (core/run_digests.py): the manifest's own, the scenario's, the manifest its records locked,
+    and each layer in `layerSha256` (one that is gone too). Raises RunAltered, naming the file
+    and where its digest is recorded."""
+    check_manifest(manifest, run_dir)
+    check_scenario(manifest, scenario_doc, run_dir)
+    if records is not None:
+        check_manifest_lock(manifest, records, run_dir)
+    recorded = recorded_layer_digests(manifest, run_dir)
+    found: dict[str, str | None] = {
+        name: file_sha256.get(name) for name in recorded if name in CONTENT_FILES
+    }
+    if RECORDS_FILE in recorded:
+        found[RECORDS_FILE] = (
+            None if records is None else records_sha256(str(r["sha256"]) for r in records)
+        )
+    if USER_QUALITY_FILE in recorded:  # not recorded in the ledger, but locked all the same
+        path = run_dir / USER_QUALITY_FILE
+        found[USER_QUALITY_FILE] = sha256_bytes(_read_bytes(path)) if path.is_file() else None
+    for altered in altered_layers(manifest, found, run_dir):
+        raise altered
 
 
 _NUMBER = (int, float)

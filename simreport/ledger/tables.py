@@ -63,8 +63,25 @@ FAULT_STAGES = ("planned", "armed", "hit", "recovered", "failed")
 GRADES = ("weak", "moderate", "strong")
 VERSION_KINDS = ("scenario", "asset")
 
-APPEND_ONLY = ("manifest", "manifest_asset", "event", "record", "review_transition")
-"""Tables whose rows never change once written; PostgreSQL refuses UPDATE and DELETE on them."""
+APPEND_ONLY = (
+    "manifest",
+    "manifest_asset",
+    "event",
+    "record",
+    "review_transition",
+    # revision 0008: what a run's records gave
+    "observation",
+    "observation_missing",
+    "evidence",
+    "completeness",
+    "fault_plan",
+    "fault_record",
+)
+"""Tables whose rows never change once written: the database refuses UPDATE, DELETE and (on
+PostgreSQL) TRUNCATE on them with triggers."""
+CONTENT_FROZEN = {"scenario_version": ("status",), "asset_version": ("status",)}
+"""Tables whose rows keep their content once written: only the columns named may change (a
+version's review status); the database refuses any other UPDATE, and DELETE and TRUNCATE."""
 
 
 def _one_of(column: str, values: tuple[str, ...], name: str | None = None) -> sa.CheckConstraint:
@@ -376,7 +393,7 @@ fault_plan = sa.Table(
     sa.Column("target", sa.Text, nullable=False),
     sa.Column("fault_type", sa.Text, nullable=False),
     sa.Column("params", JSONDoc, nullable=False),
-    sa.Column("at_logical_ms", sa.BigInteger, nullable=False),
+    sa.Column("at_logical_ms", sa.BigInteger),  # null: opened by a call or a turn (0008)
     sa.Column("recover_after_ms", sa.BigInteger),
     sa.PrimaryKeyConstraint("run_id", "fault_id"),
 )

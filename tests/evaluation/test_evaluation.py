@@ -19,7 +19,8 @@ from simreport.cli import main
 from simreport.core.canonical import sha256_bytes
 from simreport.core.errors import EXIT_INPUT, EXIT_OK, InputError, SimreportError
 from simreport.core.quality_ref import QUALITY_REF_PREFIX, quality_ref, quality_ref_problem
-from simreport.evaluation import DEFAULT_EVALUATOR, EVALUATORS, NotEvaluable
+from simreport.evaluation import DEFAULT_EVALUATOR, EVALUATORS, NotEvaluable, RunLayers, judge
+from simreport.kernel.testbed.assets import AssetLibrary, EvaluationSpecAsset
 from simreport.ledger import connect
 from simreport.ledger import tables as t
 from simreport.ledger.errors import NotRecorded
@@ -117,7 +118,7 @@ def test_evaluate_writes_verdicts_with_the_evaluator_and_spec_digests(
     name, version = DEFAULT_EVALUATOR.split("@")
     assert (doc["evaluator"]["name"], doc["evaluator"]["version"]) == (name, version)
     digest = hashlib.sha256()
-    for source in ("evaluation/judgement.py", "evaluation/layers.py"):
+    for source in ("evaluation/extraction.py", "evaluation/judgement.py", "evaluation/layers.py"):
         data = (ROOT / "simreport" / source).read_bytes()
         digest.update(f"{source}\0{sha256_bytes(data)}\0".encode())
     assert doc["evaluator"]["sha256"] == digest.hexdigest()
@@ -144,9 +145,21 @@ def test_evaluate_writes_verdicts_with_the_evaluator_and_spec_digests(
 
 
 def test_verdicts_equal_those_the_run_used_to_write(tmp_path: Path) -> None:
-    run = pre_split_run(tmp_path / "run")
-    assert main(["evaluate", str(run)]) == EXIT_OK
-    new, old = load(run / "evaluation.json"), load(run / "in-run-evaluation.json")
+    # The pre-split run kept no records.jsonl, so its folder can no longer be judged (below);
+    # judged as its layers say, it gets the verdicts it gave itself.
+    folder = pre_split_run(tmp_path / "run")
+    spec = AssetLibrary(EXAMPLE / "assets").resolve(
+        "refund-assertions@1.1.0", "evaluation_spec", "evaluationRef.assertions"
+    )
+    typed = spec.typed(EvaluationSpecAsset)
+    layers = RunLayers.from_documents(
+        typed,
+        observations=load(folder / "observations.json"),
+        evidence=load(folder / "evidence.json"),
+        completeness=load(folder / "completeness.json"),
+        validity=load(folder / "result.json")["status"]["validity"],
+    )
+    new, old = judge(typed, layers), load(folder / "in-run-evaluation.json")
     assert {k: v["verdict"] for k, v in new["criteria"].items()} == {
         "correct_amount": "pass",
         "no_complaint": "fail",
@@ -157,10 +170,17 @@ def test_verdicts_equal_those_the_run_used_to_write(tmp_path: Path) -> None:
     for key, item in old["criteria"].items():
         for field in ("verdict", "reason", "check", "observationIds", "evidenceRefs"):
             assert new["criteria"][key][field] == item[field], (key, field)
-    assert new["spec"]["sha256"] == old["spec"]["sha256"]
+    assert spec.sha256 == old["spec"]["sha256"]
     for check in ("recordsComplete", "runValid", "evidenceSufficient"):
         assert new["checks"][check] == old["checks"][check], check
     assert new["undecidable"] == []
+    # Without records its observations cannot be checked: every criterion is undecidable.
+    assert main(["evaluate", str(folder)]) == EXIT_OK
+    doc = load(folder / "evaluation.json")
+    assert {u["failedCheck"] for u in doc["undecidable"]} == {"layersReadable"}
+    (problem,) = doc["checks"]["layersReadable"]["problems"]
+    assert problem.startswith("records.jsonl missing")
+    assert doc["run"]["inputs"]["records.jsonl"] is None
 
 
 # --------------------------------------------------------------------------- missing or altered
@@ -180,8 +200,13 @@ def test_missing_layers_make_every_criterion_undecidable(run_dir: Path, tmp_path
 def test_layers_that_disagree_make_every_criterion_undecidable(
     run_dir: Path, tmp_path: Path
 ) -> None:
-    # evidence.json claims an observation observations.json does not back.
+    # evidence.json claims an observation observations.json does not back, in a run that
+    # recorded no digests of its layers (as runs did before they were recorded): its layers
+    # disagree. (Edited where the run recorded them, it is refused: test_evaluation_tampering.)
     run = copy_run(run_dir, tmp_path / "evidence")
+    manifest = load(run / "manifest.json")
+    del manifest["layerSha256"]
+    (run / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
     evidence = load(run / "evidence.json")
     evidence["criteria"]["no_duplicate_refund"]["observationIds"] = ["o0001"]
     (run / "evidence.json").write_text(json.dumps(evidence), encoding="utf-8")
@@ -193,17 +218,6 @@ def test_layers_that_disagree_make_every_criterion_undecidable(
         "criteria.no_duplicate_refund.observationIds" in p
         for p in doc["checks"]["layersConsistent"]["problems"]
     )
-    # An observation removed from observations.json: the ids no longer follow the fact keys.
-    run = copy_run(run_dir, tmp_path / "observations")
-    observations = load(run / "observations.json")
-    observations["observations"] = [
-        o for o in observations["observations"] if o["factKey"] != "refund.count"
-    ]
-    (run / "observations.json").write_text(json.dumps(observations), encoding="utf-8")
-    assert main(["evaluate", str(run)]) == EXIT_OK
-    doc = load(run / "evaluation.json")
-    assert doc["criteria"]["no_duplicate_refund"]["verdict"] == "undecidable"
-    assert doc["criteria"]["no_duplicate_refund"]["failedCheck"] == "layersConsistent"
 
 
 def test_a_manifest_altered_after_the_run_is_refused(

@@ -27,8 +27,9 @@ from simreport.ledger import connect
 from simreport.ledger import tables as t
 from simreport.ledger.location import ENV_VAR
 from simreport.ledger.migrate import current_revision, upgrade
-from simreport.ledger.review import import_scenario, transition
+from simreport.ledger.review import import_scenario
 from tests.support.refusals import refused as refusal_of
+from tests.support.review import publish
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "refund_desk"
@@ -129,19 +130,12 @@ def test_a_scenario_file_whose_design_changed_under_its_version_fails_in_loading
 # --------------------------------------------------------------------------- purpose
 
 
-def _publish(url: str, kind: str, name: str, version: str, **extra: str) -> None:
+def _publish(url: str, kind: str, name: str, version: str) -> None:
+    """Review and publish as review does: its author submits, another reviewer approves and
+    publishes (signing off a high-risk scenario's risk)."""
     engine = connect(url)
     try:
-        for action in ("submit", "approve", "publish"):
-            transition(
-                engine,
-                kind,
-                name,
-                version,
-                action,
-                reviewer="ana",
-                **(extra if action == "publish" else {}),
-            )
+        publish(engine, kind, name, version)
     finally:
         engine.dispose()
 
@@ -158,31 +152,29 @@ def test_a_regression_run_needs_every_version_online(
     assert "refund-timeout-retry@1.3.0 (draft)" in refusal.error.message
     assert not refused.exists()
 
-    engine = connect(ledger_url)
-    try:
-        imported = import_scenario(engine, desk / "scenario.yaml", load=load_scenario)
-    finally:
-        engine.dispose()
-    _publish(ledger_url, "scenario", "refund-timeout-retry", "1.3.0", risk_signoff="risk-board")
-    # The scenario is online, its reviewed assets are not: the run fails while loading.
+    _publish(ledger_url, "scenario", "refund-timeout-retry", "1.3.0")
+    # The scenario is online, its assets are not, though some files' headers say online: the
+    # run fails while loading.
     out = tmp_path / "assets-not-online"
     assert _run(desk, out, ledger_url, "--purpose", "regression") == EXIT_RUN_FAILED
     result = _read(out / "result.json")
     assert result["purpose"] == "regression"
     failure = result["failure"]
     assert (failure["stage"], failure["type"]) == ("loading", "version_not_online")
-    assert "refund-assertions@1.1.0 (reviewed)" in failure["message"]
+    assert "refund-agent@2.4.1 (draft)" in failure["message"]  # its header: online
+    assert "refund-assertions@1.1.0 (draft)" in failure["message"]  # its header: reviewed
     assert result["cost"]["llmCalls"] == 0
-
-    for version in imported.versions:
-        if version.kind == "asset" and version.status == "reviewed":
-            engine = connect(ledger_url)
-            try:
-                transition(
-                    engine, "asset", version.name, version.version, "publish", reviewer="ana"
-                )
-            finally:
-                engine.dispose()
+    # Imported, they are drafts too; reviewed and published, they run.
+    engine = connect(ledger_url)
+    try:
+        import_scenario(engine, desk / "scenario.yaml", load=load_scenario)
+    finally:
+        engine.dispose()
+    held = _rows(ledger_url, t.asset_version)
+    assert held and {row.status for row in held} == {"draft"}
+    for row in held:
+        _, asset_type, name = row.asset_id.split(":", 2)
+        _publish(ledger_url, "asset", f"{asset_type}:{name}", row.version)
     out = tmp_path / "regression"
     assert _run(desk, out, ledger_url, "--purpose", "regression") == 0
     assert _read(out / "result.json")["purpose"] == "regression"
@@ -207,7 +199,8 @@ def test_an_exploration_run_records_the_versions_that_were_not_online(
     assert manifest["purpose"] == "exploration"
     not_online = {(v["kind"], v["name"], v["status"]) for v in manifest["notOnline"]}
     assert ("scenario", "refund-timeout-retry", "draft") in not_online
-    assert ("asset", "refund-assertions", "reviewed") in not_online
+    assert ("asset", "refund-assertions", "draft") in not_online  # its header: reviewed
+    assert ("asset", "refund-agent", "draft") in not_online  # its header: online
     assert all(status != "online" for _, _, status in not_online)
     assert _read(out / "result.json")["purpose"] == "exploration"
     (row,) = _rows(ledger_url, t.run)
@@ -258,7 +251,7 @@ def test_an_audit_condition_that_changes_the_design_records_a_derived_version(
     assert audit["purpose"]["explorationRuns"] == 4
     assert {v["name"] for v in audit["purpose"]["notOnline"]} >= {"refund-timeout-retry"}
     report = (out / "report.html").read_text(encoding="utf-8")
-    assert "Purpose: exploration." in report and "refund-assertions@1.1.0 (reviewed)" in report
+    assert "Purpose: exploration." in report and "refund-assertions@1.1.0 (draft)" in report
 
     # A regression audit of the same plan is refused before any run: its derived version was
     # never reviewed.

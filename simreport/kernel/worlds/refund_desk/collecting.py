@@ -9,10 +9,15 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
+from ....core.files import read_json, write_json
+from ....core.run_digests import LAYER_SHA256, layer_digests
 from ...run_cost import ENVIRONMENT, EVALUATION
 from ...testbed.agents import AgentAdapter
-from ...testbed.assets import EvaluationSpecAsset
+from ...testbed.assets import EvaluationSpecAsset, expectation_needs
 from ...testbed.records import (
+    COMPLETENESS_FILE,
+    EVIDENCE_FILE,
+    OBSERVATIONS_FILE,
     Observations,
     build_evidence,
     canonical_records,
@@ -24,18 +29,44 @@ from ...testbed.records import (
     write_layers,
 )
 from ...testbed.user import UserSimulator
-from ...testbed.user_quality import add_quality_observations, assess_run, named_rules, write_quality
+from ...testbed.user_quality import (
+    QUALITY_FILE,
+    add_quality_observations,
+    assess_run,
+    named_rules,
+    write_quality,
+)
 from .state import RunState
 
 
 class Collecting(RunState):
     """The stages after RUNNING, and the record writing every stage ends with."""
 
+    written_layers: tuple[str, ...] = ()
+    """The result layers this run wrote so far (their sha256 join the manifest)."""
+
     def _write_records(self) -> None:
         self.log.write(self.run_dir)
         # Logical time no segment claimed passed in the environment (tool latencies, timeouts).
         self.ctx.cost.settle_logical(self.clocks.logical_ms, ENVIRONMENT)
         self.ctx.cost.record_bytes["records"] = record_content_bytes(self.log.records)
+        self._record_layer_digests()
+
+    def _record_layer_digests(self) -> None:
+        """The sha256 of the records and of each layer this run wrote join manifest.json
+        (`layerSha256`, core/run_digests.py), so a layer altered after the run is refused by
+        whoever reads it. Written at once, as the resolved versions are, so a run that fails
+        later still states them; the engine's last write of the manifest keeps them."""
+        if self.run_dir is None:
+            return
+        digests = layer_digests(
+            (str(r["sha256"]) for r in self.log.records),
+            {name: (self.run_dir / name).read_bytes() for name in self.written_layers},
+        )
+        self.ctx.manifest_extra[LAYER_SHA256] = digests
+        manifest = self.run_dir / "manifest.json"
+        if manifest.is_file():
+            write_json(manifest, {**read_json(manifest), LAYER_SHA256: digests})
 
     def _drain(self) -> None:
         if not hasattr(self, "faults"):
@@ -64,12 +95,7 @@ class Collecting(RunState):
         self._write_records()
         faults_planned = bool(self.scenario.events and self.scenario.events.triggers)
         try:
-            obs = extract_observations(
-                self.log.records,
-                order_id=self.bound_order,
-                action_entry=self.action_entry,
-                participants={p.id: p.name for p in self.participants.values()},
-            )
+            obs = self._observe()
         except Exception as exc:  # failure is data: extraction failed, everything is missing
             obs = Observations()
             obs.miss("*", f"extraction failed: {type(exc).__name__}: {exc}")
@@ -77,17 +103,29 @@ class Collecting(RunState):
         self._assess_user(obs)
         complete = completeness(self.log.records, faults_planned=faults_planned)
         spec = self.resolved["evaluationRef.assertions"].typed(EvaluationSpecAsset)
-        evidence = build_evidence(obs, [(c.key, c.check) for c in spec.criteria])
+        evidence = build_evidence(
+            obs, [(c.key, c.check) for c in spec.criteria], expectation_needs(spec)
+        )
         # The evaluation segment's share inside the run: evidence assembled per criterion (the
         # verdicts are `simreport evaluate`'s, with their own cost in evaluation.json).
         self.ctx.cost.charge(EVALUATION, operations=len(spec.criteria))
         write_layers(self.run_dir, obs, evidence, complete)
+        self.written_layers += (OBSERVATIONS_FILE, EVIDENCE_FILE, COMPLETENESS_FILE)
         missing = completeness_missing(complete)
         for key in missing:
             self.ctx.count(f"missing:{key}")
         # Evidence is complete only when every check is present and no observation is missing
         # (a lost decision is a missing check, so it leaves the evidence partial too).
         return obs, "partial" if missing or obs.missing else "complete"
+
+    def _observe(self) -> Observations:
+        """The run's observations, from its records."""
+        return extract_observations(
+            self.log.records,
+            order_id=self.bound_order,
+            action_entry=self.action_entry,
+            participants={p.id: p.name for p in self.participants.values()},
+        )
 
     def _assess_user(self, obs: Observations) -> None:
         """The user simulator's quality control on this run's records (testbed/user_quality.py):
@@ -111,6 +149,7 @@ class Collecting(RunState):
             self.ctx.count("userQualityFailures")
             return
         write_quality(self.run_dir, doc)
+        self.written_layers += (QUALITY_FILE,)
         add_quality_observations(obs, doc, self.log.records)
         for check in doc["failed"]:
             self.ctx.count(f"userQualityFailed:{check}")
