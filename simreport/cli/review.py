@@ -1,5 +1,7 @@
 """`simreport review …`: import scenario files and their asset libraries into the ledger, move
-versions through review, list them and show their history.
+versions through review, list them and show their history. The reviewer (`--reviewer`) is the
+operator's user; `--policy FILE` is the operator's policy file, whose `review:` section says
+whether a version's author may approve and publish it (by default not).
 
 Thin, like `simreport ledger …` (whose ledger options it shares): it parses arguments, calls
 ledger/review/ and prints tables (or JSON with --json). The database libraries are imported when
@@ -22,7 +24,7 @@ ACTION_HELP = {
     "submit": "send a draft version to review (draft → reviewing)",
     "approve": "approve a version under review (reviewing → reviewed)",
     "publish": "put a reviewed version online (reviewed → online; a high-risk scenario needs "
-    "--risk-signoff)",
+    "the reviewer's --risk-signoff)",
     "retire": "take an online version offline (online → offline)",
 }
 """The review actions as the command line offers them (review.ACTIONS decides what they do)."""
@@ -46,7 +48,7 @@ def register_cli(sub: Any) -> None:
 
     p = command(
         "import",
-        "register scenario files and their asset libraries, with the statuses their headers give",
+        "register scenario files and their asset libraries, every new version as a draft",
         cmd_import,
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="an agent-testbed scenario file")
@@ -54,20 +56,34 @@ def register_cli(sub: Any) -> None:
         "--reviewer",
         default="import",
         metavar="NAME",
-        help="who imports (recorded with each new version; default: import)",
+        help="who imports (recorded with each new version as its author; default: import)",
     )
 
     for action, help_ in ACTION_HELP.items():
         p = command(action, help_, cmd_transition)
         _version_arguments(p)
-        p.add_argument("--reviewer", required=True, metavar="NAME", help="who takes this step")
+        p.add_argument(
+            "--reviewer",
+            required=True,
+            metavar="NAME",
+            help="who takes this step (by default not the version's author for approve and "
+            "publish)",
+        )
         p.add_argument("--note", metavar="TEXT", help="why, recorded with the step")
         if action == "publish":
             p.add_argument(
                 "--risk-signoff",
-                metavar="NAME",
-                help="who signed off the risk (required for a high-risk scenario)",
+                metavar="SHA256",
+                help="the reviewer signs off the risk of the version with this sha256 (as "
+                "`review list` shows it, 12 hex digits or more); required for a high-risk "
+                "scenario",
             )
+        p.add_argument(
+            "--policy",
+            metavar="FILE",
+            help="the operator's policy file (as `simreport api --policy`): its `review:` "
+            "section may let authors approve and publish their own versions (default: never)",
+        )
         p.set_defaults(action=action)
 
     p = command("history", "show every review step of one version", cmd_history)
@@ -164,9 +180,11 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_transition(args: argparse.Namespace) -> int:
+    from ..core.execution_policy import load_policy
     from ..ledger.review import transition
 
     name, version = _split_ref(args.ref)
+    policy = load_policy(args.policy).review if args.policy else None
     with open_ledger(args, must_exist=True) as engine:
         step = transition(
             engine,
@@ -177,8 +195,14 @@ def cmd_transition(args: argparse.Namespace) -> int:
             reviewer=args.reviewer,
             note=args.note,
             risk_signoff=getattr(args, "risk_signoff", None),
+            policy=policy,
         )
-    signed = f", risk signed off by {step.risk_signoff}" if step.risk_signoff else ""
+    signoff = step.risk_signoff
+    signed = (
+        f", risk signed off by {signoff.by} for sha256 {signoff.sha256}"
+        if signoff is not None
+        else ""
+    )
     print(
         f"{step.kind} {step.name}@{step.version}: {step.from_status} → {step.to_status} "
         f"by {step.reviewer}{signed}"
@@ -197,13 +221,21 @@ def cmd_history(args: argparse.Namespace) -> int:
         return EXIT_OK
     risk = f", {found['riskLevel']} risk" if found["riskLevel"] else ""
     print(f"{found['kind']} {found['name']}@{found['version']}: {found['status']}{risk}")
+    print(f"sha256 {found['sha256']}, written by {', '.join(found['authors']) or '-'}")
     if not found["transitions"]:
         print("no review steps recorded")
         return EXIT_OK
     print_table(
         ("at", "from", "to", "reviewer", "risk sign-off", "note"),
         [
-            (short_time(s["at"]), s["from"], s["to"], s["reviewer"], s["riskSignoff"], s["note"])
+            (
+                short_time(s["at"]),
+                s["from"],
+                s["to"],
+                s["reviewer"],
+                s["riskSignoff"] and s["riskSignoff"]["by"],
+                s["note"],
+            )
             for s in found["transitions"]
         ],
     )

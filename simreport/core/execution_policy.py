@@ -1,5 +1,6 @@
 """The execution policy (SPEC §11a): what a run may execute and which hosts and secrets it may
-reach, as the operator declares it in a policy file (`simreport api --policy FILE`).
+reach, as the operator declares it in a policy file (`simreport api --policy FILE`), and who may
+approve and publish a version in review (`review:`, `ReviewPolicy`).
 
 A spec sent over HTTP only names declared resources: `spec_issues` lists what it carries that a
 client may not send, and `resolve_llm` and `resolve_simulator` turn names into settings when a
@@ -11,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, TypeVar
+from typing import TYPE_CHECKING, Final, Literal, TypeVar
 
 from pydantic import Field, field_validator
 
@@ -101,8 +102,38 @@ class Simulator(Model):
         return value
 
 
+RiskLevel = Literal["low", "medium", "high"]
+
+
+class ReviewPolicy(Model):
+    """Who may approve a version (reviewing → reviewed) and publish it (reviewed → online, with
+    the risk sign-off of a high-risk scenario): by default anyone but its author, who created
+    or submitted it. The operator may let authors approve their own versions where it matters
+    less."""
+
+    self_approval: list[RiskLevel] = Field(
+        default_factory=list,
+        description=(
+            "Risk levels (low, medium, high) at which a scenario version's author may also "
+            "approve and publish it, and sign off its risk. Default: none."
+        ),
+    )
+    asset_self_approval: bool = Field(
+        False,
+        description="Whether an asset version's author may also approve and publish it.",
+    )
+
+    def allows_self_approval(self, kind: str, risk_level: str | None) -> bool:
+        """Whether the author of a `kind` version (scenario, asset) of `risk_level` may approve
+        and publish it."""
+        if kind == "asset":
+            return self.asset_self_approval
+        return risk_level in self.self_approval
+
+
 class ExecutionPolicy(Model):
-    """What runs started over the run service may execute and reach."""
+    """What runs started over the run service may execute and reach, and who may approve and
+    publish versions in review."""
 
     providers: list[str] = Field(
         default_factory=lambda: list(DEFAULT_PROVIDERS),
@@ -113,6 +144,10 @@ class ExecutionPolicy(Model):
     )
     simulators: dict[str, Simulator] = Field(
         default_factory=dict, description="External simulators by name (`simulator.name`)."
+    )
+    review: ReviewPolicy = Field(
+        default_factory=ReviewPolicy,
+        description="Who may approve and publish scenario and asset versions.",
     )
 
     @field_validator("endpoints", "simulators")
@@ -375,6 +410,8 @@ __all__ = [
     "BASE_ENVIRONMENT",
     "Endpoint",
     "ExecutionPolicy",
+    "ReviewPolicy",
+    "RiskLevel",
     "Simulator",
     "check_spec",
     "load_policy",

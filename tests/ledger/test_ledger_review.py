@@ -1,7 +1,8 @@
 """The scenario library's review in the ledger, on SQLite and on PostgreSQL (`ledger_url`):
-importing the refund desk's scenario and library with the statuses their headers give, importing
+importing the refund desk's scenario and library as drafts whatever their headers say, importing
 again, content changed under a pinned version, every review transition and every refused one,
-two reviewers racing, and `simreport review …` end to end."""
+two reviewers racing, and `simreport review …` end to end. Who may approve, publish and sign off
+is test_review_duties.py's."""
 
 from __future__ import annotations
 
@@ -33,6 +34,8 @@ from simreport.ledger.errors import (
     AssetVersionChanged,
     NotRecorded,
     ReviewRefused,
+    RiskSignoffMismatch,
+    RiskSignoffMissing,
     ScenarioVersionChanged,
     UnknownVersion,
     WrongStatus,
@@ -64,7 +67,8 @@ HEADER_STATUSES = {
     ("simulator_config", "user-sim", "1.0.0"): "reviewed",
     ("simulator_config", "user-sim", "1.1.0"): "reviewed",
 }
-"""The refund desk library's asset versions and the status each file's header gives."""
+"""The refund desk library's asset versions and the status each file's header declares (which
+the ledger never takes: every new version starts as a draft)."""
 
 
 @pytest.fixture
@@ -105,16 +109,23 @@ def _edit(path: Path, old: str, new: str) -> None:
 
 
 def _to_reviewed(engine: sa.Engine, kind: str, name: str, version: str) -> None:
-    for action in ("submit", "approve"):
-        transition(engine, kind, name, version, action, reviewer="ana")
+    """Submitted by its author, approved by another reviewer."""
+    transition(engine, kind, name, version, "submit", reviewer="ana")
+    transition(engine, kind, name, version, "approve", reviewer="bo")
+
+
+def _sha(engine: sa.Engine, kind: str, name: str, version: str) -> str:
+    found: str = history(engine, kind, name, version)["sha256"]
+    return found
 
 
 # --------------------------------------------------------------------------- import
 
 
-def test_import_records_the_scenario_and_its_library_with_header_statuses(
+def test_import_records_the_scenario_and_its_library_as_drafts_whatever_their_headers_say(
     engine: sa.Engine, scenario: Path
 ) -> None:
+    assert "online" in HEADER_STATUSES.values()  # headers that say online, for nothing
     done = _import(engine, scenario)
 
     assert done.path == scenario.resolve()
@@ -128,7 +139,9 @@ def test_import_records_the_scenario_and_its_library_with_header_statuses(
         "draft",  # the header names no status
         expected_sha,
     )
-    assert {(a.asset_type, a.name, a.version): a.status for a in assets} == HEADER_STATUSES
+    assert {(a.asset_type, a.name, a.version): a.status for a in assets} == dict.fromkeys(
+        HEADER_STATUSES, "draft"
+    )
 
     with engine.connect() as conn:
         row = conn.execute(sa.select(t.scenario)).one()
@@ -155,12 +168,13 @@ def test_import_records_the_scenario_and_its_library_with_header_statuses(
     steps = _transitions(engine)
     assert len(steps) == len(done.versions)
     assert all(s.from_status is None and s.reviewer == "import" for s in steps)
+    assert {s.to_status for s in steps} == {"draft"}
+    assert all(s.risk_signoff is None for s in steps)
     by_version = {(s.object_id, s.version): s for s in steps}
-    assert by_version[(SCENARIO, "1.3.0")].to_status == "draft"
     assert by_version[(SCENARIO, "1.3.0")].note == f"imported from {scenario.resolve()}"
-    agent = by_version[("local:agent:refund-agent", "2.4.1")]
-    assert agent.to_status == "online"
+    agent = by_version[("local:agent:refund-agent", "2.4.1")]  # its header says online
     assert agent.note == f"imported from {library / 'refund-agent' / '2.4.1.yaml'}"
+    assert not list_versions(engine, status="online")
 
 
 def test_importing_again_changes_nothing(engine: sa.Engine, scenario: Path) -> None:
@@ -185,7 +199,7 @@ def test_a_new_asset_version_in_the_library_is_added_on_the_next_import(
     text = (prompts / "2.0.0.yaml").read_text(encoding="utf-8")
     (prompts / "2.1.0.yaml").write_text(
         text.replace("version: 2.0.0", "version: 2.1.0").replace(
-            "status: reviewed", "status: draft"
+            "status: reviewed", "status: online"
         ),
         encoding="utf-8",
     )
@@ -248,21 +262,32 @@ def test_a_scenario_edited_in_place_is_refused_naming_the_file_and_both_hashes(
     assert str(scenario) in line and first in line and found in line
 
 
-def test_a_high_risk_scenario_starting_online_needs_its_risk_signoff(
+def test_a_scenario_whose_file_says_online_with_a_signoff_is_imported_as_a_draft(
     engine: sa.Engine, scenario: Path
 ) -> None:
-    _edit(scenario, "  riskLevel: high", "  riskLevel: high\n  status: online")
-    with pytest.raises(InputError) as refused:
-        _import(engine, scenario)
-    assert refused.value.file == str(scenario)
-    assert refused.value.path == "identity.riskSignoff"
-    assert str(scenario) in refused.value.one_line()
-
-    _edit(scenario, "  status: online", "  status: online\n  riskSignoff: risk-team")
+    _edit(
+        scenario,
+        "  riskLevel: high",
+        "  riskLevel: high\n  status: online\n  riskSignoff: risk-team",
+    )
     done = _import(engine, scenario)
-    assert done.versions[0].status == "online"
+    assert done.versions[0].status == "draft"
     [first] = _transitions(engine, "scenario")
-    assert (first.from_status, first.to_status, first.risk_signoff) == (None, "online", "risk-team")
+    assert (first.from_status, first.to_status, first.risk_signoff) == (None, "draft", None)
+
+
+def test_a_version_the_ledger_holds_keeps_its_status_whatever_its_header_says_now(
+    engine: sa.Engine, scenario: Path
+) -> None:
+    _import(engine, scenario)
+    _to_reviewed(engine, "scenario", SCENARIO, "1.3.0")
+    # The review fields are not part of the design: the version is the same one.
+    _edit(scenario, "  riskLevel: high", "  riskLevel: high\n  status: online")
+    again = _import(engine, scenario)
+    assert (again.versions[0].outcome, again.versions[0].status) == ("present", "reviewed")
+    _edit(scenario, "  status: online", "  status: draft")
+    assert _import(engine, scenario).versions[0].status == "reviewed"
+    assert _status(engine, "scenario", SCENARIO, "1.3.0") == "reviewed"
 
 
 def test_a_scenario_without_identity_cannot_be_imported(engine: sa.Engine) -> None:
@@ -278,11 +303,12 @@ def test_a_scenario_without_identity_cannot_be_imported(engine: sa.Engine) -> No
 
 def test_every_transition_in_order_is_recorded(engine: sa.Engine, scenario: Path) -> None:
     _import(engine, scenario)
+    sha = _sha(engine, "scenario", SCENARIO, "1.3.0")
     steps = [
         ("submit", "ana", "ready for review", None),
         ("approve", "bo", None, None),
-        ("publish", "ana", "go", "risk-team"),
-        ("retire", "cy", "replaced by 1.4.0", None),
+        ("publish", "cy", "go", sha),
+        ("retire", "ana", "replaced by 1.4.0", None),
     ]
     done = [
         transition(
@@ -302,7 +328,7 @@ def test_every_transition_in_order_is_recorded(engine: sa.Engine, scenario: Path
     assert _status(engine, "scenario", SCENARIO, "1.3.0") == "offline"
     rows = _transitions(engine, "scenario")[1:]  # after the import's
     assert [(r.from_status, r.to_status, r.reviewer, r.note, r.risk_signoff) for r in rows] == [
-        (start, end, who, note, signoff)
+        (start, end, who, note, who if signoff else None)
         for (start, end), (_, who, note, signoff) in zip(ACTIONS.values(), steps, strict=True)
     ]
     shown = history(engine, "scenario", SCENARIO, "1.3.0")
@@ -316,13 +342,14 @@ def test_every_transition_in_order_is_recorded(engine: sa.Engine, scenario: Path
     assert done[2].at.tzinfo is not None
 
     # An asset: no risk sign-off needed; `TYPE:NAME` names it too.
-    transition(engine, "asset", "refund-prompt", "1.1.0", "publish", reviewer="ana")
-    transition(engine, "asset", "prompt:refund-prompt", "1.1.0", "retire", reviewer="bo")
+    _to_reviewed(engine, "asset", "refund-prompt", "1.1.0")
+    transition(engine, "asset", "refund-prompt", "1.1.0", "publish", reviewer="bo")
+    transition(engine, "asset", "prompt:refund-prompt", "1.1.0", "retire", reviewer="ana")
     assert _status(engine, "asset", "local:prompt:refund-prompt", "1.1.0") == "offline"
     listed = list_versions(engine, kind="asset", name="refund-prompt")
     last = {v["version"]: v["lastTransition"] for v in listed}
-    assert (last["1.1.0"]["to"], last["1.1.0"]["reviewer"]) == ("offline", "bo")
-    assert (last["1.0.0"]["to"], last["1.0.0"]["reviewer"]) == ("online", "import")
+    assert (last["1.1.0"]["to"], last["1.1.0"]["reviewer"]) == ("offline", "ana")
+    assert (last["1.0.0"]["to"], last["1.0.0"]["reviewer"]) == ("draft", "import")
 
 
 def as_time(text: str) -> datetime:
@@ -343,13 +370,20 @@ def test_every_action_from_a_wrong_status_is_refused(engine: sa.Engine, scenario
     """Walk the scenario version through every status; in each, every action that does not
     start there is refused, naming the version, its status and the action valid from there."""
     _import(engine, scenario)
+    sha = _sha(engine, "scenario", SCENARIO, "1.3.0")
     for status, wrong in WRONG.items():
         assert _status(engine, "scenario", SCENARIO, "1.3.0") == status
         before = _transitions(engine)
         for action in wrong:
             with pytest.raises(ReviewRefused) as refused:
                 transition(
-                    engine, "scenario", SCENARIO, "1.3.0", action, reviewer="ana", risk_signoff="r"
+                    engine,
+                    "scenario",
+                    SCENARIO,
+                    "1.3.0",
+                    action,
+                    reviewer="bo",
+                    risk_signoff=sha if action == "publish" else None,
                 )
             assert isinstance(refused.value, WrongStatus)
             message = refused.value.message
@@ -365,8 +399,8 @@ def test_every_action_from_a_wrong_status_is_refused(engine: sa.Engine, scenario
                 SCENARIO,
                 "1.3.0",
                 VALID[status],
-                reviewer="ana",
-                risk_signoff="r",
+                reviewer="ana" if VALID[status] == "submit" else "bo",
+                risk_signoff=sha if VALID[status] == "publish" else None,
             )
 
 
@@ -398,7 +432,7 @@ def test_unknown_versions_names_and_reviewers_are_refused(
         history(engine, "scenario", SCENARIO, "2.0.0")
     assert f"{SCENARIO}@2.0.0" in missing.value.message
     assert _transitions(engine) == before
-    assert _status(engine, "asset", "local:prompt:refund-prompt", "1.1.0") == "reviewed"
+    assert _status(engine, "asset", "local:prompt:refund-prompt", "1.1.0") == "draft"
 
 
 def test_an_asset_name_two_types_share_needs_its_type(engine: sa.Engine, scenario: Path) -> None:
@@ -420,25 +454,46 @@ def test_a_high_risk_scenario_goes_online_only_with_a_risk_signoff(
 ) -> None:
     _import(engine, scenario)
     _to_reviewed(engine, "scenario", SCENARIO, "1.3.0")
-    for signoff in (None, "", "   "):
-        with pytest.raises(ReviewRefused) as e:
-            transition(
-                engine,
-                "scenario",
-                SCENARIO,
-                "1.3.0",
-                "publish",
-                reviewer="ana",
-                risk_signoff=signoff,
-            )
-        assert type(e.value) is ReviewRefused and e.value.path == "--risk-signoff"
-        assert _status(engine, "scenario", SCENARIO, "1.3.0") == "reviewed"
+    sha = _sha(engine, "scenario", SCENARIO, "1.3.0")
+    before = _transitions(engine)
 
-    done = transition(
-        engine, "scenario", SCENARIO, "1.3.0", "publish", reviewer="ana", risk_signoff="risk-team"
-    )
-    assert (done.to_status, done.risk_signoff) == ("online", "risk-team")
-    assert _transitions(engine, "scenario")[-1].risk_signoff == "risk-team"
+    def publish(signoff: str | None) -> Any:
+        return transition(
+            engine, "scenario", SCENARIO, "1.3.0", "publish", reviewer="bo", risk_signoff=signoff
+        )
+
+    for signoff in (None, "", "   "):
+        with pytest.raises(RiskSignoffMissing) as missing:
+            publish(signoff)
+        assert (missing.value.code, missing.value.path) == (
+            "risk_signoff_missing",
+            "--risk-signoff",
+        )
+        assert sha in (missing.value.expected or "")
+    # A name is no sign-off, nor are too few digits or anything but hex.
+    for signoff in ("risk-team", sha[:11], sha + "0", "z" * 64):
+        with pytest.raises(ReviewRefused) as malformed:
+            publish(signoff)
+        assert (malformed.value.code, malformed.value.path) == ("review_refused", "--risk-signoff")
+    # The sha256 of something else: the signer did not sign off this version.
+    other = ("0" if sha[0] != "0" else "1") + sha[1:]
+    with pytest.raises(RiskSignoffMismatch) as mismatch:
+        publish(other)
+    assert mismatch.value.code == "risk_signoff_mismatch"
+    assert (mismatch.value.recorded, mismatch.value.found) == (sha, other)
+    assert _transitions(engine) == before
+    assert _status(engine, "scenario", SCENARIO, "1.3.0") == "reviewed"
+
+    done = publish("  " + sha[:12].upper() + " ")  # the first 12 digits, as listed, any case
+    assert done.to_status == "online" and done.risk_signoff is not None
+    assert done.risk_signoff.to_doc() == {
+        "by": "bo",
+        "at": done.at.isoformat().replace("+00:00", "Z"),
+        "covers": {"kind": "scenario", "id": SCENARIO, "version": "1.3.0", "sha256": sha},
+    }
+    assert _transitions(engine, "scenario")[-1].risk_signoff == "bo"
+    shown = history(engine, "scenario", SCENARIO, "1.3.0")["transitions"][-1]
+    assert shown["riskSignoff"] == done.risk_signoff.to_doc()
 
 
 def test_a_low_risk_scenario_goes_online_without_a_signoff(
@@ -447,7 +502,7 @@ def test_a_low_risk_scenario_goes_online_without_a_signoff(
     _edit(scenario, "  riskLevel: high", "  riskLevel: low")
     _import(engine, scenario)
     _to_reviewed(engine, "scenario", SCENARIO, "1.3.0")
-    done = transition(engine, "scenario", SCENARIO, "1.3.0", "publish", reviewer="ana")
+    done = transition(engine, "scenario", SCENARIO, "1.3.0", "publish", reviewer="bo")
     assert (done.to_status, done.risk_signoff) == ("online", None)
 
 
@@ -481,7 +536,8 @@ def test_two_reviewers_publishing_at_once_exactly_one_wins(
     _import(engine, scenario)
     reviewed = [(n, v) for (_, n, v), s in HEADER_STATUSES.items() if s == "reviewed"]
     for name, version in reviewed:
-        outcomes = _race(engine, name, version, ("ana", "bo"))
+        _to_reviewed(engine, "asset", name, version)
+        outcomes = _race(engine, name, version, ("bo", "cy"))
         assert sorted(outcomes) == sorted(
             [
                 "won",
@@ -529,12 +585,13 @@ def test_a_publish_waiting_on_another_reviewers_step_is_refused(
     one starts: once it commits, this one finds the version online and is refused."""
     _import(engine, scenario)
     _to_reviewed(engine, "scenario", SCENARIO, "1.3.0")
+    sha = _sha(engine, "scenario", SCENARIO, "1.3.0")
     outcome: list[BaseException | str] = []
 
     def publish() -> None:
         try:
             transition(
-                engine, "scenario", SCENARIO, "1.3.0", "publish", reviewer="bo", risk_signoff="r"
+                engine, "scenario", SCENARIO, "1.3.0", "publish", reviewer="bo", risk_signoff=sha
             )
             outcome.append("won")
         except BaseException as exc:  # reported below
@@ -639,12 +696,10 @@ def test_review_commands_end_to_end(ledger_url: str, scenario: Path) -> None:
     scenario_row = row(table, "refund-timeout-retry")
     assert scenario_row[:4] == ["refund-timeout-retry", "1.3.0", "draft", "high"]
     assert "ana" in [word.strip(",") for word in scenario_row]  # who took its last step
-    listed = json.loads(ok("list", "--json", "--status", "online"))
-    assert {(v["name"], v["version"]) for v in listed} == {
-        ("refund-agent", "2.4.1"),
-        ("refund-api", "1.4.0"),
-        ("refund-prompt", "1.0.0"),
-    }
+    sha12 = scenario_row[4]
+    listed = json.loads(ok("list", "--json", "--status", "draft"))
+    assert len(listed) == versions  # whatever the headers say
+    assert json.loads(ok("list", "--json", "--status", "online")) == []
 
     ref = "refund-timeout-retry@1.3.0"
     said = ok("submit", "scenario", ref, "--reviewer", "ana", "--note", "ready")
@@ -652,12 +707,20 @@ def test_review_commands_end_to_end(ledger_url: str, scenario: Path) -> None:
     # Refused, naming the version, where it stands and the step that is valid from there.
     line = refused("submit", "scenario", ref, "--reviewer", "ana")
     assert ref in line and "reviewing" in line and "`approve`" in line
+    # Its author does not approve it.
+    line = refused("approve", "scenario", ref, "--reviewer", "ana")
+    assert line.startswith("simreport: --reviewer: ") and "ana" in line
     said = ok("approve", "scenario", ref, "--reviewer", "bo")
     assert moved(said) == ("reviewing", "reviewed") and "bo" in said
-    line = refused("publish", "scenario", ref, "--reviewer", "ana")
+    line = refused("publish", "scenario", ref, "--reviewer", "ana", "--risk-signoff", sha12)
+    assert line.startswith("simreport: --reviewer: ")
+    line = refused("publish", "scenario", ref, "--reviewer", "bo")
     assert line.startswith("simreport: --risk-signoff: ")
-    published = ok("publish", "scenario", ref, "--reviewer", "ana", "--risk-signoff", "risk-team")
-    assert moved(published) == ("reviewed", "online") and "risk-team" in published
+    line = refused("publish", "scenario", ref, "--reviewer", "bo", "--risk-signoff", "risk-team")
+    assert line.startswith("simreport: --risk-signoff: ")
+    published = ok("publish", "scenario", ref, "--reviewer", "bo", "--risk-signoff", sha12)
+    assert moved(published) == ("reviewed", "online")
+    assert "risk signed off by bo for sha256 " + sha12 in published
     said = ok("retire", "scenario", ref, "--reviewer", "cy", "--note", "replaced")
     assert moved(said) == ("online", "offline") and "cy" in said
     refused("retire", "asset", "refund-prompt@7.0.0", "--reviewer", "cy")
@@ -667,20 +730,24 @@ def test_review_commands_end_to_end(ledger_url: str, scenario: Path) -> None:
     shown = ok("history", "scenario", ref)
     lines = shown.splitlines()
     assert lines[0] == "scenario refund-timeout-retry@1.3.0: offline, high risk"
-    assert [row.split()[2:4] for row in lines[2:]] == [
+    assert lines[1].startswith(f"sha256 {sha12}") and lines[1].endswith("written by ana")
+    assert [row.split()[2:4] for row in lines[3:]] == [
         ["-", "draft"],
         ["draft", "reviewing"],
         ["reviewing", "reviewed"],
         ["reviewed", "online"],
         ["online", "offline"],
     ]
-    assert "risk-team" in lines[5] and "replaced" in lines[6]
+    assert lines[6].split()[4:6] == ["bo", "bo"] and "replaced" in lines[7]
     steps = json.loads(ok("history", "scenario", ref, "--json"))
-    assert [(s["to"], s["reviewer"], s["riskSignoff"], s["note"]) for s in steps["transitions"]][
-        1:
-    ] == [
+    assert steps["authors"] == ["ana"]
+    assert [
+        (s["to"], s["reviewer"], s["riskSignoff"] and s["riskSignoff"]["by"], s["note"])
+        for s in steps["transitions"]
+    ][1:] == [
         ("reviewing", "ana", None, "ready"),
         ("reviewed", "bo", None, None),
-        ("online", "ana", "risk-team", None),
+        ("online", "bo", "bo", None),
         ("offline", "cy", None, "replaced"),
     ]
+    assert steps["transitions"][3]["riskSignoff"]["covers"]["sha256"] == steps["sha256"]

@@ -1,6 +1,7 @@
 """Registering versions in the scenario library: a scenario file's version and every asset
-version its library holds, each with its header's status and a first review transition, its
-sha256 pinned; a version held with other content is refused and nothing is written."""
+version its library holds, each new one as a draft with a first review transition, its sha256
+pinned; a version held with other content is refused and nothing is written. A file's header
+never sets a status: only review does (transitions.py)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from ..errors import AssetVersionChanged, ScenarioVersionChanged
 from ..migrate import prepare_for_writing
 from ..run_rows import scenario_row
 from ..tables import DEFAULT_TENANT, UNKNOWN_OWNER
-from .transitions import Kind, clean_text, record_transition, reviewer_name
+from .transitions import Kind, record_transition, reviewer_name
 
 if TYPE_CHECKING:
     from ...core.schema import Scenario
@@ -34,7 +35,8 @@ if TYPE_CHECKING:
 Outcome = Literal["recorded", "present"]
 
 DEFAULT_STATUS: Final = "draft"
-"""A version whose header names no status starts as a draft (as a run's ingest records it)."""
+"""The status every version starts with in the ledger, whatever its file's header says (as a
+run's ingest records it): only review moves it on."""
 
 IMPORT_REVIEWER: Final = "import"
 
@@ -68,7 +70,7 @@ class ImportedVersion:
     asset_type: str | None
     version: str
     status: str
-    """Its status in the ledger now (its header's, when the import recorded it)."""
+    """Its status in the ledger now (draft, when the import recorded it)."""
     sha256: str
     outcome: Outcome
     file: Path
@@ -95,6 +97,7 @@ class AssetFile:
     name: str
     version: str
     status: str
+    """The status its header declares: read, never recorded (the ledger starts it as draft)."""
     owner: str
     sha256: str
 
@@ -108,10 +111,11 @@ def import_scenario(
     tenant: str = DEFAULT_TENANT,
 ) -> ScenarioImport:
     """Register the scenario version in `scenario_path` and every asset version its library
-    holds, in one transaction. A version the ledger has not seen is recorded with its header's
-    status and one transition (from nothing to that status, by `reviewer`); a version it holds
-    with the same sha256 is left as it is; one it holds with another sha256 is refused
-    (ScenarioVersionChanged, AssetVersionChanged) and nothing is written."""
+    holds, in one transaction. A version the ledger has not seen is recorded as a draft with one
+    transition (from nothing to draft, by `reviewer`, who counts as its author), whatever
+    status its file's header declares; a version it holds with the same sha256 keeps the status
+    the ledger records; one it holds with another sha256 is refused (ScenarioVersionChanged,
+    AssetVersionChanged) and nothing is written."""
     path = Path(scenario_path)
     return import_loaded(engine, load(path).scenario, path, reviewer=reviewer, tenant=tenant)
 
@@ -137,14 +141,6 @@ def import_loaded(
             path="identity",
             expected="an identity with id, version, owner and riskLevel",
         )
-    signoff = clean_text(identity.risk_signoff)
-    if identity.risk_level == "high" and identity.status == "online" and signoff is None:
-        raise InputError(
-            "a high-risk scenario starts online only with a recorded risk sign-off",
-            file=path,
-            path="identity.riskSignoff",
-            expected="the name of who signed off the risk, or a status other than online",
-        )
     source = path.resolve()
     spec = design_document(redact_document(scenario.to_doc()))
     sha = design_sha256(spec)
@@ -163,7 +159,7 @@ def import_loaded(
                 "version": identity.version,
                 "spec": spec,
                 "spec_sha256": sha,
-                "status": identity.status,
+                "status": DEFAULT_STATUS,
                 "source": str(source),
                 "created_by": reviewer,
                 "created_at": now,
@@ -191,9 +187,9 @@ def import_loaded(
                 identity.id,
                 identity.version,
                 None,
-                identity.status,
+                DEFAULT_STATUS,
                 reviewer=reviewer,
-                risk_signoff=signoff,
+                risk_signoff=None,
                 note=f"imported from {source}",
                 at=now,
             )
@@ -216,9 +212,10 @@ def import_loaded(
 def import_asset(
     conn: Connection, asset: AssetFile, tenant: str, reviewer: str, now: datetime
 ) -> ImportedVersion:
-    """Register the asset version of `asset`'s file in `tenant`, pinning its sha256 the first
-    time (the review transition that records it names `reviewer`), inside the caller's
-    transaction. Raises AssetVersionChanged for a version pinned with other content."""
+    """Register the asset version of `asset`'s file in `tenant` as a draft, pinning its sha256
+    the first time (the review transition that records it names `reviewer`), inside the
+    caller's transaction; a version the ledger holds keeps its status. Raises
+    AssetVersionChanged for a version pinned with other content."""
     asset_id = f"{tenant}:{asset.asset_type}:{asset.name}"
     insert_new(
         conn,
@@ -239,7 +236,7 @@ def import_asset(
             "version": asset.version,
             "content_ref": asset.path.as_uri(),
             "content_sha256": asset.sha256,
-            "status": asset.status,
+            "status": DEFAULT_STATUS,
             "created_at": now,
         },
     )
@@ -265,7 +262,7 @@ def import_asset(
             asset_id,
             asset.version,
             None,
-            asset.status,
+            DEFAULT_STATUS,
             reviewer=reviewer,
             risk_signoff=None,
             note=f"imported from {asset.path}",

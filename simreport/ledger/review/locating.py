@@ -17,12 +17,14 @@ from .. import tables as t
 
 @dataclass(frozen=True)
 class Found:
-    """A version the ledger holds: its object's id, its name, status and risk level."""
+    """A version the ledger holds: its object's id, its name, status, risk level (None for an
+    asset) and the sha256 pinned for it."""
 
     object_id: str
     name: str
     status: str
     risk_level: str | None
+    sha256: str
 
 
 def version_table(kind: str) -> tuple[sa.Table, tuple[sa.ColumnElement[Any], ...]]:
@@ -48,22 +50,24 @@ def locate(
     if kind == "scenario":
         sv, s = t.scenario_version, t.scenario
         row = conn.execute(
-            sa.select(sv.c.status, sv.c.spec, s.c.risk_level)
+            sa.select(sv.c.status, sv.c.spec, sv.c.spec_sha256, s.c.risk_level)
             .join(s, s.c.scenario_id == sv.c.scenario_id)
             .where(s.c.tenant_id == tenant, sv.c.scenario_id == name, sv.c.version == version)
         ).one_or_none()
         if row is None:
             raise _unknown(conn, kind, name, version, missing, [name])
-        return Found(name, name, row.status, risk_level(row.spec, row.risk_level))
+        level = risk_level(row.spec, row.risk_level)
+        return Found(name, name, row.status, level, row.spec_sha256)
     asset_id = _asset_id(conn, name, tenant, missing)
-    status = conn.execute(
-        sa.select(t.asset_version.c.status).where(
-            t.asset_version.c.asset_id == asset_id, t.asset_version.c.version == version
+    av = t.asset_version
+    found = conn.execute(
+        sa.select(av.c.status, av.c.content_sha256).where(
+            av.c.asset_id == asset_id, av.c.version == version
         )
-    ).scalar_one_or_none()
-    if status is None:
+    ).one_or_none()
+    if found is None:
         raise _unknown(conn, kind, name, version, missing, [asset_id])
-    return Found(asset_id, asset_id.split(":", 2)[2], status, None)
+    return Found(asset_id, asset_id.split(":", 2)[2], found.status, None, found.content_sha256)
 
 
 def risk_level(spec: Any, recorded: str) -> str:

@@ -9,6 +9,7 @@ import copy
 import re
 import weakref
 from collections.abc import Callable, Mapping
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -17,7 +18,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from ...core.canonical import content_hash
 from ...core.errors import InputError, SchemaError, join_path
-from ...core.execution_policy import ExecutionPolicy
+from ...core.execution_policy import ExecutionPolicy, ReviewPolicy
 from ...core.redaction import redact_document
 from ...core.testbed_schema import SEMVER
 from ...core.values import refused_in_json
@@ -28,7 +29,8 @@ from ...ledger.migrate import prepare_once
 from ...ledger.review import record_transition
 from ..errors import Conflict, NotFound, Unprocessable, issue, one_of
 from .idempotency import IdempotencyKey, replayed, store_answer, take_key
-from .manifests import refuse_unrunnable
+from .manifests import refuse_boundary_replaced, refuse_unrunnable, sut_agent
+from .reviewing import last_step, review_step, step_body
 from .transaction import write_transaction
 
 if TYPE_CHECKING:
@@ -105,7 +107,8 @@ def submit_version(
     409 when the version exists. With `policy` (a client's request), 422 as well for what the
     spec may not carry under it and for what could never run: an asset reference that does not
     resolve in `library`, a surrogate or script inside the SUT boundary (`refuse_unrunnable`).
-    Returns the status, "reviewing"."""
+    Without `policy`, 422 `sut_boundary_replaced` all the same (the agent's asset looked up in
+    `library`, when given). Returns the status, "reviewing"."""
     if not re.match(SEMVER, version or ""):
         raise Unprocessable(
             f"version {version!r} is not a version",
@@ -131,6 +134,9 @@ def submit_version(
         refuse_unrunnable(
             scenario, policy, Path(library or "assets"), lambda path: join_path("spec", path)
         )
+    else:  # what loading its runs would refuse, as far as the library says
+        agent = sut_agent(scenario, Path(library)) if library is not None else None
+        refuse_boundary_replaced(scenario, agent, lambda path: join_path("spec", path))
     stored_spec = design_document(redact_document(scenario.to_doc()))
     sha = design_sha256(stored_spec)
 
@@ -221,42 +227,83 @@ def review_version(
     reviewer: str,
     note: str | None = None,
     risk_signoff: str | None = None,
+    policy: ReviewPolicy | None = None,
     idempotency: IdempotencyKey | None = None,
+    at: datetime | None = None,
 ) -> str:
     """One review action on a scenario version, as `simreport review` takes it (the same
-    transitions, kept with who took them). 404 for a version `tenant` does not hold, 409 when
-    the version is not in the status the action starts from, 422 for a high-risk scenario
-    published without a risk sign-off. Returns the version's new status."""
-    from ...ledger.errors import ReviewRefused, UnknownVersion, WrongStatus
-    from ...ledger.review import transition_in
+    transitions, kept with who took them): `queue.reviewing.review_step`, after a 404 for a
+    scenario `tenant` does not hold. `risk_signoff` is the sha256 the reviewer signs off
+    (needed to publish a high-risk scenario); `policy` says whether the version's author may
+    approve and publish it (default: no). Returns the version's new status."""
+    return review_step(
+        engine,
+        tenant=tenant,
+        kind="scenario",
+        name=scenario_id,
+        version=version,
+        action=action,
+        reviewer=reviewer,
+        note=note,
+        risk_signoff=risk_signoff,
+        policy=policy,
+        idempotency=idempotency,
+        at=at,
+        check=lambda conn: scenario_row(conn, scenario_id, tenant),  # 404 for another tenant's
+    )
 
-    def write(conn: Connection) -> str:
-        stored = take_key(conn, idempotency, tenant)
-        if stored is not None:
-            return str(replayed(stored, "status"))
-        scenario_row(conn, scenario_id, tenant)  # 404 for another tenant's
+
+def scenario_versions(
+    engine: Engine, *, tenant: str, scenario_id: str, status: str | None = None
+) -> dict[str, Any]:
+    """Every version of the scenario (in `status`, when given) with its review status, risk
+    level, sha256 and last review step (models.ScenarioVersionList); 404 for a scenario
+    `tenant` does not hold."""
+    from ...ledger.review import versions_in
+
+    prepare_once(engine)
+    with reading(engine) as conn:
+        scenario_row(conn, scenario_id, tenant)
+        found = versions_in(conn, kind="scenario", status=status, name=scenario_id, tenant=tenant)
+    return {
+        "versions": [
+            {
+                "scenario_id": v["id"],
+                "version": v["version"],
+                "status": v["status"],
+                "risk_level": v["riskLevel"],
+                "sha256": v["sha256"],
+                "last_step": last_step(v),
+            }
+            for v in found
+        ]
+    }
+
+
+def scenario_version(
+    engine: Engine, *, tenant: str, scenario_id: str, version: str
+) -> dict[str, Any]:
+    """One version's review: its status, sha256, authors and every review step with its risk
+    sign-off (models.ScenarioVersionDetail); 404 for a scenario or version `tenant` does not
+    hold."""
+    from ...ledger.review import history_in
+
+    prepare_once(engine)
+    with reading(engine) as conn:
+        scenario_row(conn, scenario_id, tenant)
         try:
-            done = transition_in(
-                conn,
-                "scenario",
-                scenario_id,
-                version,
-                action,
-                reviewer=reviewer,
-                note=note,
-                risk_signoff=risk_signoff,
-                tenant=tenant,
-            )
-        except UnknownVersion as exc:
+            found = history_in(conn, "scenario", scenario_id, version, tenant=tenant)
+        except InputError as exc:
             raise NotFound(exc.message, code="unknown_version") from None
-        except WrongStatus as exc:
-            raise Conflict(exc.message, code="review_status") from None
-        except ReviewRefused as exc:
-            raise Unprocessable(exc.message, code="review_refused") from None
-        store_answer(conn, idempotency, 200, {"status": done.to_status})
-        return done.to_status
-
-    return write_transaction(engine, write)
+    return {
+        "scenario_id": found["id"],
+        "version": found["version"],
+        "status": found["status"],
+        "risk_level": found["riskLevel"],
+        "sha256": found["sha256"],
+        "authors": found["authors"],
+        "steps": [step_body(step) for step in found["transitions"]],
+    }
 
 
 _SPECS: weakref.WeakKeyDictionary[

@@ -316,7 +316,7 @@ def test_a_worker_refuses_a_queued_run_its_own_policy_does_not_declare(
         (
             {"interaction__toolCallScript": ["get_order", "create_refund"]},
             "sut_boundary_replaced",
-            "spec.sut.boundary",
+            "spec.interaction.toolCallScript",
         ),
         (
             {"participants": [{"id": "peer", "role": "planner", "kind": "real"}]},

@@ -1,0 +1,44 @@
+"""Putting versions online in tests the way review does: the author submits, another reviewer
+approves and publishes, signing off the risk of a high-risk scenario (its sha256). Nothing is
+online because a file's header says so."""
+
+from __future__ import annotations
+
+from sqlalchemy.engine import Engine
+
+from simreport.ledger.review import history, transition
+
+AUTHOR = "ana"
+"""Who submits a version."""
+APPROVER = "bo"
+"""Who approves and publishes it: not its author."""
+
+
+def publish(
+    engine: Engine,
+    kind: str,
+    name: str,
+    version: str,
+    *,
+    author: str = AUTHOR,
+    approver: str = APPROVER,
+) -> None:
+    """Take the version from where it stands (draft, reviewing or reviewed) to online."""
+    found = history(engine, kind, name, version)
+    status = found["status"]
+    if status == "draft":
+        transition(engine, kind, name, version, "submit", reviewer=author)
+        status = "reviewing"
+    if status == "reviewing":
+        transition(engine, kind, name, version, "approve", reviewer=approver)
+        status = "reviewed"
+    if status == "reviewed":
+        signoff = found["sha256"] if found["riskLevel"] == "high" else None
+        transition(engine, kind, name, version, "publish", reviewer=approver, risk_signoff=signoff)
+    assert history(engine, kind, name, version)["status"] == "online"
+
+
+def publish_assets(engine: Engine, names: list[tuple[str, str]]) -> None:
+    """Put these asset versions (`TYPE:NAME` or a name, and a version) online."""
+    for name, version in names:
+        publish(engine, "asset", name, version)
