@@ -183,7 +183,8 @@ class SimClient(Transport):
             run_id: the run's id.
 
         Returns:
-            {execution_status, validity_status, evidence_status, quality_ref, attempt}.
+            {execution_status, validity_status, evidence_status, quality_ref, attempt};
+            execution_status is `cancelling` while a cancellation is carried out.
 
         Raises:
             NoSuchResource: no such run in the token's tenant (404).
@@ -195,7 +196,8 @@ class SimClient(Transport):
         self, run_id: str, *, reason: str, idempotency_key: str | None = None
     ) -> dict[str, Any]:
         """Ask the service to cancel a run (202): a pending run ends at once, a running one at
-        its next step.
+        its next step (its status reads `cancelling` until it has ended: `cancelled`, or what
+        it ended as when it finished before the stop reached it).
 
         Args:
             run_id: the run's id.
@@ -203,7 +205,8 @@ class SimClient(Transport):
             idempotency_key: the key to send (default: a fresh one).
 
         Returns:
-            The service's answer: {execution_status: "cancelled"}.
+            The service's answer: {execution_status: "cancelled"} for a pending run,
+            {execution_status: "cancelling"} for a running one.
 
         Raises:
             StateConflict: the run has already ended (409), not retried; it carries the run's
@@ -234,6 +237,8 @@ class SimClient(Transport):
 
         Raises:
             CursorExpired: the cursor expired and no newer one could be read.
+            InvalidRequest: the cursor is past the run's last event (422 `cursor_past_end`;
+                its body's `next_seq` is the run's last seq).
             RemoteError: any other refusal, or no answer after the retries.
         """
         return read_page(
@@ -298,7 +303,9 @@ class SimClient(Transport):
             manifest_id: the manifest's id (`StartedRun.manifest_id`).
 
         Returns:
-            {resolved, manifest_sha256}.
+            {resolved, locked, manifest_sha256}: `manifest_sha256` is the sha256 of the
+            canonical JSON of `locked` (sorted keys, no spaces, UTF-8), an agent-testbed
+            run's manifestSha256.
 
         Raises:
             NoSuchResource: no such manifest in the token's tenant (404).

@@ -7,7 +7,7 @@ import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -37,6 +37,9 @@ from .world import Agent, Decision, DecisionRequest
 STREAM_WORLD, STREAM_PERSONAS, STREAM_POLICY, STREAM_DECISIONS, STREAM_RULES = range(5)
 STREAM_TESTBED_USER = 5
 """The agent testbed's exploring user: its branch and wording-order draws."""
+
+ActorKind = Literal["user", "agent", "environment", "harness"]
+"""Who an event may name besides an agent's index: the actor kinds of the testbed's records."""
 
 _MASK64 = (1 << 64) - 1
 
@@ -117,12 +120,23 @@ class RunContext:
             for i in range(scenario.population.n)
         ]
         self._routes: dict[int, tuple[LLMConfig, Provider | None]] = {}
+        self._actors: dict[int, ActorKind] = {}
 
     def route(self, agent: int, config: LLMConfig, provider: Provider | None = None) -> None:
         """Decide for `agent` with `config`'s model, temperature and limits, through `provider`
         (None: the run's own): a world whose agents need different models (the agent testbed's
         user wording, `user.llm`). The world owns and closes a provider it passes here."""
         self._routes[agent] = (config, provider)
+
+    def name_actor(self, agent: int, actor: ActorKind) -> None:
+        """Record `agent`'s decisions (and their lost answers) as `actor`'s rather than as an
+        agent's: a world in which an agent speaks for someone else (the agent testbed's user
+        wording is the user's)."""
+        self._actors[agent] = actor
+
+    def actor_of(self, agent: int) -> str | int:
+        """Who `agent`'s decision events name: the actor its world named, else its index."""
+        return self._actors.get(agent, agent)
 
     # ----------------------------------------------------------------- time and events
 
@@ -210,7 +224,7 @@ class RunContext:
         for (agent_index, request), decision in zip(items, out, strict=True):
             self.emit(
                 request.kind,
-                agent_index,
+                self.actor_of(agent_index),
                 option=decision.option,
                 source=decision.source,
                 **({"failure": decision.failure} if decision.failure else {}),
@@ -242,7 +256,12 @@ class RunContext:
     ) -> Decision:
         if isinstance(response, ProviderError):
             self.counters["llmFailures"] += 1
-            self.emit("llm_failure", item[0], error=response.kind, message=response.message)
+            self.emit(
+                "llm_failure",
+                self.actor_of(item[0]),
+                error=response.kind,
+                message=response.message,
+            )
             return Decision(None, "llm", failure="llm")
         if response.cached:
             self.counters["cacheHits"] += 1
@@ -259,7 +278,7 @@ class RunContext:
         option = prompts.parse_answer(response.text, request.options)
         if option is None:
             self.counters["parseFailures"] += 1
-            self.emit("parse_failure", item[0], raw=response.text[:200])
+            self.emit("parse_failure", self.actor_of(item[0]), raw=response.text[:200])
             return Decision(None, "llm", raw=response.text, failure="parse")
         return Decision(option, "llm", raw=response.text)
 

@@ -28,7 +28,7 @@ from .config import ServiceSettings, load_service_policy
 from .dependencies import Service
 from .errors import Unauthenticated
 from .metrics import count_ledger_errors
-from .routers import events, health, manifests, runs, scenarios
+from .routers import assets, events, health, manifests, runs, scenarios
 
 log = logging.getLogger("simreport.service")
 
@@ -90,7 +90,7 @@ def create_app(
     refusals.install(app)
     app.add_middleware(_AuthenticateFirst, tokens=service.tokens)
     app.include_router(health.router)
-    for resource in (scenarios, runs, events, manifests):
+    for resource in (scenarios, assets, runs, events, manifests):
         app.include_router(resource.router, prefix=PREFIX)
     return app
 

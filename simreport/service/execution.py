@@ -1,8 +1,9 @@
 """One claimed run, on the worker's side (`Execution`): sent to the run process with its
 scenario, checks, policy and asset root; its events streamed into the ledger as the run process
 hands them over (kept and sent again while the ledger does not take them); what the keeper's
-heartbeats learn acted on — a cancellation reaches the run process as SIGINT, which its run
-takes as a stop request, a lost lease kills the run process; and, once it ended, how it is to
+heartbeats and the cancel watch learn acted on — a cancellation reaches the run process as
+SIGINT within WAIT_SECONDS of being heard, which its run takes as a stop request, a lost lease
+kills the run process; and, once it ended, how it is to
 be recorded (`ending`): finished with its run directory, or failed — crashed with why when the
 run process died without a result, cancelled when stopped."""
 
@@ -98,7 +99,8 @@ class Execution:
 
     def follow(self) -> bool:
         """Stream the run's events until the run process hands the run back or dies; act on
-        what the keeper's heartbeats learn (a cancellation, a lost lease) and drain on the way.
+        what the keeper's heartbeats and the cancel watch learn (a cancellation, a lost lease)
+        and drain on the way.
         False when the lease was lost (the run process is killed). Events the ledger does not
         take are kept, and sent again every retry period of the keeper."""
         from multiprocessing.connection import wait

@@ -110,6 +110,11 @@ class Keeper:
             self.leases.append(lease)
         return lease
 
+    def held(self) -> list[Lease]:
+        """The leases it renews now."""
+        with self.lock:
+            return list(self.leases)
+
     def release(self, lease: Lease) -> None:
         with self.lock:
             if lease in self.leases:

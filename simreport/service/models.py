@@ -17,6 +17,18 @@ what it is."""
 RunMode = Literal["surrogate", "hybrid", "isolated_real"]
 RiskLevel = Literal["low", "medium", "high"]
 Purpose = Literal["regression", "exploration"]
+ReviewStatus = Literal["draft", "reviewing", "reviewed", "online", "offline"]
+AssetType = Literal[
+    "user_policy",
+    "env_data",
+    "tool_contract",
+    "simulator_config",
+    "evaluation_spec",
+    "agent",
+    "prompt",
+    "rubric",
+]
+"""The asset types of the ledger (ledger.tables.ASSET_TYPES)."""
 
 
 # --------------------------------------------------------------------------- request bodies
@@ -63,16 +75,26 @@ class RunRequest(RequestBody):
     )
 
 
+class RiskSignoffRequest(RequestBody):
+    """The risk sign-off of the version being published, by the token's name."""
+
+    sha256: str = Field(
+        pattern=r"^[0-9a-fA-F]{12,64}$",
+        description="the sha256 of the version whose risk the token signs off (at least its "
+        "first 12 hex digits): refused when it is not the version's",
+    )
+
+
 class ReviewRequest(RequestBody):
-    """POST /v1/sim/scenarios/{scenario_id}/versions/{version}:{action} (beyond the seed: the
-    review steps of `simreport review`, taken by the token's name)."""
+    """POST /v1/sim/scenarios/{scenario_id}/versions/{version}:{action} and
+    /v1/sim/assets/{asset_type}/{name}/versions/{version}:{action} (beyond the seed: the review
+    steps of `simreport review`, taken by the token's name)."""
 
     note: Text | None = Field(None, max_length=1000, description="kept with the step")
-    risk_signoff: Name | None = Field(
+    risk_signoff: RiskSignoffRequest | None = Field(
         None,
-        min_length=1,
-        max_length=MAX_TEXT,
-        description="who signed off the risk: needed to publish a high-risk scenario",
+        description="publish only: the token signs off the version's risk (needed to publish "
+        "a high-risk scenario), recorded with the token's name and the step's time",
     )
 
 
@@ -97,13 +119,96 @@ class VersionReviewed(BaseModel):
     status: Literal["reviewing", "reviewed", "online", "offline"]
 
 
+class SignoffCovers(BaseModel):
+    kind: Literal["scenario", "asset"]
+    id: str = Field(description="the scenario id, or the asset's id (tenant:type:name)")
+    version: str
+    sha256: str = Field(description="the version's pinned sha256")
+
+
+class RiskSignoff(BaseModel):
+    """A risk sign-off as the ledger holds it."""
+
+    by: str = Field(description="who signed off: the token's or reviewer's name that published")
+    at: str = Field(description="when (ISO 8601, UTC): the publishing step's time")
+    covers: SignoffCovers = Field(description="the version it covers")
+
+
+class ReviewStep(BaseModel):
+    """One review step of a version, as the ledger keeps it."""
+
+    from_status: ReviewStatus | None = Field(description="null: the version's first status")
+    to_status: ReviewStatus
+    reviewer: str = Field(description="who took it (over HTTP: the token's name)")
+    risk_signoff: RiskSignoff | None
+    note: str | None
+    at: str = Field(description="when (ISO 8601, UTC)")
+
+
+class ScenarioVersionView(BaseModel):
+    scenario_id: str
+    version: str
+    status: ReviewStatus
+    risk_level: RiskLevel
+    sha256: str = Field(description="the design digest pinned for the version")
+    last_step: ReviewStep | None
+
+
+class ScenarioVersionList(BaseModel):
+    versions: list[ScenarioVersionView]
+
+
+class ScenarioVersionDetail(BaseModel):
+    scenario_id: str
+    version: str
+    status: ReviewStatus
+    risk_level: RiskLevel
+    sha256: str = Field(description="the design digest pinned for the version")
+    authors: list[str] = Field(
+        description="who created or submitted it: by default none of them may approve or publish it"
+    )
+    steps: list[ReviewStep] = Field(description="every review step, oldest first")
+
+
+class AssetVersionView(BaseModel):
+    asset_type: AssetType
+    name: str
+    version: str
+    status: ReviewStatus
+    sha256: str = Field(description="the sha256 of the asset file's bytes, pinned")
+    owner: str
+    last_step: ReviewStep | None
+
+
+class AssetVersionList(BaseModel):
+    versions: list[AssetVersionView]
+
+
+class AssetVersionDetail(BaseModel):
+    asset_type: AssetType
+    name: str
+    version: str
+    status: ReviewStatus
+    sha256: str = Field(description="the sha256 of the asset file's bytes, pinned")
+    authors: list[str] = Field(
+        description="who recorded or submitted it: by default none of them may approve or "
+        "publish it"
+    )
+    steps: list[ReviewStep] = Field(description="every review step, oldest first")
+
+
 class RunStarted(BaseModel):
     run_id: str
     manifest_id: str = Field(description="the manifest frozen when the run was accepted")
 
 
 class RunStatus(BaseModel):
-    execution_status: Literal["pending", "running", "completed", "crashed", "cancelled"]
+    execution_status: Literal[
+        "pending", "running", "cancelling", "completed", "crashed", "cancelled"
+    ] = Field(
+        description="cancelling: a running run whose cancellation was asked, until it has "
+        "ended (cancelled; or completed, crashed, when it ended before the stop reached it)"
+    )
     validity_status: Literal["unchecked", "valid", "violated"]
     evidence_status: Literal["unchecked", "complete", "partial"]
     quality_ref: str | None = Field(description="set by an evaluator, never by the run")
@@ -141,12 +246,25 @@ class EvidencePackage(BaseModel):
 
 
 class RunCancelled(BaseModel):
-    execution_status: Literal["cancelled"]
+    execution_status: Literal["cancelling", "cancelled"] = Field(
+        description="cancelled: the run was pending and has ended; cancelling: it was running "
+        "and its worker stops it at its next step (GET /runs/{id} says when it has ended)"
+    )
 
 
 class ManifestView(BaseModel):
-    resolved: dict[str, Any]
-    manifest_sha256: str
+    resolved: dict[str, Any] = Field(
+        description="slot → the asset version it resolved to: kind, name, version, sha256, file"
+    )
+    locked: dict[str, Any] | None = Field(
+        description="what the digest covers: for an agent-testbed run, what the run locks its "
+        "manifest with (purpose, notOnline, scenario, each resolved asset's kind, name, "
+        "version and sha256, seed, seedPath); for any other, the frozen manifest"
+    )
+    manifest_sha256: str = Field(
+        description="sha256 of the canonical JSON of `locked` (sorted keys, no spaces, UTF-8): "
+        "an agent-testbed run's manifestSha256"
+    )
 
 
 class WorkerCount(BaseModel):
@@ -202,7 +320,8 @@ class ErrorBody(BaseModel):
 ERROR_MEANINGS: dict[int, str] = {
     400: "no Idempotency-Key header",
     401: "no token, or an unknown one",
-    403: "the token may not use this namespace",
+    403: "the token may not use this namespace, or may not take this review step (it wrote "
+    "the version, or asset versions are shared beyond its namespaces)",
     404: "no such object in the token's tenant",
     408: "the request's headers or body did not arrive in time (--header-timeout, "
     "--body-timeout): the connection is closed",

@@ -1,7 +1,8 @@
 """Workers of the run service: claim queued runs from the ledger and execute them, one after
 another, in a run process of their own (run_process.py), streaming their events into the ledger
-and recording each run once; the keeper (keeper.py) renews leases and empties the spool. How a
-run is handed over, reclaimed and retried: docs/service.md."""
+and recording each run once; the keeper (keeper.py) renews leases and empties the spool, and the
+cancel watch (cancellation.py) hears of a cancelled run within a second. How a run is handed
+over, reclaimed and retried: docs/service.md."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
+from .cancellation import CancelWatch
 from .execution import Execution
 from .keeper import Keeper, describe_outage
 from .run_process import RunProcess
@@ -111,6 +113,7 @@ def run_worker(
             say(f"removed {swept} run folder(s) left by workers that were killed")
         worker.start_process()  # ready before the first run is claimed
         keeper.start()  # first takes over what dead workers left in the spool
+        worker.cancels.start()
         # What is loaded by now lives as long as the worker: full collections need not walk it.
         gc.freeze()
         done = idle = 0
@@ -208,6 +211,8 @@ class Worker:
         self.executions: set[Execution] = set()
         """The runs claimed and not yet recorded."""
         self.keeper = Keeper(self, spool, on_run)
+        self.cancels = CancelWatch(engine, self.keeper.held, say)
+        """Hears of the cancellation of a run it executes within a second (cancellation.py)."""
 
     def why(self, exc: BaseException) -> str:
         """What the ledger said, on one line, without the credentials of its URL."""
@@ -289,6 +294,7 @@ class Worker:
         """Stop the keeper (runs left in the spool stay there for a worker to take over) and
         the run process. Runs still claimed (left by an error) are dropped, to be reclaimed
         when their leases run out."""
+        self.cancels.close()
         self.keeper.close()
         for execution in list(self.executions):
             execution.discard()

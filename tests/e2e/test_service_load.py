@@ -481,8 +481,11 @@ def test_cancel_over_http_while_running_and_while_loading(cluster: Cluster, tmp_
         return status
 
     def cancel(run_id: str, reason: str) -> None:
+        """Cancel the running run: it reads `cancelling` until its worker has ended it."""
         answer = _post(api, f"/v1/sim/runs/{run_id}:cancel", {"reason": reason}, f"c-{run_id}")
-        assert (answer.status_code, answer.json()) == (202, {"execution_status": "cancelled"})
+        assert (answer.status_code, answer.json()) == (202, {"execution_status": "cancelling"})
+        now = _get(api, f"/v1/sim/runs/{run_id}").json()["execution_status"]
+        assert now in ("cancelling", "cancelled"), now
 
     # RUNNING: some turns done.
     running = _start(api, slow, "r-running")

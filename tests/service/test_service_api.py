@@ -7,6 +7,7 @@ and tokens that never reach the ledger or the logs."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import signal
@@ -41,6 +42,7 @@ TOKENS = {
     "payments-only": "payments-token-0123456789abcdef",
     "beta": "beta-token-0123456789abcdef",
     "hashed": "hashed-token-0123456789abcdef",
+    "bo": "bo-token-0123456789abcdef",
 }
 
 REQUEST_TIMEOUT = 15.0
@@ -65,6 +67,8 @@ def _tokens_file(path: Path) -> Path:
   tenant: beta
 - name: hashed
   sha256: {hashed}
+- name: bo
+  token: {TOKENS["bo"]}
 """,
         encoding="utf-8",
     )
@@ -330,8 +334,9 @@ def test_every_endpoint_and_error(ledger_url: str, tmp_path: Path, library: Path
             "attempt": 1,
         }
         manifest = ana.get(f"/v1/sim/manifests/{manifest_id}").json()
-        assert set(manifest) == {"resolved", "manifest_sha256"}
-        assert len(manifest["manifest_sha256"]) == 64
+        assert set(manifest) == {"resolved", "locked", "manifest_sha256"}
+        canonical = json.dumps(manifest["locked"], sort_keys=True, separators=(",", ":"))
+        assert hashlib.sha256(canonical.encode()).hexdigest() == manifest["manifest_sha256"]
         # 409: evidence has not converged while the run is pending.
         _error(ana.get(f"/v1/sim/runs/{run_id}/evidence"), 409)
         page = ana.get(f"/v1/sim/runs/{run_id}/events", params={"after_seq": 0}).json()
@@ -551,36 +556,42 @@ def test_a_run_whose_worker_was_killed_is_retried_once_as_configured(
 def test_review_steps_over_http_are_the_ledgers(
     ledger_url: str, tmp_path: Path, library: Path
 ) -> None:
-    """Beyond the seed: the review steps of `simreport review`, taken by the token's name."""
+    """Beyond the seed: the review steps of `simreport review`, taken by the token's name; the
+    token that submitted a version neither approves nor publishes it."""
     from simreport.ledger.review import history
 
-    with api(tmp_path, ledger_url) as server, server.client() as ana:
+    with api(tmp_path, ledger_url) as server, server.client() as ana, server.client("bo") as bo:
         scenario_id = _scenario(ana, "k-s")  # high risk
         versions = f"/v1/sim/scenarios/{scenario_id}/versions"
         assert _post(ana, versions, {"version": "1.3.0", "spec": _spec()}, "k-v").is_success
         step = f"{versions}/1.3.0"
         # 409: the version is reviewing, so `submit` is not a step from here.
         _error(_post(ana, f"{step}:submit", {}, "k-1"), 409, "review_status")
-        approved = _post(ana, f"{step}:approve", {"note": "covers incident 7742"}, "k-2")
+        # 403: ana submitted it.
+        _error(_post(ana, f"{step}:approve", {}, "k-own"), 403, "self_approval")
+        approved = _post(bo, f"{step}:approve", {"note": "covers incident 7742"}, "k-2")
         assert (approved.status_code, approved.json()) == (200, {"status": "reviewed"})
-        # 422: a high-risk scenario goes online only with a risk sign-off.
-        _error(_post(ana, f"{step}:publish", {}, "k-3"), 422, "review_refused")
-        published = _post(ana, f"{step}:publish", {"risk_signoff": "risk-board"}, "k-4")
+        # 422: a high-risk scenario goes online only with the publisher's risk sign-off.
+        _error(_post(bo, f"{step}:publish", {}, "k-3"), 422, "risk_signoff_missing")
+        sha = bo.get(step).json()["sha256"]
+        signoff = {"risk_signoff": {"sha256": sha}}
+        published = _post(bo, f"{step}:publish", signoff, "k-4")
         assert published.json() == {"status": "online"}
         # The same key again: the stored answer, not a second step.
-        again = _post(ana, f"{step}:publish", {"risk_signoff": "risk-board"}, "k-4")
+        again = _post(bo, f"{step}:publish", signoff, "k-4")
         assert (again.status_code, again.json()) == (200, {"status": "online"})
-        _error(_post(ana, f"{versions}/9.9.9:approve", {}, "k-5"), 404, "unknown_version")
-        _error(_post(ana, f"{step}:promote", {}, "k-6"), 422)
+        _error(_post(bo, f"{versions}/9.9.9:approve", {}, "k-5"), 404, "unknown_version")
+        _error(_post(bo, f"{step}:promote", {}, "k-6"), 422)
     engine = connect(ledger_url)
     try:
         steps = history(engine, "scenario", scenario_id, "1.3.0")
     finally:
         engine.dispose()
     assert [(s["to"], s["reviewer"]) for s in steps["transitions"]][-2:] == [
-        ("reviewed", "ana"),
-        ("online", "ana"),
+        ("reviewed", "bo"),
+        ("online", "bo"),
     ]
+    assert steps["transitions"][-1]["riskSignoff"]["by"] == "bo"
 
 
 @pytest.mark.slow

@@ -24,8 +24,8 @@ from simreport.kernel.engine import run_scenario, validate_scenario
 from simreport.ledger import tables as t
 from simreport.ledger.db import as_utc, utc_now
 from simreport.ledger.queries import show_run
-from simreport.ledger.review import transition
 from simreport.service import queue as q
+from tests.support.review import publish
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "refund_desk"
 TENANT = "local"
@@ -278,10 +278,13 @@ def test_a_regression_run_needs_every_version_online(engine: Engine, library: Pa
     with pytest.raises(q.Unprocessable) as refused:
         start(engine, scenario_id, library, purpose="regression")
     assert refused.value.code == "version_not_online"
-    # Every version the run records that is not online, located; the agent's header (spec.sut)
-    # starts it online.
+    # Every version the run records that is not online, located: the agent's, prompt's and
+    # tool contract's too, whose headers say online.
     assert {i["path"]: i["expected"] for i in refused.value.issues} == {
         "version": "online",
+        "spec.sut.agent": "online",
+        "spec.sut.prompt": "online",
+        "spec.environment.toolContracts.0": "online",
         "spec.user.simulator": "online",
         "spec.user.policy": "online",
         "spec.environment.data": "online",
@@ -289,17 +292,17 @@ def test_a_regression_run_needs_every_version_online(engine: Engine, library: Pa
         "spec.evaluationRef.assertions": "online",
     }
     assert q.count_active(engine) == 0
-    # The refused request pinned the asset versions, so they can be reviewed and published.
-    transition(engine, "scenario", scenario_id, VERSION, "approve", reviewer="rita")
-    transition(
-        engine, "scenario", scenario_id, VERSION, "publish", reviewer="rita", risk_signoff="risk"
+    # The refused request pinned the asset versions as drafts, to be reviewed and published.
+    held = sa.select(t.asset.c.asset_type, t.asset.c.name, t.asset_version.c.version).join(
+        t.asset_version
     )
-    held = sa.select(t.asset.c.name, t.asset_version.c.version).join(t.asset_version)
     with engine.connect() as conn:
-        pinned = conn.execute(held.where(t.asset_version.c.status != "online")).all()
-    assert len(pinned) == 5
-    for asset, version in pinned:
-        transition(engine, "asset", asset, version, "publish", reviewer="rita")
+        pinned = conn.execute(held).all()
+        statuses = set(conn.execute(sa.select(t.asset_version.c.status)).scalars())
+    assert len(pinned) == 8 and statuses == {"draft"}
+    publish(engine, "scenario", scenario_id, VERSION)  # submitted by ana; bo approves
+    for asset_type, asset, version in pinned:
+        publish(engine, "asset", f"{asset_type}:{asset}", version)
     run_id, _ = start(engine, scenario_id, library, purpose="regression")
     assert run_row(engine, run_id).purpose == "regression"
 
@@ -830,8 +833,8 @@ def test_cancelling_a_pending_run_ends_it_at_once(engine: Engine, library: Path)
 def test_cancelling_a_running_run_asks_its_worker(engine: Engine, library: Path) -> None:
     run_id, _ = start(engine, scenario(engine), library)
     q.claim(engine, "w1", lease_seconds=30)
-    assert q.request_cancel(engine, run_id, "wrong prompt", tenant=TENANT) == "cancelled"
-    assert q.get_run(engine, run_id, tenant=TENANT)["execution_status"] == "running"
+    assert q.request_cancel(engine, run_id, "wrong prompt", tenant=TENANT) == "cancelling"
+    assert q.get_run(engine, run_id, tenant=TENANT)["execution_status"] == "cancelling"
     beat = q.heartbeat(engine, run_id, "w1", lease_seconds=30)
     assert (beat.lease_lost, beat.cancel, beat.cancel_reason) == (False, True, "wrong prompt")
     q.fail(engine, run_id, "w1", "cancelled: wrong prompt", execution="cancelled")

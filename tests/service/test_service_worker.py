@@ -224,7 +224,7 @@ def test_a_run_cancelled_while_running_ends_cancelled_with_partial_evidence(
     run_id = queued(engine, library, agent="slow-agent@1.0.0")
     with Worker(ledger_url, library, max_runs=1) as worker:
         wait_until("the run under way", lambda: len(seqs(engine, run_id)) >= 5)
-        assert q.request_cancel(engine, run_id, "wrong prompt", tenant=TENANT) == "cancelled"
+        assert q.request_cancel(engine, run_id, "wrong prompt", tenant=TENANT) == "cancelling"
         wait_until("the cancelled run's end", lambda: bool(worker.outcomes))
     assert worker.outcomes == [(run_id, "cancelled")]
     ended = row(engine, run_id)

@@ -18,7 +18,15 @@ from .leases import (
 from .manifests import get_manifest, operator_resources, refuse_unrunnable
 from .reads import events_after, events_page, evidence, get_run, run_detail
 from .recording import append_events, fail, finish
-from .runs import Capacity, count_active, request_cancel, start_run
+from .runs import (
+    CANCEL_CHANNEL,
+    CANCELLING,
+    Capacity,
+    cancellations,
+    count_active,
+    request_cancel,
+    start_run,
+)
 from .scenarios import REVIEW_ACTIONS, create_scenario, review_version, run_document, submit_version
 from .statistics import (
     CLAIM_TO_FINISH_BUCKETS,
@@ -30,6 +38,8 @@ from .statistics import (
 )
 
 __all__ = [
+    "CANCELLING",
+    "CANCEL_CHANNEL",
     "CLAIM_TO_FINISH_BUCKETS",
     "CONFIRM_MIN_SECONDS",
     "REVIEW_ACTIONS",
@@ -50,6 +60,7 @@ __all__ = [
     "StoredAnswer",
     "Unprocessable",
     "append_events",
+    "cancellations",
     "claim",
     "confirmation_seconds",
     "count_active",

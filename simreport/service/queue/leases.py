@@ -18,12 +18,13 @@ from typing import Any, Final
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from ...core.versions import RunChecks, VersionState, version_key
+from ...core.versions import RunChecks
 from ...ledger import tables as t
 from ...ledger.db import as_utc, describe, reading, utc_now, utc_text
 from ...ledger.migrate import prepare_once
 from ...ledger.run_content import insert_events
 from ..errors import LeaseLost, NotFound, ServiceError
+from .manifests import frozen_status, version_checks
 from .scenarios import frozen_spec, run_document
 from .transaction import write_transaction
 
@@ -261,25 +262,36 @@ def _claim_of(conn: Connection, run: Any, engine: Engine) -> Claim:
         mode=str(request.get("mode") or run.mode),
     )
     resolved = document.get("resolved") or {}
-    identity_id = (document.get("scenario") or {}).get("id")
-    scenarios = {}
-    if identity_id:
-        scenarios[version_key(identity_id, manifest.scenario_version)] = VersionState(
-            sha256=manifest.spec_sha256, status=manifest.status
-        )
-    checks = RunChecks(
+    frozen = document.get("scenario") or {}
+    identity_id = frozen.get("id")
+    # The statuses the run was accepted under (its manifest's lock), but for a version retired
+    # since: the run then locks the digest its manifest was frozen with.
+    checks = version_checks(
         purpose=run.purpose,
-        spec_sha256=manifest.spec_sha256 if identity_id else None,
-        version=manifest.scenario_version if identity_id else None,
-        scenarios=scenarios,
-        assets={
-            version_key(entry["name"], entry["version"]): VersionState(
-                sha256=entry["sha256"], status=statuses.get(slot, "draft")
+        scenario={
+            "id": identity_id,
+            "version": manifest.scenario_version,
+            "specSha256": manifest.spec_sha256,
+        },
+        scenario_status=frozen_status(
+            document,
+            "scenario",
+            str(identity_id),
+            manifest.scenario_version,
+            manifest.status,
+        ),
+        resolved=resolved,
+        statuses={
+            slot: frozen_status(
+                document,
+                "asset",
+                entry["name"],
+                entry["version"],
+                statuses.get(slot, "draft"),
             )
             for slot, entry in resolved.items()
         },
         ledger=describe(engine.url.render_as_string(hide_password=False)),
-        pins={entry["name"]: entry["version"] for entry in resolved.values()},
     )
     provenance = scenario.get("provenance")
     library_dir = "assets"

@@ -2,7 +2,9 @@
 versions and sha256s (`resolve`), pinned in the ledger as `simreport review import` pins them
 (`pin`: content changed under a pinned version is refused), and checked against the execution
 policy before a client's spec is stored or run (`refuse_unrunnable`). A run's manifest is
-frozen when it is queued (`freeze`) and read back with `get_manifest`."""
+frozen when it is queued (`freeze`), with what its run will lock its manifest.json with
+(`run_lock`, the run's checks made by `version_checks` with the statuses it was accepted
+under, `frozen_status`), and read back with `get_manifest`, whose digest is the run's."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from sqlalchemy.engine import Connection, Engine
 from ...core.canonical import content_hash
 from ...core.errors import join_path
 from ...core.execution_policy import ExecutionPolicy, spec_issues
+from ...core.versions import RunChecks, VersionState, version_key
 from ...ledger import tables as t
 from ...ledger.asset_pins import pinned_versions
 from ...ledger.db import reading, utc_now
@@ -30,6 +33,7 @@ from .transaction import write_transaction
 
 if TYPE_CHECKING:
     from ...core.schema import Scenario
+    from ...kernel.testbed.assets import AgentAsset
 
 SERVICE_REVIEWER: Final = "run service"
 """Who the review transitions of versions first seen by the service name."""
@@ -46,6 +50,8 @@ class Resolved:
     path: Path
     content: Any = None
     """The asset's content, as its kind's model."""
+    asset: Any = None
+    """The kernel's ResolvedAsset: what a run's loading resolves it to."""
 
 
 def resolve(scenario: Scenario, library: Path) -> list[Resolved]:
@@ -76,7 +82,15 @@ def resolve(scenario: Scenario, library: Path) -> list[Resolved]:
             file = asset.path.as_posix()
         found.append(
             Resolved(
-                slot, kind, asset.name, asset.version, asset.sha256, file, asset.path, asset.content
+                slot,
+                kind,
+                asset.name,
+                asset.version,
+                asset.sha256,
+                file,
+                asset.path,
+                asset.content,
+                asset,
             )
         )
     if issues:
@@ -93,7 +107,7 @@ _PINS: weakref.WeakKeyDictionary[Engine, dict[tuple[str, str], str]] = weakref.W
 
 
 def pin(engine: Engine, resolved: Sequence[Resolved], tenant: str) -> dict[str, str]:
-    """Record every resolved asset version the ledger has not seen (with its header's status),
+    """Record every resolved asset version the ledger has not seen (as a draft),
     in a transaction of its own, so that a refused regression run leaves them there to be
     reviewed. A version seen before with other content is refused (422). Returns slot →
     sha256 as pinned."""
@@ -147,29 +161,63 @@ def refuse_unrunnable(
     not carry under `policy` (`not_allowed`: a command, a URL, a key variable, an entry, a
     provider, endpoint or model the operator did not declare), every asset reference that does
     not resolve in `library` (`manifest_unresolved`), every surrogate or script inside the SUT
-    boundary (`sut_boundary_replaced`). (A setting the testbed does not implement fails the
+    boundary (`refuse_boundary_replaced`). (A setting the testbed does not implement fails the
     scenario's validation before.) `locate` turns a path in the spec into one in the request.
     Returns the resolved assets."""
-    from ...kernel.testbed.assets import AgentAsset
-    from ...kernel.testbed.boundary import REFUSAL, boundary_replacements
-
     try:
         resolved = resolve(scenario, library)
     except Unprocessable:
         # What the policy refuses is said first: it does not depend on the library.
         _refuse_disallowed(scenario, policy, None, locate)
         raise
-    agent = next((r.content for r in resolved if r.slot == "sut.agent"), None)
-    entry = agent.entry if isinstance(agent, AgentAsset) else None
-    _refuse_disallowed(scenario, policy, entry, locate)
-    if isinstance(agent, AgentAsset) and scenario.sut is not None:
-        replaced = [
-            issue(locate("sut.boundary"), text, "nothing inside the boundary replaced")
-            for text in boundary_replacements(scenario, agent)
-        ]
-        if replaced:
-            raise _refused(REFUSAL, "the spec replaces what it tests", replaced)
+    agent = agent_under_test(resolved)
+    _refuse_disallowed(scenario, policy, agent.entry if agent is not None else None, locate)
+    refuse_boundary_replaced(scenario, agent, locate)
     return resolved
+
+
+def agent_under_test(resolved: Sequence[Resolved]) -> AgentAsset | None:
+    """The agent asset `sut.agent` resolved to (None: the scenario has none)."""
+    from ...kernel.testbed.assets import AgentAsset
+
+    agent = next((r.content for r in resolved if r.slot == "sut.agent"), None)
+    return agent if isinstance(agent, AgentAsset) else None
+
+
+def refuse_boundary_replaced(
+    scenario: Scenario, agent: AgentAsset | None, locate: Callable[[str], str]
+) -> None:
+    """422 `sut_boundary_replaced` naming every field that replaces something inside the SUT
+    boundary, as loading the run would refuse it (the kernel's `located_replacements`); without
+    the agent's asset, what the scenario replaces whatever the agent is."""
+    from ...kernel.testbed.boundary import REFUSAL, located_replacements
+
+    if scenario.sut is None:
+        return
+    replaced = [
+        issue(
+            locate(found.path),
+            found.message,
+            f"{', '.join(found.replaced)} left to the agent under test, or out of sut.boundary",
+        )
+        for found in located_replacements(scenario, agent)
+    ]
+    if replaced:
+        raise _refused(REFUSAL, "the spec replaces what it tests", replaced)
+
+
+def sut_agent(scenario: Scenario, library: Path) -> AgentAsset | None:
+    """The agent asset the scenario's `sut.agent` resolves to in `library` (None: it has none,
+    or it does not resolve there)."""
+    from ...kernel.testbed.assets import AgentAsset, AssetError, AssetLibrary
+
+    if scenario.sut is None or not library.is_dir():
+        return None
+    try:
+        asset = AssetLibrary(library).resolve(scenario.sut.agent, "agent", "sut.agent")
+        return asset.typed(AgentAsset)
+    except (AssetError, TypeError):
+        return None
 
 
 def _refuse_disallowed(
@@ -257,10 +305,12 @@ def freeze(
     pinned: Mapping[str, str],
     mode: str,
     purpose: str,
+    lock: Mapping[str, Any] | None = None,
 ) -> Frozen:
     """The manifest of a run of `scenario` (the run document of `scenario_id@version`):
     the version, the asset versions resolved and pinned, world, seed, mode, budget and purpose,
-    and the operator's resources it names."""
+    the operator's resources it names, and — an agent-testbed run's — the `lock` its run will
+    lock its manifest.json with (`run_lock`)."""
     document: dict[str, Any] = {
         "scenario": {
             "scenarioId": scenario_id,
@@ -287,7 +337,99 @@ def freeze(
     resources = operator_resources(scenario)
     if resources:  # absent when the run uses none, so other manifests keep their digests
         document["resources"] = resources
+    if lock is not None:
+        document["lock"] = dict(lock)
     return Frozen(document, content_hash(document), resolved, pinned)
+
+
+LOCK_FIELDS: Final = ("purpose", "notOnline", "scenarioVersion", "seed", "seedPath")
+"""What a frozen manifest's `lock` holds besides `manifestSha256`: the parts of manifest.json
+the run's digest covers beside the resolved assets (kernel.testbed.assets.locked_manifest)."""
+
+
+def version_checks(
+    *,
+    purpose: str,
+    scenario: Mapping[str, Any],
+    scenario_status: str,
+    resolved: Mapping[str, Mapping[str, Any]],
+    statuses: Mapping[str, str],
+    ledger: str | None = None,
+) -> RunChecks:
+    """The checks a run's loading is given: its purpose; the scenario version (`scenario`: the
+    frozen document's `scenario` part) with its design digest and `scenario_status`; each asset
+    version resolved (slot → kind, name, version, sha256) with its status (`statuses`, by slot;
+    draft when missing), pinned to that version."""
+    identity_id = scenario.get("id")
+    version = str(scenario.get("version"))
+    spec_sha256 = str(scenario.get("specSha256"))
+    scenarios = {}
+    if identity_id:
+        scenarios[version_key(str(identity_id), version)] = VersionState(
+            sha256=spec_sha256, status=scenario_status
+        )
+    return RunChecks(
+        purpose=purpose,
+        spec_sha256=spec_sha256 if identity_id else None,
+        version=version if identity_id else None,
+        scenarios=scenarios,
+        assets={
+            version_key(entry["name"], entry["version"]): VersionState(
+                sha256=entry["sha256"], status=statuses.get(slot, "draft")
+            )
+            for slot, entry in resolved.items()
+        },
+        ledger=ledger,
+        pins={entry["name"]: entry["version"] for entry in resolved.values()},
+    )
+
+
+def run_lock(
+    scenario: Scenario, resolved: Sequence[Resolved], library: Path, checks: RunChecks
+) -> dict[str, Any] | None:
+    """What a run of `scenario` (an agent-testbed scenario; None for any other) will lock its
+    manifest with while loading, given `checks`: its LOCK_FIELDS and `manifestSha256`, made by
+    the functions the run's loading makes them with. 422 for what loading would refuse of
+    those versions (`version_not_online`: a retired version; a changed pin)."""
+    from ...kernel.engine import canonical_scenario, recorded_scenario
+    from ...kernel.testbed.assets import manifest_facts
+    from ...kernel.testbed.lifecycle import TestbedFailure
+    from ...kernel.testbed.version_checks import check_versions
+
+    if scenario.sut is None:
+        return None
+    doc = recorded_scenario(canonical_scenario(scenario))
+    assets = {r.slot: r.asset for r in resolved}
+    identity = doc.get("identity")
+    try:
+        not_online = check_versions(identity or {}, assets, checks)
+    except TestbedFailure as exc:
+        raise Unprocessable(str(exc.message), code=exc.kind) from None
+    facts = manifest_facts(
+        doc, assets, library, identity=identity, checks=checks, not_online=not_online
+    )
+    lock = {
+        "purpose": checks.purpose,
+        "notOnline": facts["notOnline"],
+        "scenarioVersion": facts["scenarioVersion"],
+        "seed": doc.get("seed"),
+        "seedPath": doc.get("seedPath"),
+    }
+    return {**lock, "manifestSha256": facts["manifestSha256"]}
+
+
+def frozen_status(document: Mapping[str, Any], kind: str, name: str, version: str, now: str) -> str:
+    """The review status a frozen manifest's run checks a version with: the one it had when
+    the run was accepted (its lock's `notOnline`; online when not listed there), unless it was
+    retired since (`now` offline: loading refuses it). Without a lock (frozen before it had
+    one), `now`."""
+    lock = document.get("lock")
+    if not isinstance(lock, Mapping) or now == "offline":
+        return now
+    for entry in lock.get("notOnline") or []:
+        if (entry.get("kind"), entry.get("name"), entry.get("version")) == (kind, name, version):
+            return str(entry.get("status"))
+    return "online"
 
 
 def asset_id(tenant: str, kind: str, name: str) -> str:
@@ -295,16 +437,36 @@ def asset_id(tenant: str, kind: str, name: str) -> str:
 
 
 def get_manifest(engine: Engine, manifest_id: str, *, tenant: str) -> dict[str, Any]:
-    """The frozen manifest: every asset version it resolved (slot → kind, name, version,
-    sha256, file) and its sha256."""
+    """The frozen manifest: every asset version it resolved (`resolved`: slot → kind, name,
+    version, sha256, file), what its digest covers (`locked`) and the digest,
+    `manifest_sha256`: the sha256 of the canonical JSON of `locked` (core.canonical). For an
+    agent-testbed run, `locked` is what the run locks its manifest.json and its
+    `manifest.locked` record with (kernel.testbed.assets.locked_manifest: purpose, notOnline,
+    scenario, each resolved asset's kind, name, version and sha256, seed, seedPath), so the
+    digest is the run's `manifestSha256`; for any other, the frozen document itself."""
+    from ...kernel.testbed.assets import locked_manifest
+
     prepare_once(engine)
     m = t.manifest.c
     with reading(engine) as conn:
         row = conn.execute(
-            sa.select(m.resolved, m.manifest_sha256).where(
+            sa.select(m.resolved, m.manifest_sha256, m.document).where(
                 m.manifest_id == manifest_id, m.tenant_id == tenant
             )
         ).first()
     if row is None:
         raise NotFound(f"there is no manifest {manifest_id}", code="unknown_manifest")
-    return {"resolved": row.resolved, "manifest_sha256": row.manifest_sha256}
+    document = dict(row.document or {})
+    # A service run's lock, or the manifest.json of a run recorded from its folder.
+    held = document.get("lock")
+    lock: Mapping[str, Any] = held if isinstance(held, Mapping) else document
+    if isinstance(lock.get("manifestSha256"), str):
+        locked = locked_manifest({**lock, "resolved": row.resolved})
+        return {"resolved": row.resolved, "locked": locked, "manifest_sha256": content_hash(locked)}
+    if document and content_hash(document) == row.manifest_sha256:
+        return {
+            "resolved": row.resolved,
+            "locked": document,
+            "manifest_sha256": row.manifest_sha256,
+        }
+    return {"resolved": row.resolved, "locked": None, "manifest_sha256": row.manifest_sha256}

@@ -1,6 +1,7 @@
 """What a client reads of a run, in its tenant only (404 for another's): its statuses
-(`get_run`, `run_detail`), its events after a cursor (`events_page`: 410 for a cursor before
-the retention window), and its evidence package once it has ended (`evidence`, 409 before)."""
+(`get_run`, `run_detail`; `cancelling` while a cancellation is carried out), its events after
+a cursor (`events_page`: 410 for a cursor before the retention window, 422 for one past the
+last event), and its evidence package once it has ended (`evidence`, 409 before)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ from ...ledger import tables as t
 from ...ledger.db import reading, utc_now, utc_text
 from ...ledger.migrate import prepare_once
 from ...ledger.run_evidence import evidence_package
-from ..errors import Conflict, Gone, NotFound
-from .runs import TERMINAL
+from ..errors import Conflict, Gone, NotFound, Unprocessable, issue
+from .runs import CANCELLING, TERMINAL
 
 
 def _run_row(conn: Connection, run_id: str, tenant: str, *columns: Any) -> Any:
@@ -33,6 +34,7 @@ _RUN_OF_TENANT: Final = (t.run.c.run_id == sa.bindparam("p_run_id")) & (
 )
 _RUN_STATUSES: Final = sa.select(
     t.run.c.execution_status,
+    t.run.c.cancel_requested_at,
     t.run.c.validity_status,
     t.run.c.evidence_status,
     t.run.c.quality_ref,
@@ -49,14 +51,23 @@ def _known_run(conn: Connection, query: sa.Select[Any], run_id: str, tenant: str
     return row
 
 
+def execution_status(row: Any) -> str:
+    """The execution status a client reads for the run `row`: the ledger's, but `cancelling`
+    for a running run whose cancellation was asked, until it has ended."""
+    if row.execution_status == "running" and row.cancel_requested_at is not None:
+        return CANCELLING
+    return str(row.execution_status)
+
+
 def get_run(engine: Engine, run_id: str, *, tenant: str) -> dict[str, Any]:
-    """The run's four statuses, and the attempt it is on: 1, or 2 once it was queued again
-    after its worker was lost."""
+    """The run's four statuses (its execution status `cancelling` from the moment its
+    cancellation was asked until it has ended: `execution_status`), and the attempt it is on:
+    1, or 2 once it was queued again after its worker was lost."""
     prepare_once(engine)
     with reading(engine) as conn:
         row = _known_run(conn, _RUN_STATUSES, run_id, tenant)
     return {
-        "execution_status": row.execution_status,
+        "execution_status": execution_status(row),
         "validity_status": row.validity_status,
         "evidence_status": row.evidence_status,
         "quality_ref": row.quality_ref,
@@ -73,7 +84,7 @@ def run_detail(engine: Engine, run_id: str, *, tenant: str) -> dict[str, Any]:
     return {
         "run_id": row.run_id,
         "manifest_id": row.manifest_id,
-        "execution_status": row.execution_status,
+        "execution_status": execution_status(row),
         "validity_status": row.validity_status,
         "evidence_status": row.evidence_status,
         "quality_ref": row.quality_ref,
@@ -104,7 +115,8 @@ def events_after(
     """Up to `limit` events of the run after seq `after_seq`, oldest first, and `next_seq`, the
     cursor to ask with next (the last seq returned, or `after_seq` when none is new). Events
     older than `retention_seconds` are no longer served: a cursor before the newest of them is
-    gone (410)."""
+    gone (410). A cursor past the run's last event is refused (422 `cursor_past_end`, with the
+    run's last seq as `next_seq`)."""
     page: dict[str, Any] = orjson.loads(
         events_page(
             engine,
@@ -174,6 +186,8 @@ def events_page(
             _EVENTS_AFTER,
             {"p_run_id": run_id, "p_after": after_seq, "p_limit": max(1, min(limit, 5000))},
         ).all()
+    if not rows and after_seq > 0:
+        _refuse_past_end(engine, run_id, after_seq)
     events = [
         {
             "seq": seq,
@@ -191,6 +205,28 @@ def events_page(
     ]
     next_seq = events[-1]["seq"] if events else after_seq
     return orjson.dumps({"events": events, "next_seq": next_seq})
+
+
+_LAST_SEQ: Final = sa.select(sa.func.max(t.event.c.seq)).where(
+    t.event.c.run_id == sa.bindparam("p_run_id")
+)
+
+
+def _refuse_past_end(engine: Engine, run_id: str, after_seq: int) -> None:
+    """422 `cursor_past_end` when `after_seq` is past the run's last event: no answer of the
+    service ever gave that cursor (events are appended, never removed), so it belongs to
+    another run or was made up. The refusal's `next_seq` is the run's last seq, the cursor that
+    reads what comes next."""
+    with reading(engine) as conn:
+        last = int(conn.execute(_LAST_SEQ, {"p_run_id": run_id}).scalar() or 0)
+    if after_seq > last:
+        raise Unprocessable(
+            f"after_seq {after_seq} is past the last event of run {run_id} (seq {last}): ask "
+            f"with after_seq={last} for the events that come next",
+            code="cursor_past_end",
+            issues=[issue("query.after_seq", f"past the last event, {last}", f"0 to {last}")],
+            fields={"next_seq": last},
+        )
 
 
 def evidence(

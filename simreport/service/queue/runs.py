@@ -2,7 +2,7 @@
 frozen at once (`manifests.freeze`), within the principal's quota (429) and the queue's limit
 (503), counted in the transaction that queues it; a regression run needs every version it
 records online (422). `request_cancel` ends a pending run at once and asks a running one's
-worker to stop it."""
+worker to stop it (announced on CANCEL_CHANNEL; `cancellations` is what a worker looks up)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,18 @@ from ..errors import (
 )
 from .idempotency import IdempotencyKey, replayed, store_answer, take_key
 from .leases import locked_run
-from .manifests import Resolved, asset_id, freeze, pin, refuse_unrunnable, resolve
+from .manifests import (
+    Resolved,
+    agent_under_test,
+    asset_id,
+    freeze,
+    pin,
+    refuse_boundary_replaced,
+    refuse_unrunnable,
+    resolve,
+    run_lock,
+    version_checks,
+)
 from .scenarios import frozen_spec, run_document, validated
 from .transaction import write_transaction
 
@@ -70,9 +81,11 @@ def start_run(
     not online (each named). With `capacity`, 429 when `principal`'s runs pending or running
     reach its quota and 503 when the queue's reach its limit, counted in the transaction that
     queues the run (requests sent together never overshoot them). `retries`: how many times
-    (0 to MAX_RETRIES) the run goes back to pending when its worker is lost. With `policy` (a
-    client's request), 422 for what the version's spec may not carry under it or could never
-    run (`refuse_unrunnable`), whoever submitted it."""
+    (0 to MAX_RETRIES) the run goes back to pending when its worker is lost. 422
+    `sut_boundary_replaced` for a run that would replace something inside its SUT boundary
+    (loading it would refuse it), located at the field that does. With `policy` (a client's
+    request), 422 for what the version's spec may not carry under it or could never run
+    (`refuse_unrunnable`), whoever submitted it."""
     if not 0 <= retries <= MAX_RETRIES:
         raise ValueError(f"retries must be 0 to {MAX_RETRIES}, not {retries}")
     issues = []
@@ -100,7 +113,25 @@ def start_run(
         resolved = refuse_unrunnable(scenario, policy, Path(library), _request_path)
     else:
         resolved = resolve(scenario, Path(library))
+        refuse_boundary_replaced(scenario, agent_under_test(resolved), _request_path)
     pinned = pin(engine, resolved, tenant)
+    with reading(engine) as conn:
+        scenario_status, statuses = _statuses(conn, scenario_id, version, resolved, tenant)
+    if purpose == "regression":
+        _refuse_not_online(scenario_id, version, resolved, scenario_status, statuses)
+    checks = version_checks(
+        purpose=purpose,
+        scenario={
+            "id": scenario.identity.id if scenario.identity is not None else None,
+            "version": version,
+            "specSha256": spec_sha,
+        },
+        scenario_status=scenario_status,
+        resolved={
+            r.slot: {"name": r.name, "version": r.version, "sha256": r.sha256} for r in resolved
+        },
+        statuses=statuses,
+    )
     frozen = freeze(
         scenario,
         scenario_id=scenario_id,
@@ -110,6 +141,7 @@ def start_run(
         pinned=pinned,
         mode=mode,
         purpose=purpose,
+        lock=run_lock(scenario, resolved, Path(library), checks),
     )
     manifest_id = frozen.manifest_id
     request = {
@@ -185,25 +217,46 @@ def _request_path(path: str) -> str:
     return "seed" if path == "seed" else join_path("spec", path)
 
 
-def _all_online(
+def _statuses(
     conn: Connection, scenario_id: str, version: str, resolved: Sequence[Resolved], tenant: str
-) -> None:
-    """422 naming every version a regression run would record that is not online."""
+) -> tuple[str, dict[str, str]]:
+    """The review status of the scenario version, and of each resolved asset version (by
+    slot), as the ledger holds them now."""
     sv, av = t.scenario_version.c, t.asset_version.c
     status = conn.execute(
         sa.select(sv.status).where(sv.scenario_id == scenario_id, sv.version == version)
     ).scalar_one()
-    refused = []
-    if status != "online":
-        refused.append(("version", f"{scenario_id}@{version}", status))
+    statuses = {}
     for r in resolved:
-        held = conn.execute(
+        statuses[r.slot] = conn.execute(
             sa.select(av.status).where(
                 av.asset_id == asset_id(tenant, r.kind, r.name), av.version == r.version
             )
         ).scalar_one()
-        if held != "online":
-            refused.append((join_path("spec", r.slot), f"{r.name}@{r.version}", held))
+    return str(status), statuses
+
+
+def _all_online(
+    conn: Connection, scenario_id: str, version: str, resolved: Sequence[Resolved], tenant: str
+) -> None:
+    """422 naming every version a regression run would record that is not online."""
+    status, statuses = _statuses(conn, scenario_id, version, resolved, tenant)
+    _refuse_not_online(scenario_id, version, resolved, status, statuses)
+
+
+def _refuse_not_online(
+    scenario_id: str,
+    version: str,
+    resolved: Sequence[Resolved],
+    status: str,
+    statuses: Mapping[str, str],
+) -> None:
+    refused = []
+    if status != "online":
+        refused.append(("version", f"{scenario_id}@{version}", status))
+    for r in resolved:
+        if statuses[r.slot] != "online":
+            refused.append((join_path("spec", r.slot), f"{r.name}@{r.version}", statuses[r.slot]))
     if refused:
         listed = ", ".join(f"{name} ({held})" for _, name, held in refused)
         raise Unprocessable(
@@ -274,6 +327,12 @@ def _active(conn: Connection, principal: str | None = None) -> int:
     return int(conn.execute(_ACTIVE_RUNS_OF, {"p_principal": principal}).scalar_one())
 
 
+CANCEL_CHANNEL: Final = "simreport_cancel"
+"""The PostgreSQL notification channel a cancellation is announced on, with the run's id as its
+payload: sent in the transaction that records the request, so a worker listening hears it as it
+commits (cancellation.py)."""
+
+
 def request_cancel(
     engine: Engine,
     run_id: str,
@@ -282,10 +341,13 @@ def request_cancel(
     tenant: str,
     idempotency: IdempotencyKey | None = None,
 ) -> str:
-    """Cancel a run: a pending one ends `cancelled` at once; for a running one the request is
-    recorded and its worker stops it at the run's next step (it ends cancelled, its evidence
-    partial). 404 for a run `tenant` does not hold, 409 when it has ended. Returns
-    "cancelled"."""
+    """Cancel a run. A pending one ends `cancelled` at once: returns "cancelled". For a running
+    one the request is recorded and announced to its worker (PostgreSQL: a notification on
+    CANCEL_CHANNEL, sent as this transaction commits; SQLite: the worker looks every fraction
+    of a second), which stops the run at its next step: returns "cancelling", what the run's
+    status reads until it has ended — `cancelled` (its evidence partial), or whatever it ended
+    as when it finished before the stop reached it. 404 for a run `tenant` does not hold, 409
+    when it has ended."""
 
     def write(conn: Connection) -> str:
         stored = take_key(conn, idempotency, tenant)
@@ -312,13 +374,43 @@ def request_cancel(
                     cancel_reason=reason,
                 )
             )
-        elif row.cancel_requested_at is None:
-            conn.execute(
-                t.run.update()
-                .where(r.run_id == run_id)
-                .values(cancel_requested_at=now, cancel_reason=reason)
-            )
-        store_answer(conn, idempotency, 202, {"execution_status": "cancelled"})
-        return "cancelled"
+            answer = "cancelled"
+        else:
+            if row.cancel_requested_at is None:
+                conn.execute(
+                    t.run.update()
+                    .where(r.run_id == run_id)
+                    .values(cancel_requested_at=now, cancel_reason=reason)
+                )
+            if conn.dialect.name == "postgresql":
+                conn.execute(_ANNOUNCE, {"p_channel": CANCEL_CHANNEL, "p_run_id": run_id})
+            answer = CANCELLING
+        store_answer(conn, idempotency, 202, {"execution_status": answer})
+        return answer
 
     return write_transaction(engine, write)
+
+
+CANCELLING: Final = "cancelling"
+"""The execution status a running run whose cancellation was asked reads as until it has ended
+(the ledger keeps it `running`, with the request's time and reason)."""
+
+_ANNOUNCE: Final = sa.text("SELECT pg_notify(:p_channel, :p_run_id)")
+
+_CANCELS: Final = sa.select(t.run.c.run_id, t.run.c.cancel_reason).where(
+    t.run.c.run_id.in_(sa.bindparam("p_run_ids", expanding=True)),
+    t.run.c.execution_status == "running",
+    t.run.c.cancel_requested_at.is_not(None),
+)
+
+
+def cancellations(engine: Engine, run_ids: Sequence[str]) -> dict[str, str | None]:
+    """Of the running runs `run_ids`, those whose cancellation was asked: run id → reason."""
+    if not run_ids:
+        return {}
+    prepare_once(engine)
+    with reading(engine) as conn:
+        return {
+            str(run_id): reason
+            for run_id, reason in conn.execute(_CANCELS, {"p_run_ids": list(run_ids)})
+        }

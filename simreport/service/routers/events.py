@@ -1,5 +1,6 @@
 """GET /runs/{id}/events: a run's events after a cursor, as the ledger holds them (410 for a
-cursor before the retention window: re-read the snapshot)."""
+cursor before the retention window: re-read the snapshot; 422 `cursor_past_end` for one past
+the run's last event, with the cursor to use instead)."""
 
 from typing import Annotated
 
