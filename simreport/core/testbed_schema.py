@@ -88,13 +88,16 @@ class Identity(Model):
     status: Literal["draft", "reviewing", "reviewed", "online", "offline"] = Field(
         "draft",
         description=(
-            "Review status this version starts with when the ledger first sees it; afterwards the "
-            "ledger holds the status (`simreport review`). A high-risk scenario starts `online` "
-            "only with `riskSignoff`."
+            "Informative only: the ledger starts every version as a draft and holds its status "
+            "from then on; only review moves it (`simreport review`)."
         ),
     )
     risk_signoff: Name | None = Field(
-        None, description="Who signed off the risk of a high-risk version that starts online."
+        None,
+        description=(
+            "Informative only: a high-risk version's risk sign-off is its publisher's, recorded "
+            "by the ledger (`simreport review publish --risk-signoff SHA256`)."
+        ),
     )
 
 
@@ -339,6 +342,13 @@ class UserConfig(Model):
         default_factory=PrivateFacts, description="What the user knows."
     )
     disclosure: Disclosure = Field(default_factory=Disclosure, description="Disclosure rules.")
+    facts: dict[str, str | Int64] = Field(
+        default_factory=dict,
+        description=(
+            "The user's private facts in a domain (world `testbed`): name → value; the user "
+            "flow says how each looks in text and when it may be said."
+        ),
+    )
     behavior: UserBehavior = Field(default_factory=UserBehavior, description="Reaction rules.")
     mode: UserMode | None = Field(
         None,
@@ -414,20 +424,39 @@ class EnvironmentConfig(Model):
         description="surrogate: every tool is answered by the fact model (the only built-in mode).",
     )
     clock: ClockConfig = Field(default_factory=ClockConfig, description="Business calendar.")
-    data: str = Field(..., description="Environment data asset: orders, refunds, accounts.")
+    domain: str | None = Field(
+        None,
+        description=(
+            "Domain asset (world `testbed`): entities, tools, clock, invariants, observations "
+            "and metrics, all as data."
+        ),
+    )
+    data: str | None = Field(
+        None, description="Environment data asset (refund_desk): orders, refunds, accounts."
+    )
     tool_contracts: list[str] = Field(
-        ..., min_length=1, description="Tool contract assets: the tools the agent may call."
+        default_factory=list,
+        description="Tool contract assets (refund_desk): the tools the agent may call.",
     )
 
-    @field_validator("data")
+    @field_validator("data", "domain")
     @classmethod
-    def _data_ref(cls, value: str) -> str:
-        return check_asset_ref(value)
+    def _data_ref(cls, value: str | None) -> str | None:
+        return None if value is None else check_asset_ref(value)
 
     @field_validator("tool_contracts")
     @classmethod
     def _contract_refs(cls, value: list[str]) -> list[str]:
         return [check_asset_ref(v) for v in value]
+
+    @model_validator(mode="after")
+    def _one_source(self) -> EnvironmentConfig:
+        if self.domain is not None and (self.data is not None or self.tool_contracts):
+            raise ValueError(
+                "a domain brings its own facts and tools: give either `domain`, or `data` with "
+                "`toolContracts`"
+            )
+        return self
 
 
 # --------------------------------------------------------------------------- interaction

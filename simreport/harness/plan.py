@@ -232,7 +232,7 @@ def load_plan(
         base = validate_scenario(plan.base or {}, file=plan_file, document=document, prefix="base")
         asset_root, base_doc, base_prefix = plan_folder, document, "base"
 
-    metrics, distributions = scenario_outputs(base)
+    metrics, distributions = scenario_outputs(base, asset_root)
     _check_metrics(plan, metrics, plan_file, document)
     hypothesis = plan.hypothesis if plan.hypothesis is not None else base.hypothesis
     if plan.hypothesis is not None:

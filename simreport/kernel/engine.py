@@ -157,12 +157,16 @@ def load_scenario(path: str | Path) -> LoadedScenario:
     return LoadedScenario(scenario, Path(path).resolve().parent, document)
 
 
-def scenario_outputs(scenario: Scenario) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The metric and distribution names a scenario's world (or simulator) reports."""
+def scenario_outputs(
+    scenario: Scenario, root: Path | None = None
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The metric and distribution names a scenario's world (or simulator) reports; `root` is
+    the scenario's folder, where a world whose metrics are data finds them."""
     if scenario.simulator is not None:
         return tuple(scenario.simulator.metrics), tuple(scenario.simulator.distributions)
     world = WORLDS.get(scenario.world or "", path="world")
-    return tuple(world.metrics), tuple(world.distributions)
+    metrics, distributions = world.outputs(scenario, root)
+    return tuple(metrics), tuple(distributions)
 
 
 # --------------------------------------------------------------------------- fingerprints
@@ -238,6 +242,21 @@ def _relative_name(path: Path, root: Path) -> str:
 # --------------------------------------------------------------------------- running
 
 
+def canonical_scenario(scenario: Scenario) -> Scenario:
+    """The scenario as a run reads it: in its canonical form (core.versions.run_document), so
+    the order a document lists its mappings' keys in, which its hash does not see, decides
+    nothing, and what no run reads (a description) is not part of the run or of
+    scenario.json."""
+    return Scenario.model_validate(run_document(scenario.to_doc()))
+
+
+def recorded_scenario(scenario: Scenario) -> dict[str, Any]:
+    """The scenario.json a run of the canonical `scenario` writes (URL credentials redacted),
+    whose digests its manifest records: what a run service freezes a run's manifest with."""
+    doc: dict[str, Any] = redact_document(scenario.to_doc())
+    return doc
+
+
 def run_scenario(
     scenario: Scenario,
     out_dir: str | Path,
@@ -262,10 +281,7 @@ def run_scenario(
     them), blanked out of every event, record and failure message in whatever form an error
     quotes them, before any of it is written or handed on."""
     checks = checks if checks is not None else RunChecks()
-    # The run reads the scenario in its canonical form (core.versions.run_document): the order
-    # a document lists its mappings' keys in, which its hash does not see, decides nothing, and
-    # what no run reads (a description) is not part of the run or of scenario.json.
-    scenario = Scenario.model_validate(run_document(scenario.to_doc()))
+    scenario = canonical_scenario(scenario)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     # A stale result.json from an earlier run must not survive a rerun that is killed midway.
@@ -285,7 +301,7 @@ def run_scenario(
         # The run uses the scenario as given; what it writes has URL credentials redacted, and
         # the manifest's hash is that of the scenario.json beside it (a hash of the real one
         # would let anyone holding the folder test guesses at a password).
-        doc = redact_document(scenario.to_doc())
+        doc = recorded_scenario(scenario)
         write_atomic(out / "scenario.json", pretty_json(doc))
         assets = simulator_assets(scenario, root, resources)
         manifest = {

@@ -123,15 +123,15 @@ def parse_answer(text: str, options: Sequence[str]) -> str | None:
                 if isinstance(value.get(key), str):
                     candidate = value[key]
                     break
-    cleaned = candidate.strip().strip("\"'`.!*").strip().lower()
-    lowered = {o.lower(): o for o in options}
+    cleaned = _bare(candidate)
+    # An option is matched as the answer is: without its own closing punctuation.
+    lowered = {_bare(o): o for o in options}
     if cleaned in lowered:
         return lowered[cleaned]
     # Longest options first, so "lean support" is not read as "support".
     found: list[str] = []
     haystack = f" {cleaned} "
-    for option in sorted(options, key=len, reverse=True):
-        needle = option.lower()
+    for needle, option in sorted(lowered.items(), key=lambda item: len(item[0]), reverse=True):
         pos = haystack.find(needle)
         if (
             pos >= 0
@@ -141,3 +141,8 @@ def parse_answer(text: str, options: Sequence[str]) -> str | None:
             found.append(option)
             haystack = haystack.replace(needle, " ")
     return found[0] if len(found) == 1 else None
+
+
+def _bare(text: str) -> str:
+    """Text as answers are compared: trimmed, lower case, without quotes or closing marks."""
+    return text.strip().strip("\"'`.!*").strip().lower()

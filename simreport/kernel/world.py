@@ -111,6 +111,11 @@ class World(ABC):
         return problems
 
     @classmethod
+    def outputs(cls, scenario: Scenario, root: Path | None) -> tuple[list[str], list[str]]:
+        """The metric and distribution names a run of `scenario` reports (`root`: its folder)."""
+        return list(cls.metrics), list(cls.distributions)
+
+    @classmethod
     def needs_provider(cls, scenario: Scenario) -> bool:
         """Whether a run of `scenario` needs the scenario's provider built for its LLM
         executors. A world that answers every decision from elsewhere in this run (the agent

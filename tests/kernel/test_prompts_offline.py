@@ -94,6 +94,17 @@ def test_parse_answer_prefers_longest_option() -> None:
         assert parse_answer(f"My answer: {option}.", options) == option
 
 
+def test_parse_answer_reads_options_that_end_in_punctuation() -> None:
+    """A wording option is a sentence: its closing mark is stripped from the answer, so it must
+    be stripped from the option too."""
+    options = ("Sure, my booking reference is KX4821.", "It's KX4821.")
+    for option in options:
+        assert parse_answer(option, options) == option
+        assert parse_answer(f'"{option}"', options) == option
+    assert parse_answer("It's KX4821!", options) == "It's KX4821."
+    assert parse_answer("Sure, my booking reference is KX4821. It's KX4821.", options) is None
+
+
 def _request(
     messages: tuple[Message, ...], model: str = "offline-base", seed: int = 1
 ) -> ChatRequest:

@@ -20,7 +20,9 @@ from simreport.kernel.worlds import WORLDS
 from tests.support.refusals import refused
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-WORLD_NAMES = ["echo_chamber", "prisoners_dilemma", "refund_desk"]
+WORLD_NAMES = ["echo_chamber", "prisoners_dilemma", "refund_desk", "testbed"]
+# The example folder whose scenario runs each world.
+EXAMPLE_OF = {name: name for name in WORLD_NAMES} | {"testbed": "airline_desk"}
 CAMEL = re.compile(r"^[a-z][A-Za-z0-9]*$")
 
 
@@ -60,12 +62,22 @@ def test_every_parameter_is_described_and_camel_case(name: str) -> None:
             assert CAMEL.match(key), f"{model.__name__}.{key} is not camelCase"
 
 
-@pytest.mark.parametrize("name", WORLD_NAMES)
+@pytest.mark.parametrize("name", [name for name in WORLD_NAMES if name != "testbed"])
 def test_every_metric_and_distribution_has_a_one_line_description(name: str) -> None:
     world = WORLDS.get(name)
     assert world.metrics
     for label, text in [*world.metrics.items(), *world.distributions.items()]:
         assert text.strip() and "\n" not in text, label
+
+
+def test_the_testbed_world_takes_its_metrics_from_the_scenario_domain() -> None:
+    world = WORLDS.get("testbed")
+    assert not world.metrics  # declared by each domain asset, not by the world
+    folder = EXAMPLES / "airline_desk"
+    scenario = load_scenario(folder / "scenario.yaml").scenario
+    metrics, _ = world.outputs(scenario, folder)
+    assert {"duplicatePayments", "rebookedAndSatisfied"} <= set(metrics)
+    assert world.outputs(scenario, None) == ([], list(world.distributions))
 
 
 # --------------------------------------------------------------------------- simreport worlds
@@ -130,7 +142,7 @@ def test_worlds_one_world_and_an_unknown_one(capsys: pytest.CaptureFixture[str])
     assert code == 2
     assert err.strip().splitlines() == [
         "simreport: world: unknown world 'atlantis' (expected one of echo_chamber, "
-        "prisoners_dilemma, refund_desk)"
+        "prisoners_dilemma, refund_desk, testbed)"
     ]
 
 
@@ -139,7 +151,7 @@ def test_listed_templates_target_what_the_example_scenario_has(name: str) -> Non
     from simreport.worlds_catalog import world_catalog
 
     (world,) = world_catalog(name)["worlds"]
-    doc = load_scenario(EXAMPLES / name / "scenario.yaml").scenario.to_doc()
+    doc = load_scenario(EXAMPLES / EXAMPLE_OF[name] / "scenario.yaml").scenario.to_doc()
     for template in world["templates"]:
         if template["when"] is None or doc["policy"]["name"] in template["when"]:
             get_path(doc, template["target"])  # raises when the target does not exist
@@ -181,6 +193,7 @@ def test_schema_command_checks_params_per_world(capsys: pytest.CaptureFixture[st
         "echo_chamber",
         "prisoners_dilemma",
         "refund_desk",
+        "airline_desk",
     ],
 )
 def test_schema_accepts_the_example_scenario(name: str, scenario_schema: dict[str, Any]) -> None:

@@ -23,6 +23,8 @@ from ...core.testbed_schema import ASSET_REF, ReactionRule
 from ...core.validation import issues_from
 from ...core.values import Int64, http_url
 from ...core.versions import RunChecks, design_sha256
+from .domain.expressions import Expression, ExpressionError
+from .domain.model import DomainAsset, UserFlowAsset
 
 AssetKind = Literal[
     "agent",
@@ -33,6 +35,8 @@ AssetKind = Literal[
     "tool_contract",
     "evaluation_spec",
     "rubric",
+    "domain",
+    "user_flow",
 ]
 AssetStatus = Literal["draft", "reviewing", "reviewed", "online", "offline"]
 SUFFIXES = (".yaml", ".yml", ".json")
@@ -249,13 +253,51 @@ class ToolContractAsset(Model):
 
 
 class CriterionSpec(Model):
-    """One evaluation criterion: a built-in check and the observations it needs."""
+    """One evaluation criterion: a built-in check, or an expression over the observations
+    (`check: expect`) with the observations it needs."""
 
     key: str = Field(pattern=r"^[a-z][a-z0-9_]*$", description="Criterion key.")
     check: Literal[
-        "no_duplicate_refund", "correct_amount", "verified_before_retry", "resolved", "no_complaint"
-    ] = Field(description="The built-in check that decides it.")
+        "no_duplicate_refund",
+        "correct_amount",
+        "verified_before_retry",
+        "resolved",
+        "no_complaint",
+        "expect",
+    ] = Field(
+        description=(
+            "The built-in check that decides it; `expect` decides it by the `expect` expression."
+        )
+    )
     description: str = Field("", description="What it asks.")
+    expect: str | None = Field(
+        None,
+        description=(
+            'check: expect — CEL over `obs` (observation key → value, e.g. obs["booking.count"] '
+            "<= 1): true passes, false fails."
+        ),
+    )
+    applies: str | None = Field(
+        None, description="check: expect — CEL over `obs`; false makes the verdict not_applicable."
+    )
+    needs: list[str] = Field(
+        default_factory=list,
+        description="check: expect — the observations it reads; without one it is undecidable.",
+    )
+
+    @model_validator(mode="after")
+    def _expectation(self) -> CriterionSpec:
+        if (self.check == "expect") != (self.expect is not None):
+            raise ValueError("`expect` goes with `check: expect`, and only with it")
+        if self.check != "expect" and (self.needs or self.applies is not None):
+            raise ValueError("`needs` and `applies` go with `check: expect` only")
+        for name, source in (("expect", self.expect), ("applies", self.applies)):
+            if source is not None:
+                try:
+                    Expression.compile(source, name, frozenset({"obs"}))
+                except ExpressionError as exc:
+                    raise ValueError(f"{name}: {exc.message}") from None
+        return self
 
 
 class EvaluationSpecAsset(Model):
@@ -266,6 +308,11 @@ class EvaluationSpecAsset(Model):
         default_factory=list,
         description="Completeness checks that must be present for any verdict.",
     )
+
+
+def expectation_needs(spec: EvaluationSpecAsset) -> dict[str, list[str]]:
+    """Criterion key → the observations an `expect` criterion reads."""
+    return {c.key: list(c.needs) for c in spec.criteria if c.check == "expect"}
 
 
 class RubricAsset(Model):
@@ -283,6 +330,8 @@ CONTENT_MODELS: dict[str, type[Model]] = {
     "tool_contract": ToolContractAsset,
     "evaluation_spec": EvaluationSpecAsset,
     "rubric": RubricAsset,
+    "domain": DomainAsset,
+    "user_flow": UserFlowAsset,
 }
 
 
@@ -295,8 +344,8 @@ class AssetHeader(Model):
     status: AssetStatus = Field(
         "draft",
         description=(
-            "Review status the version starts with when the ledger first sees it; offline is "
-            "refused."
+            "Informative, save offline (refused): the ledger starts every version as a draft, "
+            "and only review puts it online."
         ),
     )
     owner: str | None = Field(None, description="Who maintains it.")
@@ -319,7 +368,8 @@ class ResolvedAsset:
     path: Path
     content: Model
     status: AssetStatus = "draft"
-    """The review status its file's header declares (the ledger may hold a later one)."""
+    """The review status its file's header declares: informative, never what a run checks
+    (the ledger's, or draft)."""
 
     def typed(self, model: type[M]) -> M:
         """The content as the model of its kind (checked)."""
@@ -424,10 +474,14 @@ def manifest_references(scenario: Scenario) -> list[tuple[str, str, AssetKind]]:
     refs: list[tuple[str, str, AssetKind]] = []
     if scenario.sut is not None:
         refs.append(("sut.agent", scenario.sut.agent, "agent"))
+    domain = scenario.environment.domain if scenario.environment is not None else None
     if scenario.user is not None:
-        refs.append(("user.policy", scenario.user.policy, "user_policy"))
+        policy: AssetKind = "user_flow" if domain is not None else "user_policy"
+        refs.append(("user.policy", scenario.user.policy, policy))
         refs.append(("user.simulator", scenario.user.simulator, "simulator_config"))
-    if scenario.environment is not None:
+    if domain is not None:
+        refs.append(("environment.domain", domain, "domain"))
+    if scenario.environment is not None and scenario.environment.data is not None:
         refs.append(("environment.data", scenario.environment.data, "env_data"))
     if scenario.evaluation_ref is not None:
         refs.append(
@@ -533,12 +587,21 @@ LOCKED_ASSET_FIELDS = ("kind", "name", "version", "sha256")
 
 
 def manifest_sha256(manifest: Mapping[str, Any]) -> str:
-    """The digest a manifest locks itself with: over its purpose, the versions it records that
-    are not online, its scenario version and digests, every resolved asset's kind, name, version
-    and sha256, and the seed lineage. Computed the same way from a manifest.json read back, so a
-    manifest edited after its run no longer matches its own `manifestSha256`."""
+    """The digest a manifest locks itself with: the sha256 of the canonical JSON of its
+    `locked_manifest` — its purpose, the versions it records that are not online, its scenario
+    version and digests, every resolved asset's kind, name, version and sha256, and the seed
+    lineage. Computed the same way from a manifest.json read back, so a manifest edited after
+    its run no longer matches its own `manifestSha256`; the run service answers it for the
+    manifest it froze."""
+    return content_hash(locked_manifest(manifest))
+
+
+def locked_manifest(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """What `manifest_sha256` hashes of a manifest (manifest.json, or the part of a frozen
+    manifest shaped like it): {purpose, notOnline, scenario, resolved, seed, seedPath}, each
+    resolved asset by its LOCKED_ASSET_FIELDS only."""
     resolved = manifest.get("resolved") or {}
-    locked = {
+    return {
         "purpose": manifest.get("purpose"),
         "notOnline": manifest.get("notOnline") or [],
         "scenario": manifest.get("scenarioVersion"),
@@ -553,4 +616,3 @@ def manifest_sha256(manifest: Mapping[str, Any]) -> str:
         "seed": manifest.get("seed"),
         "seedPath": manifest.get("seedPath"),
     }
-    return content_hash(locked)

@@ -37,6 +37,8 @@ EVIDENCE_FILE = "evidence.json"
 COMPLETENESS_FILE = "completeness.json"
 
 Emit = Callable[[str, str, dict[str, Any]], None]
+Listener = Callable[[Mapping[str, Any]], None]
+"""Handed each record once it is kept (the run's OpenTelemetry spans are made from them)."""
 
 
 # --------------------------------------------------------------------------- records
@@ -66,6 +68,9 @@ class RecordLog:
         them, and the record marked `redaction: secrets`."""
         self._scrubber = Scrubber()
         self._scrubbing: tuple[str, ...] = ()
+        self.listeners: list[Listener] = []
+        """Handed each record as it is kept, in order; a listener must neither raise nor change
+        the record, so what a run writes is the same with listeners or without."""
 
     def span(self, key: str) -> str:
         """A span id, stable for the same key within this trace (W3C: 16 hex digits)."""
@@ -151,6 +156,8 @@ class RecordLog:
             if duration_ns is not None:
                 event["durationNs"] = duration_ns
             self._emit(type_, actor, event)
+        for listener in self.listeners:
+            listener(record)
         return record
 
     def of_type(self, *types: str) -> list[dict[str, Any]]:
@@ -341,14 +348,23 @@ def extract_observations(
 
     user_msgs = [r for r in records if r["type"] == "user.message"]
     agent_msgs = [r for r in records if r["type"] == "agent.message"]
-    obs.add("conversation.turns", len(user_msgs), _ids(user_msgs))
-    obs.add("conversation.agent_messages", len(agent_msgs), _ids(agent_msgs))
     complaints = [r for r in user_msgs if r["payload"].get("intent") == "threaten_complaint"]
     obs.add("user.complaint", bool(complaints), _ids(complaints) or _ids(user_msgs))
     confirmed = [
         r for r in agent_msgs if "agent.confirms_refund" in r["payload"].get("signals", [])
     ]
     obs.add("agent.confirmed_refund", bool(confirmed), _ids(confirmed) or _ids(agent_msgs))
+    add_conversation_facts(obs, records)
+    return obs
+
+
+def add_conversation_facts(obs: Observations, records: Sequence[Mapping[str, Any]]) -> None:
+    """The facts every testbed run reports, whatever its domain: the conversation's length and
+    close, the event linkages and the stages of each planned fault."""
+    user_msgs = [r for r in records if r["type"] == "user.message"]
+    agent_msgs = [r for r in records if r["type"] == "agent.message"]
+    obs.add("conversation.turns", len(user_msgs), _ids(user_msgs))
+    obs.add("conversation.agent_messages", len(agent_msgs), _ids(agent_msgs))
     terminal = [r for r in records if r["type"] == "conversation.closed"]
     if terminal:
         obs.add("conversation.closed_by", terminal[-1]["payload"]["closedBy"], _ids(terminal[-1:]))
@@ -369,7 +385,6 @@ def extract_observations(
         for r in hits:
             stages.setdefault(str(r["payload"]["faultId"]), []).append(r["type"][len("fault.") :])
         obs.add("fault.stages", stages, _ids(hits))
-    return obs
 
 
 # --------------------------------------------------------------------------- event linkage
@@ -559,13 +574,18 @@ CHECK_EXTRA: dict[str, tuple[str, ...]] = {
 }
 
 
-def build_evidence(obs: Observations, criteria: Sequence[tuple[str, str]]) -> dict[str, Any]:
+def build_evidence(
+    obs: Observations,
+    criteria: Sequence[tuple[str, str]],
+    needs_of: Mapping[str, Sequence[str]] | None = None,
+) -> dict[str, Any]:
     """criterion → the observations and record references that bear on it, and what is missing.
-    `criteria` is (criterion key, built-in check) pairs from the evaluation spec."""
+    `criteria` is (criterion key, built-in check) pairs from the evaluation spec; `needs_of`
+    names what each `expect` criterion reads."""
     ids = obs.ids()
     out: dict[str, Any] = {}
     for key, check in criteria:
-        needs = CHECK_NEEDS[check]
+        needs = tuple(CHECK_NEEDS.get(check) or (needs_of or {}).get(key, ()))
         present = [k for k in (*needs, *CHECK_EXTRA.get(check, ())) if k in obs.facts]
         missing = [k for k in needs if k not in obs.facts]
         refs = sorted({ref for k in present for ref in obs.facts[k].derived_from})

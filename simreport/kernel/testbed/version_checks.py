@@ -5,7 +5,8 @@ the scenario file's design is not the one pinned for its declared version
 (`scenario_version_changed`), when an asset file's content is not the one pinned for its name and
 version (`asset_version_changed`), when a version was retired, and — for a regression run — when
 any version it records is not online (`version_not_online`). Statuses come from the ledger where
-it holds the version, else from the file's header (a version the ledger has not seen yet).
+it holds the version; a version it has not seen yet is a draft, whatever its file's header says
+(only review puts a version online).
 """
 
 from __future__ import annotations
@@ -62,18 +63,13 @@ def check_versions(
 
     recorded = checks.version or declared
     held_scenario = checks.scenarios.get(version_key(scenario_id, recorded))
-    scenario_status: str
-    if held_scenario is not None:
-        scenario_status = held_scenario.status
-    elif recorded == declared:
-        scenario_status = str(identity.get("status") or "draft")
-    else:
-        scenario_status = "draft"  # a derived version nobody has reviewed
+    # Unseen, or a derived version nobody has reviewed: a draft.
+    scenario_status = held_scenario.status if held_scenario is not None else "draft"
     statuses = [("scenario", scenario_id, recorded, scenario_status)]
     for _, asset in sorted(resolved.items()):
         held = checks.assets.get(version_key(asset.name, asset.version))
         statuses.append(
-            ("asset", asset.name, asset.version, held.status if held is not None else asset.status)
+            ("asset", asset.name, asset.version, held.status if held is not None else "draft")
         )
     not_online = [
         {"kind": kind, "name": name, "version": version, "status": status}

@@ -12,5 +12,6 @@ set_world_params_source(lambda: {name: WORLDS.get(name).Params for name in WORLD
 from . import echo_chamber as echo_chamber  # noqa: E402
 from . import prisoners_dilemma as prisoners_dilemma  # noqa: E402
 from . import refund_desk as refund_desk  # noqa: E402
+from . import testbed as testbed  # noqa: E402
 
 __all__ = ["WORLDS"]

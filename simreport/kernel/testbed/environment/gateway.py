@@ -5,6 +5,7 @@ each request, response and state change is recorded."""
 from __future__ import annotations
 
 import re
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,58 +37,41 @@ class HeldRequest:
     """For a held withdrawal: the order whose refunds it withdraws once processed."""
 
 
-@dataclass
-class ToolGateway:
-    """Every agent tool call passes here: contract check, fault interception, the fact model (or
-    the surrogate participant the tool reaches)."""
+class Gateway(ABC):
+    """What every gateway does with a call, whatever answers it: record the request, strike the
+    planned fault at its position (not sent; sent, not committed; committed, response lost),
+    delay or abort it, and record the response. Subclasses say which tools exist, how their
+    arguments are checked and what executes them."""
 
-    tools: Mapping[str, ToolSpec]
-    facts: FactModel
     log: RecordLog
     clocks: Clocks
-    faults: FaultController | None = None
-    participants: Mapping[str, SurrogateParticipant] = field(default_factory=dict)
-    """Tool name → the surrogate participant it reaches."""
-    calls: int = 0
-    per_tool: dict[str, int] = field(default_factory=dict)
-    in_flight: set[str] = field(default_factory=set)
-    held: list[HeldRequest] = field(default_factory=list)
-    released: set[str] = field(default_factory=set)
-    touched: dict[str, set[str]] = field(default_factory=dict)
-    """Fault id → the orders named by the calls it hit (read back to verify its recovery)."""
+    faults: FaultController | None
+    participants: Mapping[str, SurrogateParticipant]
+    calls: int
+    per_tool: dict[str, int]
+    in_flight: set[str]
+    released: set[str]
+
+    @abstractmethod
+    def _spec(self, name: str) -> Any | None:
+        """The tool (or participant) `name` reaches, or None."""
+
+    @abstractmethod
+    def _argument_problem(self, spec: Any, arguments: Mapping[str, Any]) -> str | None:
+        """Why the arguments do not fit the tool, or None."""
+
+    @abstractmethod
+    def _execute(
+        self, spec: Any, arguments: Mapping[str, Any], call_id: str, *, hold: str | None
+    ) -> dict[str, Any]:
+        """Run the call (with `hold`: received, processed when that fault recovers)."""
+
+    def _touch(self, fault_id: str, arguments: Mapping[str, Any]) -> None:  # noqa: B027
+        """Note what a struck call named, to read it back when the fault recovers."""
 
     def definitions(self) -> list[dict[str, Any]]:
         """The tools in the OpenAI function-calling form."""
-        out = []
-        specs: list[ToolSpec | SurrogateParticipant] = [
-            *self.tools.values(),
-            *self.participants.values(),
-        ]
-        for spec in specs:
-            properties = {
-                name: {
-                    "type": p.type,
-                    "description": p.description,
-                    **({"pattern": p.pattern} if p.pattern else {}),
-                }
-                for name, p in spec.parameters.items()
-            }
-            required = [name for name, p in spec.parameters.items() if p.required]
-            out.append(
-                {
-                    "type": "function",
-                    "function": {
-                        "name": spec.name,
-                        "description": spec.description,
-                        "parameters": {
-                            "type": "object",
-                            "properties": properties,
-                            "required": required,
-                        },
-                    },
-                }
-            )
-        return out
+        return [_definition(spec) for spec in self.participants.values()]
 
     def call(self, name: str, arguments: Mapping[str, Any] | None, call_id: str) -> ToolResult:
         if self.faults is not None:
@@ -127,9 +111,7 @@ class ToolGateway:
     def _answer(
         self, name: str, arguments: Mapping[str, Any] | None, call_id: str, index: int
     ) -> ToolResult:
-        spec: ToolSpec | SurrogateParticipant | None = self.tools.get(name)
-        if spec is None:
-            spec = self.participants.get(name)
+        spec = self._spec(name)
         if spec is None:
             return ToolResult(
                 call_id, name, "error", {"ok": False, "error": "unknown_tool", "message": name}
@@ -141,7 +123,7 @@ class ToolGateway:
                 "error",
                 {"ok": False, "error": "invalid_arguments", "message": "arguments are not JSON"},
             )
-        problem = _check_arguments(spec, arguments)
+        problem = self._argument_problem(spec, arguments)
         if problem is not None:
             self.clocks.advance(spec.latency_ms)
             return ToolResult(
@@ -156,8 +138,7 @@ class ToolGateway:
             body = self._execute(spec, arguments, call_id, hold=None)
             return ToolResult(call_id, name, "ok" if body.get("ok") else "error", body)
         assert self.faults is not None
-        if isinstance(arguments.get("order_no"), str):
-            self.touched.setdefault(str(fault.id), set()).add(str(arguments["order_no"]))
+        self._touch(str(fault.id), arguments)
         if fault.effect == "delay":
             # The service works as usual; its answer comes late.
             self.clocks.advance(spec.latency_ms + (fault.delay_ms or 0))
@@ -207,6 +188,68 @@ class ToolGateway:
         }
         return ToolResult(call_id, name, "error", body)
 
+    def _record_changes(
+        self, changes: Iterable[Change], cause: str, *, linkage_id: str | None = None
+    ) -> None:
+        for change in changes:
+            # The first change carries the linkage's environment point (when there is one): the
+            # moment the event took effect.
+            link = self.log.linkage(linkage_id, "environment") if linkage_id else None
+            self.log.add(
+                "state.change",
+                "environment",
+                "state_change",
+                {
+                    "entity": change.entity,
+                    "id": change.id,
+                    "from": change.before,
+                    "to": change.after,
+                    "cause": cause,
+                },
+                linkage=link,
+            )
+
+    def release_held(self, fault_id: str) -> None:
+        """A fault recovered: the requests the service was holding join its backlog, which it
+        works off at the next scheduling point (`process_backlog`), not within the same call."""
+        self.released.add(fault_id)
+
+
+@dataclass
+class ToolGateway(Gateway):
+    """The refund desk's gateway: its tool contracts answered by the fact model (or the surrogate
+    participant a tool reaches)."""
+
+    tools: Mapping[str, ToolSpec]
+    facts: FactModel
+    log: RecordLog
+    clocks: Clocks
+    faults: FaultController | None = None
+    participants: Mapping[str, SurrogateParticipant] = field(default_factory=dict)
+    """Tool name → the surrogate participant it reaches."""
+    calls: int = 0
+    per_tool: dict[str, int] = field(default_factory=dict)
+    in_flight: set[str] = field(default_factory=set)
+    held: list[HeldRequest] = field(default_factory=list)
+    released: set[str] = field(default_factory=set)
+    touched: dict[str, set[str]] = field(default_factory=dict)
+    """Fault id → the orders named by the calls it hit (read back to verify its recovery)."""
+
+    def definitions(self) -> list[dict[str, Any]]:
+        return [_definition(spec) for spec in self.tools.values()] + super().definitions()
+
+    def _spec(self, name: str) -> ToolSpec | SurrogateParticipant | None:
+        return self.tools.get(name) or self.participants.get(name)
+
+    def _argument_problem(
+        self, spec: ToolSpec | SurrogateParticipant, arguments: Mapping[str, Any]
+    ) -> str | None:
+        return check_arguments(spec, arguments)
+
+    def _touch(self, fault_id: str, arguments: Mapping[str, Any]) -> None:
+        if isinstance(arguments.get("order_no"), str):
+            self.touched.setdefault(fault_id, set()).add(str(arguments["order_no"]))
+
     def _execute(
         self,
         spec: ToolSpec | SurrogateParticipant,
@@ -245,32 +288,6 @@ class ToolGateway:
         linkage_id = self.log.pending_linkage(WITHDRAW_EVENT, "environment")
         self._record_changes(changes, call_id, linkage_id=linkage_id)
         return body
-
-    def _record_changes(
-        self, changes: Iterable[Change], cause: str, *, linkage_id: str | None = None
-    ) -> None:
-        for change in changes:
-            # The first change carries the linkage's environment point (when there is one): the
-            # moment the event took effect.
-            link = self.log.linkage(linkage_id, "environment") if linkage_id else None
-            self.log.add(
-                "state.change",
-                "environment",
-                "state_change",
-                {
-                    "entity": change.entity,
-                    "id": change.id,
-                    "from": change.before,
-                    "to": change.after,
-                    "cause": cause,
-                },
-                linkage=link,
-            )
-
-    def release_held(self, fault_id: str) -> None:
-        """A fault recovered: the requests the service was holding join its backlog, which it
-        works off at the next scheduling point (`process_backlog`), not within the same call."""
-        self.released.add(fault_id)
 
     def process_backlog(self) -> None:
         """Process held requests whose fault has recovered (at a turn boundary, or when
@@ -312,10 +329,35 @@ class ToolGateway:
         return RecoveryCheck({"orders": orders, "refunds": refunds}, problems)
 
 
+def _definition(spec: ToolSpec | SurrogateParticipant) -> dict[str, Any]:
+    """One tool in the OpenAI function-calling form."""
+    properties = {
+        name: {
+            "type": p.type,
+            "description": p.description,
+            **({"pattern": p.pattern} if p.pattern else {}),
+        }
+        for name, p in spec.parameters.items()
+    }
+    required = [name for name, p in spec.parameters.items() if p.required]
+    return {
+        "type": "function",
+        "function": {
+            "name": spec.name,
+            "description": spec.description,
+            "parameters": {
+                "type": "object",
+                "properties": properties,
+                "required": required,
+            },
+        },
+    }
+
+
 _TYPES = {"string": str, "integer": int}
 
 
-def _check_arguments(
+def check_arguments(
     spec: ToolSpec | SurrogateParticipant, arguments: Mapping[str, Any]
 ) -> str | None:
     for name, param in spec.parameters.items():

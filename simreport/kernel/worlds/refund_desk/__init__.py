@@ -8,9 +8,10 @@ own). The design: docs/testbed.md.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, ClassVar
 
 from ....core.errors import RunError
 from ....core.schema import Scenario, WorldParams
@@ -66,12 +67,12 @@ class RefundDesk(World):
     """An agent under test at a refund desk; one run is one conversation."""
 
     name = "refund_desk"
-    Params = RefundDeskParams
-    metrics = METRICS
+    Params: ClassVar[type[WorldParams]] = RefundDeskParams
+    metrics: ClassVar[Mapping[str, str]] = METRICS
     distributions = MappingProxyType({"outcome": "Who closed the conversation (one per run)."})
     min_agents = 2
     pinned = ("population", "policy")
-    code_packages = ("simreport.kernel.testbed",)
+    code_packages: ClassVar[tuple[str, ...]] = ("simreport.kernel.testbed",)
 
     @classmethod
     def check(cls, scenario: Scenario, params: Any) -> list[tuple[str, str]]:
@@ -84,6 +85,15 @@ class RefundDesk(World):
         ):
             if value is None:
                 problems.append((key, f"refund_desk needs the `{key}` group"))
+        environment = scenario.environment
+        if environment is not None and (environment.data is None or not environment.tool_contracts):
+            problems.append(
+                (
+                    "environment",
+                    "refund_desk reads its facts and tools from `data` and `toolContracts`; "
+                    "a `domain` runs in the `testbed` world",
+                )
+            )
         if scenario.population.n != 2:
             problems.append(
                 (

@@ -58,12 +58,8 @@ class Initializing(RunState):
             self.workspace / "credentials.json",
             {"identity": s.sut.identity, "token": sha256_text("token|" + self.log.trace_id)[:24]},
         )
-        env = self.resolved["environment.data"].typed(EnvironmentDataAsset)
-        self.facts = FactModel(env)
+        self._make_environment()
         write_json(self.workspace / "initial-state.json", self.facts.snapshot())
-        self.gateway = ToolGateway(
-            self.tools, self.facts, self.log, self.clocks, participants=self.participants
-        )
         triggers = list(s.events.triggers) if s.events is not None else []
         backend = (
             RecordedFaultBackend(self.replay.fault_hits)
@@ -97,7 +93,31 @@ class Initializing(RunState):
         if prompt is not None:
             self.ctx.agents[AGENT].persona = dict(prompt.typed(PromptAsset).persona)
         self.ctx.agents[USER].persona = s.user.persona.to_doc()
+        self.ctx.name_actor(USER, "user")  # the user's wording is the user's, not an agent's
         self._route_user_wording()
+        self._make_user()
+        self.agent = self._make_agent()
+        self.log.secrets = (*self.agent.secrets, *self.ctx.secrets)
+        prompt_asset = self.resolved.get("sut.prompt")
+        system = (
+            prompt_asset.typed(PromptAsset).instructions
+            if prompt_asset is not None and self.agent_asset.adapter in ("http", "python")
+            else None
+        )
+        self.session = Session(system)
+
+    def _make_environment(self) -> None:
+        """The fact model and the gateway to it."""
+        env = self.resolved["environment.data"].typed(EnvironmentDataAsset)
+        self.facts = FactModel(env)
+        self.gateway = ToolGateway(
+            self.tools, self.facts, self.log, self.clocks, participants=self.participants
+        )
+
+    def _make_user(self) -> None:
+        """The user simulator."""
+        s = self.scenario
+        assert s.user is not None
         self.user = UserSimulator(
             config=s.user,
             policy=self.resolved["user.policy"].typed(UserPolicyAsset),
@@ -109,15 +129,6 @@ class Initializing(RunState):
             rng=self.ctx.seeds.generator(STREAM_TESTBED_USER),
             seed=s.seed,
         )
-        self.agent = self._make_agent()
-        self.log.secrets = (*self.agent.secrets, *self.ctx.secrets)
-        prompt_asset = self.resolved.get("sut.prompt")
-        system = (
-            prompt_asset.typed(PromptAsset).instructions
-            if prompt_asset is not None and self.agent_asset.adapter in ("http", "python")
-            else None
-        )
-        self.session = Session(system)
 
     def _route_user_wording(self) -> None:
         """The user's wording through `user.llm` when declared (its own provider, built here and

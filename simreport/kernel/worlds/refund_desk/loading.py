@@ -5,6 +5,7 @@ loading stage."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from ....core.files import read_json, write_json
@@ -20,6 +21,7 @@ from ...testbed.assets import (
     ToolSpec,
     UserPolicyAsset,
     manifest_facts,
+    manifest_references,
 )
 from ...testbed.boundary import REFUSAL, boundary_replacements
 from ...testbed.environment import InProcessFaultBackend
@@ -41,7 +43,7 @@ class Loading(RunState):
         assert s.sut is not None and s.user is not None and s.environment is not None
         assert s.evaluation_ref is not None
         self._refuse_unimplemented(unimplemented(s))
-        self.user_mode, mode_from = self._user_mode()
+        self.user_mode, self.user_mode_from = self._user_mode()
         library_dir = s.provenance.asset_library if s.provenance is not None else "assets"
         if self.ctx.asset_root is None:
             raise TestbedFailure(
@@ -52,24 +54,9 @@ class Loading(RunState):
         root = (self.ctx.asset_root / library_dir).resolve()
         pins = self.replay.pins if self.replay is not None else (self.ctx.checks.pins or None)
         library = AssetLibrary(root, pins=pins)
-        wanted: list[tuple[str, str, Any]] = [
-            ("sut.agent", s.sut.agent, "agent"),
-            ("user.policy", s.user.policy, "user_policy"),
-            ("user.simulator", s.user.simulator, "simulator_config"),
-            ("environment.data", s.environment.data, "env_data"),
-            ("evaluationRef.assertions", s.evaluation_ref.assertions, "evaluation_spec"),
-        ]
-        if s.sut.prompt is not None:
-            wanted.append(("sut.prompt", s.sut.prompt, "prompt"))
-        if s.evaluation_ref.rubric is not None:
-            wanted.append(("evaluationRef.rubric", s.evaluation_ref.rubric, "rubric"))
-        wanted += [
-            (f"environment.toolContracts.{i}", ref, "tool_contract")
-            for i, ref in enumerate(s.environment.tool_contracts)
-        ]
         resolved: dict[str, ResolvedAsset] = {}
         errors: list[str] = []
-        for slot, ref, kind in wanted:
+        for slot, ref, kind in self._wanted():
             try:
                 resolved[slot] = library.resolve(ref, kind, slot)
             except AssetError as exc:
@@ -80,6 +67,17 @@ class Loading(RunState):
                 stage="loading",
                 kind="manifest_unresolved",
             )
+        self._locked(resolved, root)
+
+    def _wanted(self) -> list[tuple[str, str, Any]]:
+        """Every asset the run resolves: (slot, reference, kind)."""
+        return list(manifest_references(self.scenario))
+
+    def _locked(self, resolved: dict[str, ResolvedAsset], root: Path) -> None:
+        """Check the resolved versions, the boundary, the entry and the joint model; lock the
+        manifest and probe the agent."""
+        s = self.scenario
+        assert s.user is not None
         # Before anything else looks at them: the versions must be the pinned ones, and a
         # regression run's all online.
         identity = self.doc.get("identity") or {}
@@ -114,7 +112,7 @@ class Loading(RunState):
         wording_llm = s.user.llm or s.llm
         facts["userSimulator"] = {
             "mode": self.user_mode,
-            "modeFrom": mode_from,
+            "modeFrom": self.user_mode_from,
             "llm": {
                 "from": "user.llm" if s.user.llm is not None else "llm",
                 "provider": wording_llm.provider,

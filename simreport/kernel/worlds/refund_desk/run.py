@@ -8,7 +8,7 @@ from ....core.errors import RunError
 from ...run_cost import ENVIRONMENT, EVALUATION
 from ...testbed.agents import AgentError
 from ...testbed.lifecycle import TestbedFailure
-from ...testbed.records import metrics_from
+from ...testbed.records import Observations, metrics_from
 from ...world import WorldOutcome
 from .budget import BudgetExhausted
 from .collecting import Collecting
@@ -23,6 +23,13 @@ class TestbedRun(Loading, Initializing, Running, Collecting):
     __test__ = False
 
     def execute(self) -> WorldOutcome:
+        try:
+            return self._execute()
+        finally:
+            if self.tracing is not None:
+                self.tracing.finish()  # the run's spans end with it, however it ends
+
+    def _execute(self) -> WorldOutcome:
         self.ctx.count("agentCalls", 0)  # stated even when the run never reaches the agent
         self.life.enter("LOADING")
         try:
@@ -117,11 +124,15 @@ class TestbedRun(Loading, Initializing, Running, Collecting):
             raise failure
         closed = obs.get("conversation.closed_by")
         return WorldOutcome(
-            metrics=metrics_from(obs),
+            metrics=self._metrics(obs),
             distributions={"outcome": {str(closed): 1}} if closed is not None else {},
             validity=validity,
             evidence=evidence_status,
         )
+
+    def _metrics(self, obs: Observations) -> dict[str, float]:
+        """The audit metrics, from the observations."""
+        return metrics_from(obs)
 
     def _fail(self, failure: TestbedFailure) -> None:
         """Record the failure and enter FAILED, the final stage."""

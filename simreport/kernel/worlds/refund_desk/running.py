@@ -19,7 +19,6 @@ class Running(RunState):
         s = self.scenario
         budget = Budget.of(s)
         turn_ms = s.interaction.turn_ms if s.interaction is not None else 20_000
-        order_pattern = self.user.wording.order_number_pattern
         started = Clocks.monotonic_ns()
 
         turn = 1
@@ -62,12 +61,11 @@ class Running(RunState):
                     break
                 if step.reply:
                     self.session.assistant(step)
-                    reading = read_agent_message(step.reply, order_pattern)
                     self.log.add(
                         "agent.message",
                         "agent",
                         "message",
-                        {"turn": turn, "text": step.reply, "signals": list(reading.signals)},
+                        {"turn": turn, "text": step.reply, "signals": self._signals(step.reply)},
                     )
                     texts.append(step.reply)
                     break
@@ -94,7 +92,7 @@ class Running(RunState):
                 self.session.user(message.text)
         if message.text is None:
             closed_by = "user_silent"
-        elif message.intent == "confirm_and_close":
+        elif message.goal_reached:
             closed_by, goal = "resolved_by_user", True
         else:
             closed_by = "user_gave_up"
@@ -104,6 +102,10 @@ class Running(RunState):
             "control",
             {"closedBy": closed_by, "goalReached": goal, "turns": turn},
         )
+
+    def _signals(self, text: str) -> list[str]:
+        """What a reader takes from an agent message (recorded with it)."""
+        return list(read_agent_message(text, self.user.wording.order_number_pattern).signals)
 
     def _note_delivery(self, turn: int) -> None:
         """The agent point of a linked event (t2): the user's message that opened it is handed

@@ -16,6 +16,7 @@ from ...testbed.clock import Clocks
 from ...testbed.lifecycle import Lifecycle
 from ...testbed.records import RecordLog
 from ...testbed.replay_records import ReplaySource, active_replay
+from ...testbed.tracing import trace_run
 
 if TYPE_CHECKING:
     from ...context import RunContext
@@ -35,6 +36,7 @@ class RunState:
 
     # Set while LOADING.
     user_mode: str
+    user_mode_from: str
     resolved: dict[str, ResolvedAsset]
     agent_asset: AgentAsset
     entry_function: Callable[..., Any] | None
@@ -65,6 +67,10 @@ class RunState:
         self.log = RecordLog(self.clocks, trace_id, emit=self._emit)
         self.log.secrets = self.ctx.secrets
         self.life = Lifecycle(self.log)
+        # The run's OpenTelemetry spans, made from its records (None when tracing is off).
+        self.tracing = trace_run(
+            self.log, run_dir=ctx.run_dir, agent_calls=lambda: self.agent_calls
+        )
         self.run_dir: Path | None = ctx.run_dir
         self.workspace: Path | None = None
         self._temp: tempfile.TemporaryDirectory[str] | None = None
