@@ -55,11 +55,20 @@ class RunAltered(InputError):
 
 
 def locked_manifest_sha256(manifest: Mapping[str, Any]) -> str:
-    """The digest a manifest locks itself with (see the module's docstring): computed the same
-    way from a manifest.json read back, so one edited after its run no longer matches its own
-    `manifestSha256`."""
+    """The digest a manifest locks itself with: the sha256 of the canonical JSON of its
+    `locked_manifest`. Computed the same way from a manifest.json read back, so a manifest
+    edited after its run no longer matches its own `manifestSha256`; the run service answers it
+    for the manifest it froze."""
+    # content_hash's canonical JSON, in one pass of json's C encoder: every key here is text.
+    return sha256_text(document_json(locked_manifest(manifest)))
+
+
+def locked_manifest(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """What `locked_manifest_sha256` hashes of a manifest (manifest.json, or the part of a
+    frozen manifest shaped like it): {purpose, notOnline, scenario, resolved, seed, seedPath},
+    each resolved asset by its LOCKED_ASSET_FIELDS only."""
     resolved = manifest.get("resolved") or {}
-    locked = {
+    return {
         "purpose": manifest.get("purpose"),
         "notOnline": manifest.get("notOnline") or [],
         "scenario": manifest.get("scenarioVersion"),
@@ -74,8 +83,6 @@ def locked_manifest_sha256(manifest: Mapping[str, Any]) -> str:
         "seed": manifest.get("seed"),
         "seedPath": manifest.get("seedPath"),
     }
-    # content_hash's canonical JSON, in one pass of json's C encoder: every key here is text.
-    return sha256_text(document_json(locked))
 
 
 def records_sha256(record_digests: Iterable[str]) -> str:

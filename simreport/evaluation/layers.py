@@ -16,12 +16,11 @@ from typing import Any
 
 from ..core.canonical import sha256_bytes, to_plain
 from ..core.errors import DocumentError, InputError
-from ..core.run_digests import RunAltered
+from ..core.run_digests import RunAltered, locked_manifest_sha256
 from ..core.schema import RunResult
 from ..kernel.testbed.assets import (
     EvaluationSpecAsset,
     expectation_needs,
-    manifest_sha256,
 )
 from ..kernel.testbed.records import (
     COMPLETENESS_FILE,
@@ -210,15 +209,15 @@ def read_run(run_dir: Path) -> RunLayers:
             expected="an agent-testbed run",
         )
     recorded = manifest.get("manifestSha256")
-    if recorded != manifest_sha256(manifest):
+    if recorded != locked_manifest_sha256(manifest):
         raise RunAltered(
             "manifest.json was altered after the run: what it locks no longer hashes to its "
             "manifestSha256",
             file=run_dir / MANIFEST_FILE,
             path="manifestSha256",
-            expected=manifest_sha256(manifest),
+            expected=locked_manifest_sha256(manifest),
             recorded=None if recorded is None else str(recorded),
-            found=manifest_sha256(manifest),
+            found=locked_manifest_sha256(manifest),
         )
     spec, spec_version = _spec(run_dir, manifest, entry, inputs)
     layers = RunLayers(

@@ -17,8 +17,12 @@ import sqlalchemy as sa
 from simreport.cli import main
 from simreport.core.canonical import content_hash, sha256_bytes
 from simreport.core.errors import EXIT_INPUT, EXIT_OK
-from simreport.core.run_digests import RunAltered, locked_manifest_sha256, records_sha256
-from simreport.kernel.testbed.assets import manifest_sha256
+from simreport.core.run_digests import (
+    RunAltered,
+    locked_manifest,
+    locked_manifest_sha256,
+    records_sha256,
+)
 from simreport.kernel.testbed.records import record_digest
 from simreport.ledger import connect, ingest_paths, ingest_run
 from simreport.ledger import tables as t
@@ -190,14 +194,14 @@ def test_ledger_ingest_refuses_the_altered_run_and_records_the_others(
     assert dirs == [str(intact.resolve())]
 
 
-def test_the_ledger_locks_manifests_as_the_kernel_does(run_dir: Path) -> None:
-    """core/run_digests.py computes the manifest digest for readers that may not import the
-    kernel; it must give what the kernel locked."""
+def test_the_manifest_digest_is_the_canonical_hash_of_what_it_locks(run_dir: Path) -> None:
+    """The one-pass digest readers recompute is the canonical content hash of the locked part,
+    and the run wrote it; a change to what the manifest locks changes it."""
     manifest = load(run_dir / "manifest.json")
-    assert locked_manifest_sha256(manifest) == manifest_sha256(manifest)
     assert manifest["manifestSha256"] == locked_manifest_sha256(manifest)
-    manifest["notOnline"] = []
-    assert locked_manifest_sha256(manifest) == manifest_sha256(manifest)
+    assert locked_manifest_sha256(manifest) == content_hash(locked_manifest(manifest))
+    manifest["notOnline"] = ["sut.prompt"]
+    assert locked_manifest_sha256(manifest) == content_hash(locked_manifest(manifest))
     assert locked_manifest_sha256(manifest) != load(run_dir / "manifest.json")["manifestSha256"]
 
 

@@ -62,17 +62,17 @@ def refund_spec() -> dict[str, Any]:
 
 
 @contextmanager
-def in_process_api(ledger: str, folder: Path) -> Iterator[Api]:
+def in_process_api(ledger: str, folder: Path, example: Path = EXAMPLE) -> Iterator[Api]:
     """The service on the ledger at `ledger` (a fresh one: the ledger_url fixture's), its
-    library a copy of the refund desk's in `folder`."""
+    library a copy of `example`'s (default: the refund desk's) in `folder`."""
     from fastapi.testclient import TestClient
 
     from simreport.service.app import PREFIX, create_app
     from simreport.service.auth import load_tokens
     from simreport.service.config import ServiceSettings
 
-    root = folder / "refund_desk"
-    shutil.copytree(EXAMPLE, root)
+    root = folder / example.name
+    shutil.copytree(example, root)
     settings = ServiceSettings(ledger=ledger, library=root / "assets", workers=0)
     tokens = load_tokens(settings, {"SIMREPORT_API_TOKENS": TOKEN})
     app = create_app(settings, tokens=tokens)

@@ -29,7 +29,7 @@ from simreport.service.keeper import Lease
 from simreport.service.worker import run_worker
 from tests.service.in_process import in_process_api, refund_spec
 from tests.support.ledgers import POSTGRES_URL, fresh_ledger
-from tests.support.service_helpers import add_agent, write_agents
+from tests.support.service_helpers import add_agent, queue_run, write_agents
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "refund_desk"
 TENANT = "local"
@@ -53,31 +53,7 @@ def queued(engine: Engine, library: Path, agent: str | None = None, name: str = 
     assert isinstance(spec, dict)
     if agent is not None:
         spec["sut"]["agent"] = agent
-    scenario_id = q.create_scenario(
-        engine, tenant=TENANT, namespace="support", name=name, owner="qa", risk_level="low"
-    )
-    q.submit_version(
-        engine,
-        tenant=TENANT,
-        scenario_id=scenario_id,
-        version=VERSION,
-        spec=spec,
-        source=None,
-        created_by="ana",
-    )
-    run_id, _ = q.start_run(
-        engine,
-        tenant=TENANT,
-        principal="ci",
-        scenario_id=scenario_id,
-        version=VERSION,
-        mode="surrogate",
-        seed=None,
-        budget=None,
-        purpose="exploration",
-        library=library,
-    )
-    return run_id
+    return queue_run(engine, library, spec, name=name, version=VERSION)
 
 
 def row(engine: Engine, run_id: str) -> Any:

@@ -808,9 +808,9 @@ def test_a_paced_run_is_followed_live_and_cancelled_while_it_runs(tmp_path: Path
         assert started.returncode == 0, started.stderr
         run_id = json.loads(started.stdout)["run_id"]
 
-        # The worker learns of a cancellation at its next heartbeat: every half second here, so
-        # that the cancel reaches the run well inside the turns it has left (about six seconds)
-        # however slowly the `remote cancel` command starts on a busy machine.
+        # The worker hears of a cancellation by its quarter-second poll of a SQLite ledger (and
+        # at the latest at its heartbeat, every half second here), well inside the turns the run
+        # has left (about six seconds) however slowly `remote cancel` starts on a busy machine.
         worker = subprocess.Popen(
             [
                 sys.executable, "-m", "simreport.cli", "worker", "--ledger", ledger,

@@ -12,6 +12,7 @@ from sqlalchemy.engine import Engine
 from simreport.core.files import load_document
 from simreport.kernel.engine import run_scenario, validate_scenario
 from simreport.service import queue as q
+from tests.support.service_helpers import queue_run
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "refund_desk"
 TENANT = "local"
@@ -19,30 +20,8 @@ TENANT = "local"
 
 def test_streamed_and_recorded_events_name_the_user(engine: Engine, tmp_path: Path) -> None:
     spec = load_document(EXAMPLE / "scenario.yaml").data
-    scenario_id = q.create_scenario(
-        engine, tenant=TENANT, namespace="ns", name="refund", owner="qa", risk_level="low"
-    )
-    q.submit_version(
-        engine,
-        tenant=TENANT,
-        scenario_id=scenario_id,
-        version="1.3.0",
-        spec=spec,
-        source=None,
-        created_by="ana",
-    )
-    run_id, _ = q.start_run(
-        engine,
-        tenant=TENANT,
-        principal="ci",
-        scenario_id=scenario_id,
-        version="1.3.0",
-        mode="surrogate",
-        seed=None,
-        budget=None,
-        purpose="exploration",
-        library=EXAMPLE / "assets",
-    )
+    assert isinstance(spec, dict)
+    run_id = queue_run(engine, EXAMPLE / "assets", spec, namespace="ns")
     claimed = q.claim(engine, "w1", lease_seconds=30)
     assert claimed is not None
     streamed: list[dict[str, Any]] = []

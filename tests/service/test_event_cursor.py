@@ -15,6 +15,7 @@ from sqlalchemy.engine import Engine
 
 from simreport.service import queue as q
 from tests.service.in_process import in_process_api, refund_spec
+from tests.support.service_helpers import queue_run
 
 TENANT = "local"
 
@@ -32,30 +33,7 @@ def event(seq: int) -> dict[str, Any]:
 
 def running_run(engine: Engine, library: Path, events: int) -> str:
     """A claimed run with `events` events recorded."""
-    scenario_id = q.create_scenario(
-        engine, tenant=TENANT, namespace="ns", name="refund", owner="qa", risk_level="low"
-    )
-    q.submit_version(
-        engine,
-        tenant=TENANT,
-        scenario_id=scenario_id,
-        version="1.3.0",
-        spec=refund_spec(),
-        source=None,
-        created_by="ana",
-    )
-    run_id, _ = q.start_run(
-        engine,
-        tenant=TENANT,
-        principal="ci",
-        scenario_id=scenario_id,
-        version="1.3.0",
-        mode="surrogate",
-        seed=None,
-        budget=None,
-        purpose="exploration",
-        library=library,
-    )
+    run_id = queue_run(engine, library, refund_spec(), namespace="ns")
     assert q.claim(engine, "w1", lease_seconds=30) is not None
     if events:
         q.append_events(engine, run_id, [event(s) for s in range(1, events + 1)], worker_id="w1")

@@ -22,6 +22,7 @@ from simreport.ledger import connect
 from simreport.ledger import tables as t
 from simreport.service import queue as q
 from tests.service.in_process import in_process_api, refund_spec
+from tests.support.service_helpers import queue_run
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "refund_desk"
 PRISONERS = EXAMPLE.parent / "prisoners_dilemma" / "scenario.yaml"
@@ -36,31 +37,7 @@ def recomputed(answer: dict[str, Any]) -> str:
 
 
 def queued(engine: Engine, library: Path, spec: dict[str, Any], name: str = "refund") -> str:
-    scenario_id = q.create_scenario(
-        engine, tenant=TENANT, namespace="ns", name=name, owner="qa", risk_level="low"
-    )
-    q.submit_version(
-        engine,
-        tenant=TENANT,
-        scenario_id=scenario_id,
-        version=VERSION,
-        spec=spec,
-        source=None,
-        created_by="ana",
-    )
-    run_id, _ = q.start_run(
-        engine,
-        tenant=TENANT,
-        principal="ci",
-        scenario_id=scenario_id,
-        version=VERSION,
-        mode="surrogate",
-        seed=None,
-        budget=None,
-        purpose="exploration",
-        library=library,
-    )
-    return run_id
+    return queue_run(engine, library, spec, name=name, namespace="ns", version=VERSION)
 
 
 def executed(engine: Engine, library: Path, out: Path) -> tuple[str, dict[str, Any]]:

@@ -13,7 +13,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -28,9 +27,8 @@ from simreport.core.files import load_document
 from simreport.ledger import tables as t
 from simreport.ledger.db import as_utc
 from simreport.service import queue as q
-from simreport.service.worker import run_worker
 from tests.support.processes import descendants, wait_gone
-from tests.support.service_helpers import add_agent, write_agents
+from tests.support.service_helpers import Worker, add_agent, queue_run, write_agents
 
 pytestmark = pytest.mark.slow
 
@@ -71,32 +69,7 @@ def queued(
     name = name or agent or "reference"
     if agent is not None:
         data["sut"]["agent"] = agent
-    scenario_id = q.create_scenario(
-        engine, tenant=TENANT, namespace="support", name=name, owner="qa", risk_level="low"
-    )
-    q.submit_version(
-        engine,
-        tenant=TENANT,
-        scenario_id=scenario_id,
-        version=VERSION,
-        spec=data,
-        source=None,
-        created_by="ana",
-    )
-    run_id, _ = q.start_run(
-        engine,
-        tenant=TENANT,
-        principal="ci",
-        scenario_id=scenario_id,
-        version=VERSION,
-        mode="surrogate",
-        seed=None,
-        budget=None,
-        purpose="exploration",
-        library=library,
-        retries=retries,
-    )
-    return run_id
+    return queue_run(engine, library, data, name=name, version=VERSION, retries=retries)
 
 
 def wait_until(what: str, check: Callable[[], bool], timeout: float = WAIT) -> None:
@@ -121,44 +94,6 @@ def gapless(engine: Engine, run_id: str) -> list[int]:
     found = seqs(engine, run_id)
     assert found == list(range(1, len(found) + 1))
     return found
-
-
-class Worker:
-    """`run_worker` in a thread of this test (its runs in child processes)."""
-
-    def __init__(self, url: str, library: Path, **options: Any) -> None:
-        self.stop = threading.Event()
-        self.outcomes: list[tuple[str, str]] = []
-        self.errors: list[BaseException] = []
-        options = {"lease_seconds": 10.0, "heartbeat_seconds": 0.3, "poll_seconds": 0.05, **options}
-
-        def work() -> None:
-            try:
-                run_worker(
-                    url,
-                    worker_id="w-test",
-                    library=library,
-                    stop_event=self.stop,
-                    on_run=lambda run_id, outcome: self.outcomes.append((run_id, outcome)),
-                    **options,
-                )
-            except BaseException as exc:
-                self.errors.append(exc)
-
-        self.thread = threading.Thread(target=work, daemon=True)
-        self.thread.start()
-
-    def join(self) -> None:
-        self.thread.join(timeout=WAIT)
-        assert not self.thread.is_alive(), "the worker did not stop"
-        assert not self.errors, self.errors
-
-    def __enter__(self) -> Worker:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.join()
 
 
 # --------------------------------------------------------------------------- runs

@@ -11,9 +11,11 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -221,3 +223,85 @@ class Cluster:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait(timeout=10)
+
+
+def queue_run(
+    engine: Any,
+    library: Path,
+    spec: Mapping[str, Any],
+    *,
+    name: str = "refund",
+    namespace: str = "support",
+    version: str = "1.3.0",
+    retries: int = 0,
+) -> str:
+    """A scenario named `name` with `spec` submitted as `version` in the local tenant and one
+    exploration run of it queued (with `retries` when its worker is lost); the run's id."""
+    from simreport.service import queue as q
+
+    scenario_id = q.create_scenario(
+        engine, tenant="local", namespace=namespace, name=name, owner="qa", risk_level="low"
+    )
+    q.submit_version(
+        engine,
+        tenant="local",
+        scenario_id=scenario_id,
+        version=version,
+        spec=dict(spec),
+        source=None,
+        created_by="ana",
+    )
+    run_id, _ = q.start_run(
+        engine,
+        tenant="local",
+        principal="ci",
+        scenario_id=scenario_id,
+        version=version,
+        mode="surrogate",
+        seed=None,
+        budget=None,
+        purpose="exploration",
+        library=library,
+        retries=retries,
+    )
+    return run_id
+
+
+class Worker:
+    """`run_worker` in a thread of this test (its runs in child processes)."""
+
+    def __init__(self, url: str, library: Path, **options: Any) -> None:
+        self.stop = threading.Event()
+        self.outcomes: list[tuple[str, str]] = []
+        self.errors: list[BaseException] = []
+        options = {"lease_seconds": 10.0, "heartbeat_seconds": 0.3, "poll_seconds": 0.05, **options}
+
+        from simreport.service.worker import run_worker
+
+        def work() -> None:
+            try:
+                run_worker(
+                    url,
+                    worker_id="w-test",
+                    library=library,
+                    stop_event=self.stop,
+                    on_run=lambda run_id, outcome: self.outcomes.append((run_id, outcome)),
+                    **options,
+                )
+            except BaseException as exc:
+                self.errors.append(exc)
+
+        self.thread = threading.Thread(target=work, daemon=True)
+        self.thread.start()
+
+    def join(self) -> None:
+        self.thread.join(timeout=WAIT)
+        assert not self.thread.is_alive(), "the worker did not stop"
+        assert not self.errors, self.errors
+
+    def __enter__(self) -> Worker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.join()

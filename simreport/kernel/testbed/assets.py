@@ -18,6 +18,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from ...core.canonical import content_hash, sha256_bytes
 from ...core.errors import DocumentError, InputError
 from ...core.files import parse_document
+from ...core.run_digests import locked_manifest_sha256
 from ...core.schema import Model, Scenario
 from ...core.testbed_schema import ASSET_REF, ReactionRule
 from ...core.validation import issues_from
@@ -579,40 +580,5 @@ def manifest_facts(
         "seed": scenario_doc.get("seed"),
         "seedPath": scenario_doc.get("seedPath"),
     }
-    facts["manifestSha256"] = manifest_sha256(locked)
+    facts["manifestSha256"] = locked_manifest_sha256(locked)
     return facts
-
-
-LOCKED_ASSET_FIELDS = ("kind", "name", "version", "sha256")
-
-
-def manifest_sha256(manifest: Mapping[str, Any]) -> str:
-    """The digest a manifest locks itself with: the sha256 of the canonical JSON of its
-    `locked_manifest` — its purpose, the versions it records that are not online, its scenario
-    version and digests, every resolved asset's kind, name, version and sha256, and the seed
-    lineage. Computed the same way from a manifest.json read back, so a manifest edited after
-    its run no longer matches its own `manifestSha256`; the run service answers it for the
-    manifest it froze."""
-    return content_hash(locked_manifest(manifest))
-
-
-def locked_manifest(manifest: Mapping[str, Any]) -> dict[str, Any]:
-    """What `manifest_sha256` hashes of a manifest (manifest.json, or the part of a frozen
-    manifest shaped like it): {purpose, notOnline, scenario, resolved, seed, seedPath}, each
-    resolved asset by its LOCKED_ASSET_FIELDS only."""
-    resolved = manifest.get("resolved") or {}
-    return {
-        "purpose": manifest.get("purpose"),
-        "notOnline": manifest.get("notOnline") or [],
-        "scenario": manifest.get("scenarioVersion"),
-        "resolved": {
-            str(slot): {k: entry.get(k) for k in LOCKED_ASSET_FIELDS}
-            if isinstance(entry, Mapping)
-            else entry
-            for slot, entry in resolved.items()
-        }
-        if isinstance(resolved, Mapping)
-        else resolved,
-        "seed": manifest.get("seed"),
-        "seedPath": manifest.get("seedPath"),
-    }

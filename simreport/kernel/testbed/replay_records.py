@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...core.canonical import content_hash
+from ...core.run_digests import locked_manifest_sha256
 from ..world import Decision, DecisionRequest
-from .assets import manifest_sha256
 from .records import record_digest
 
 _ACTIVE: ContextVar[ReplaySource | None] = ContextVar("simreport_testbed_replay", default=None)
@@ -189,7 +189,7 @@ def manifest_problems(
                 f"{locked[-1]['payload'].get('manifestSha256')}"
             )
     else:
-        recomputed = manifest_sha256(manifest)
+        recomputed = locked_manifest_sha256(manifest)
         if recomputed != recorded:
             problems.append(
                 f"manifest.json was altered after the run: the parts its digest locks (purpose, "

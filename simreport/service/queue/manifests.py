@@ -344,7 +344,7 @@ def freeze(
 
 LOCK_FIELDS: Final = ("purpose", "notOnline", "scenarioVersion", "seed", "seedPath")
 """What a frozen manifest's `lock` holds besides `manifestSha256`: the parts of manifest.json
-the run's digest covers beside the resolved assets (kernel.testbed.assets.locked_manifest)."""
+the run's digest covers beside the resolved assets (core.run_digests.locked_manifest)."""
 
 
 def version_checks(
@@ -441,10 +441,10 @@ def get_manifest(engine: Engine, manifest_id: str, *, tenant: str) -> dict[str, 
     version, sha256, file), what its digest covers (`locked`) and the digest,
     `manifest_sha256`: the sha256 of the canonical JSON of `locked` (core.canonical). For an
     agent-testbed run, `locked` is what the run locks its manifest.json and its
-    `manifest.locked` record with (kernel.testbed.assets.locked_manifest: purpose, notOnline,
+    `manifest.locked` record with (core.run_digests.locked_manifest: purpose, notOnline,
     scenario, each resolved asset's kind, name, version and sha256, seed, seedPath), so the
     digest is the run's `manifestSha256`; for any other, the frozen document itself."""
-    from ...kernel.testbed.assets import locked_manifest
+    from ...core.run_digests import locked_manifest
 
     prepare_once(engine)
     m = t.manifest.c
