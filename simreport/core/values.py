@@ -80,6 +80,15 @@ def check_name(value: str) -> str:
     return _refuse(NAME_REFUSED, value, "name_character", "{character} is not allowed in a name")
 
 
+def check_regex(value: str, where: str = "") -> str:
+    """`value` when it is a regular expression (Python's `re`); ValueError naming `where`."""
+    try:
+        re.compile(value)
+    except re.error as exc:
+        raise ValueError(f"{where}not a regular expression: {exc}") from None
+    return value
+
+
 def check_text(value: str) -> str:
     """Free text (a note, a reason), or PydanticCustomError `text_character` naming the control
     character it must not hold."""

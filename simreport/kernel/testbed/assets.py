@@ -22,7 +22,7 @@ from ...core.run_digests import locked_manifest_sha256
 from ...core.schema import Model, Scenario
 from ...core.testbed_schema import ASSET_REF, ReactionRule
 from ...core.validation import issues_from
-from ...core.values import Int64, http_url
+from ...core.values import Int64, check_regex, http_url
 from ...core.versions import RunChecks, design_sha256
 from .domain.expressions import Expression, ExpressionError
 from .domain.model import DomainAsset, UserFlowAsset
@@ -146,11 +146,7 @@ class SimulatorConfigAsset(Model):
     @field_validator("order_number_pattern")
     @classmethod
     def _compiles(cls, value: str) -> str:
-        try:
-            re.compile(value)
-        except re.error as exc:
-            raise ValueError(f"not a regular expression: {exc}") from None
-        return value
+        return check_regex(value)
 
 
 class OrderData(Model):

@@ -7,13 +7,12 @@ to its specification makes the run `violated`. The design: docs/testbed.md.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from ...core.canonical import sha256_text
 from ...core.testbed_schema import (
     ReactionRule,
     UserConfig,
@@ -21,12 +20,11 @@ from ...core.testbed_schema import (
     condition_holds_for,
     parse_condition,
 )
-from ..world import Decision, DecisionRequest
+from ..world import DecisionRequest
 from .assets import SimulatorConfigAsset, UserPolicyAsset
 from .clock import Clocks
 from .records import RecordLog
-
-Decide = Callable[[DecisionRequest], Decision]
+from .wording import Decide, UserMessage, WordingUser
 
 INTENTS: dict[str, str] = {
     "open": "explain your problem and what you want",
@@ -111,16 +109,6 @@ def read_agent_message(text: str, order_pattern: str) -> AgentReading:
 
 
 @dataclass
-class UserMessage:
-    turn: int
-    intent: str
-    text: str | None
-    """None when no wording passed the checks (the user falls silent and the run is violated)."""
-    ends: bool
-    goal_reached: bool = False
-
-
-@dataclass
 class _Rule:
     rule: ReactionRule
     source: str  # "policy" | "scenario"
@@ -130,7 +118,7 @@ class _Rule:
 
 
 @dataclass
-class UserSimulator:
+class UserSimulator(WordingUser):
     config: UserConfig
     policy: UserPolicyAsset
     wording: SimulatorConfigAsset
@@ -168,9 +156,6 @@ class UserSimulator:
     def needed_intents(effects: Sequence[str] = ()) -> tuple[str, ...]:
         """The intents the simulator config must word, given the reaction rules' `effects`."""
         return tuple(INTENTS) + tuple(i for i in OPTIONAL_INTENTS if i in effects)
-
-    def _count(self, name: str, n: int = 1) -> None:
-        self.counters[name] = self.counters.get(name, 0) + n
 
     # ----------------------------------------------------------------- turns
 
@@ -358,61 +343,18 @@ class UserSimulator:
             fact == "orderNumber" and intent == "provide_order_number"
         )
 
+    def _count_blocked(self, problems: Sequence[str]) -> None:
+        for problem in problems:
+            kind = problem.split(":", 1)[0]
+            self._count(
+                "userFactViolationsBlocked" if kind == "fact" else "userDisclosureViolationsBlocked"
+            )
+
     def _say(self, intent: str) -> UserMessage:
         ends = intent in ENDING
-        candidates: list[str] = []
-        for template in self.wording.intents.get(intent, []):
-            text = self._fill(template)
-            if text is not None and text not in candidates:
-                candidates.append(text)
-        if self.mode == "exploration" and len(candidates) > 1:
-            assert self.rng is not None
-            candidates = [candidates[int(i)] for i in self.rng.permutation(len(candidates))]
-        blocked = 0
-        chosen: str | None = None
-        while candidates:
-            if len(candidates) == 1:
-                pick = candidates[0]
-            else:
-                decision = self.decide(self._request(intent, candidates))
-                if decision.option is None:
-                    self._count("userWordingLost")
-                pick = decision.option or candidates[0]
-            problems = self.check(intent, pick)
-            if not problems:
-                chosen = pick
-                break
-            blocked += 1
-            for problem in problems:
-                kind = problem.split(":", 1)[0]
-                self._count(
-                    "userFactViolationsBlocked"
-                    if kind == "fact"
-                    else "userDisclosureViolationsBlocked"
-                )
-            self.log.add(
-                "user.check",
-                "user",
-                "control",
-                {
-                    "turn": self.turn,
-                    "intent": intent,
-                    "text": pick,
-                    "blocked": True,
-                    "problems": problems,
-                },
-            )
-            candidates.remove(pick)
+        chosen, blocked = self._word(intent)
         if chosen is None:
-            self._count("userNoCompliantWording")
-            self.violations.append(f"no wording of intent {intent!r} passed the checks")
-            self.log.add(
-                "user.silent",
-                "user",
-                "control",
-                {"turn": self.turn, "intent": intent, "reason": "no compliant wording"},
-            )
-            return UserMessage(self.turn, intent, None, True)
+            return self._silent(intent)
         if (
             self.config.private_facts.order_number
             and self.config.private_facts.order_number in chosen
@@ -428,49 +370,23 @@ class UserSimulator:
             # One business event, the first time it is asked for: its user point (t1).
             self.withdrew = True
             linkage = self.log.open_linkage(WITHDRAW_EVENT)
-        self.history.append({"speaker": "you", "text": chosen})
         goal = intent == "confirm_and_close"
-        self.log.add(
-            "user.message",
-            "user",
-            "message",
-            {
-                "turn": self.turn,
-                "intent": intent,
-                "text": chosen,
-                "disclosed": sorted(self.disclosed),
-                "checks": {"fact": "passed", "disclosure": "passed", "blocked": blocked},
-                "ends": ends,
-            },
-            linkage=linkage,
-        )
-        return UserMessage(self.turn, intent, chosen, ends, goal_reached=goal)
+        return self._send(intent, chosen, blocked, ends=ends, goal=goal, linkage=linkage)
 
     def _request(self, intent: str, options: Sequence[str]) -> DecisionRequest:
-        last = next((h["text"] for h in reversed(self.history) if h["speaker"] == "agent"), None)
+        last = self._last_agent_text()
         situation = (
             (f'The support agent wrote: "{last}"\n\n' if last else "You open a support chat.\n\n")
             + f"Now {INTENTS.get(intent) or OPTIONAL_INTENTS[intent]}. "
             + "Choose the wording that sounds most like you."
         )
-        return DecisionRequest(
+        return self._wording_request(
+            intent,
+            options,
             situation=situation,
             instructions=(
                 "You are a customer writing to an online shop's refund desk. Stay in character "
                 "and pick one of the given messages, word for word."
             ),
-            options=tuple(options),
-            memory=tuple(
-                {"speaker": h["speaker"], "text": f"{h['speaker']}: {h['text']}"}
-                for h in self.history[-6:]
-            ),
             goals=self.config.goal,
-            view={"intent": intent},
-            kind="user_wording",
-            seed=None if self.mode == "exploration" else self._pinned_seed(intent),
         )
-
-    def _pinned_seed(self, intent: str) -> int:
-        """A regression user's wording seed: the scenario's seed, the turn and the intent only,
-        never the replication."""
-        return int(sha256_text(f"user-wording|{self.seed}|{self.turn}|{intent}")[:15], 16)

@@ -3,7 +3,7 @@
 The scenario names a `domain` asset (entities, tools, clock, invariants, observations, metrics)
 and a `user_flow` asset (how the simulated user reads the agent and answers); the run goes
 through the same lifecycle, gateway, faults and result layers as every testbed run. The agent
-under test is reached over HTTP or as a Python entry point. The reference: docs/domains.md.
+under test is reached over HTTP or as a Python entry point. The reference: docs/howto/new-domain.md.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 
 from ...core.errors import SimreportError
 from ...core.schema import Scenario, WorldParams
+from ..context import STREAM_TESTBED_USER
 from ..testbed.assets import (
     AgentAsset,
     AssetLibrary,
@@ -158,15 +159,15 @@ class DomainRun(TestbedRun):
 
     def _make_environment(self) -> None:
         self.domain_state = DomainState(self.domain)
-        self.facts = self.domain_state  # type: ignore[assignment]
-        self.gateway = DomainGateway(  # type: ignore[assignment]
+        self.facts = self.domain_state
+        self.gateway = DomainGateway(
             self.domain_state, self.log, self.clocks, participants=self.participants
         )
 
     def _make_user(self) -> None:
         s = self.scenario
         assert s.user is not None
-        self.user = FlowUser(  # type: ignore[assignment]
+        self.user = FlowUser(
             flow=self.resolved["user.policy"].typed(UserFlowAsset),
             wording=self.resolved["user.simulator"].typed(SimulatorConfigAsset),
             facts=dict(s.user.facts),
@@ -175,6 +176,7 @@ class DomainRun(TestbedRun):
             decide=lambda request: self._decide("user", USER, request),
             seed=s.seed,
             mode="exploration" if self.user_mode == "exploration" else "regression",
+            rng=self.ctx.seeds.generator(STREAM_TESTBED_USER),
         )
 
     def _signals(self, text: str) -> list[str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import cel
@@ -19,7 +20,12 @@ from ....core.errors import SimreportError
 _BOUND = re.compile(r"\.\s*(?:all|exists|exists_one|map|filter)\s*\(\s*([A-Za-z_]\w*)\s*,")
 
 
-_MAP_ORDER = re.compile(r"\b(?:state|initial)\.\w+\s*\.\s*(?:map|filter)\s*\(")
+# A list built by iterating a map (`state`, `state.<entity>` or `state["<entity>"]`, the same
+# of `initial`, or a variable that is a map) comes out in a different order each evaluation.
+_MAP_ORDER = re.compile(
+    r"(?<![\w.])(?:(?:state|initial)\s*(?:\.\s*\w+|\[\s*(?:\"[^\"]*\"|'[^']*')\s*\])?"
+    r"|args|user|conversation|obs)\s*\.\s*(?:map|filter)\s*\("
+)
 
 
 class ExpressionError(SimreportError):
@@ -85,7 +91,7 @@ class Expression:
                 path=self.path,
                 kind="missing_value",
             ) from None
-        except (TypeError, ValueError, RuntimeError) as exc:
+        except (TypeError, ValueError, RuntimeError, ArithmeticError) as exc:
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise ExpressionError(f"{self.source!r} failed: {first}", path=self.path) from None
 
@@ -109,6 +115,8 @@ def _plain(value: Any) -> Any:
         return [_plain(v) for v in value]
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
+    if isinstance(value, timedelta):
+        return f"{value.total_seconds():g}s"  # CEL's own form of a duration
     if hasattr(value, "isoformat"):
         return value.isoformat()
     return value

@@ -3,7 +3,8 @@ metrics) and `user_flow` (how a simulated user of the domain reads the agent and
 
 Entities and tool inputs and answers are described with JSON Schema (checked with `jsonschema`);
 every rule is a CEL expression (`expressions.py`). Both are checked when the asset is read, so a
-mistake names the asset file and the path inside it before any run. The reference: docs/domains.md.
+mistake names the asset file and the path inside it before any run.
+The reference: docs/howto/new-domain.md.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from ....core.document_model import Model
 from ....core.testbed_schema import ClockConfig
-from ....core.values import Int64
+from ....core.values import Int64, check_regex
 from .expressions import Expression, ExpressionError
 
 NAME = r"^[a-z][a-z0-9_]*$"
@@ -40,6 +41,8 @@ ANSWER_VARS = frozenset({"args", "state", "items", "now", "created"})
 INVARIANT_VARS = frozenset({"state", "items", "initial"})
 OBSERVATION_VARS = frozenset({"state", "items", "initial", "calls", "user", "conversation"})
 METRIC_VARS = frozenset({"obs"})
+# Observations every testbed run reports itself (`records.add_conversation_facts`).
+REPORTED = ("conversation.", "linkage.", "fault.", "user.goal_reached")
 
 
 def _schema(value: dict[str, Any]) -> dict[str, Any]:
@@ -69,6 +72,12 @@ class EntityType(Model):
 
     @model_validator(mode="after")
     def _initial_valid(self) -> EntityType:
+        declared = self.fields()
+        if declared and self.key not in declared:
+            raise ValueError(
+                f"key: {self.key!r} is not a field of the schema; expected one of "
+                + ", ".join(sorted(declared))
+            )
         validator = jsonschema.Draft202012Validator(self.schema_)
         seen: set[str] = set()
         for i, item in enumerate(self.initial):
@@ -233,9 +242,14 @@ class DomainAsset(Model):
             if names.count(name) > 1:
                 raise ValueError(f"tool {name!r} is defined twice")
         keys = [o.key for o in self.observations]
-        for key in keys:
+        for i, key in enumerate(keys):
             if keys.count(key) > 1:
                 raise ValueError(f"observation {key!r} is defined twice")
+            if key.startswith(REPORTED):
+                raise ValueError(
+                    f"observations.{i}.key: {key!r} is a fact every testbed run reports "
+                    "(conversation.*, linkage.*, fault.*, user.goal_reached)"
+                )
         compiled: dict[str, Expression] = {}
 
         def add(path: str, source: str, allowed: frozenset[str]) -> None:
@@ -259,6 +273,12 @@ class DomainAsset(Model):
                 if effect.id is not None:
                     add(f"{base}.effects.{j}.id", effect.id, EFFECT_VARS)
                 known = self.entities[effect.entity].fields()
+                key = self.entities[effect.entity].key
+                if key in effect.set:
+                    raise ValueError(
+                        f"{base}.effects.{j}.set.{key}: {key} is the key of {effect.entity}; "
+                        "an instance's key does not change"
+                    )
                 for field_name, source in effect.set.items():
                     if known and field_name not in known:
                         raise ValueError(
@@ -309,12 +329,7 @@ class UserFact(Model):
     @field_validator("pattern")
     @classmethod
     def _compiles(cls, value: str | None) -> str | None:
-        if value is not None:
-            try:
-                re.compile(value)
-            except re.error as exc:
-                raise ValueError(f"not a regular expression: {exc}") from None
-        return value
+        return None if value is None else check_regex(value)
 
 
 class FlowRule(Model):
@@ -369,10 +384,7 @@ class UserFlowAsset(Model):
         for name, pattern in value.items():
             if not re.match(NAME, name):
                 raise ValueError(f"signal name {name!r} is not lower_snake_case")
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ValueError(f"signal {name}: not a regular expression: {exc}") from None
+            check_regex(pattern, f"signal {name}: ")
         return value
 
     @model_validator(mode="after")
@@ -386,7 +398,16 @@ class UserFlowAsset(Model):
                     )
             for fact in rule.discloses:
                 if fact not in self.facts:
-                    raise ValueError(f"rules.{i}.discloses: no fact {fact!r}")
+                    raise ValueError(
+                        f"rules.{i}.discloses: no fact {fact!r}; expected one of "
+                        + (", ".join(sorted(self.facts)) or "(none declared)")
+                    )
+                if self.facts[fact].disclose == "never":
+                    raise ValueError(
+                        f"rules.{i}.discloses: fact {fact!r} is never disclosed (facts.{fact})"
+                    )
+            if rule.goal_reached and not rule.ends:
+                raise ValueError(f"rules.{i}.goalReached: a goal is reached by an answer that ends")
         return self
 
     def intents(self) -> set[str]:

@@ -24,6 +24,9 @@ class DomainFault(ExpressionError):
     """The domain's own rules broke (an effect made an instance its schema refuses, an answer
     that is not a map): a fault of the domain asset, not of the agent under test."""
 
+    def __init__(self, message: str, *, path: str, kind: str = "domain_fault") -> None:
+        super().__init__(message, path=path, kind=kind)
+
 
 class DomainState:
     """The entities of one run (a private copy: runs share no mutable state)."""
@@ -113,6 +116,7 @@ class DomainState:
             "now": now,
             "next": nexts,
         }
+        # (entity, key, the instance before (None: created), the new instance or updated fields)
         planned: list[tuple[str, str, dict[str, Any] | None, dict[str, Any]]] = []
         for j, effect in enumerate(tool.effects):
             path = f"{base}.effects.{j}"
@@ -138,16 +142,26 @@ class DomainState:
                     name: self.domain.expression(f"{path}.set.{name}").evaluate(variables)
                     for name in effect.set
                 }
-                planned.append((effect.entity, ident, current, {**current, **updated}))
-        changes: list[Change] = []
+                planned.append((effect.entity, ident, current, updated))
+        # Effects on one instance merge (each set from the state before the call); nothing is
+        # applied until every changed instance fits its schema, so a refused call changes nothing.
+        final: dict[tuple[str, str], tuple[dict[str, Any] | None, dict[str, Any]]] = {}
         for entity, ident, old, new in planned:
-            if old is None and ident in self.state[entity]:
-                raise DomainFault(f"creates {entity} {ident!r}, which exists", path=base)
+            if old is None:
+                if ident in self.state[entity] or (entity, ident) in final:
+                    raise DomainFault(f"creates {entity} {ident!r}, which exists", path=base)
+                final[(entity, ident)] = (None, new)
+            else:
+                merged = final.get((entity, ident), (old, old))[1]
+                final[(entity, ident)] = (old, {**merged, **new})
+        for (entity, ident), (_, new) in final.items():
             error = jsonschema.exceptions.best_match(self._validators[entity].iter_errors(new))
             if error is not None:
                 raise DomainFault(
                     f"leaves {entity} {ident!r} outside its schema: {error.message}", path=base
                 )
+        changes: list[Change] = []
+        for (entity, ident), (old, new) in final.items():
             if old is None:
                 self.serial[entity] += 1
                 changes.append(Change(entity, ident, None, copy.deepcopy(new)))
@@ -187,11 +201,20 @@ class DomainState:
         return {name: [found[k] for k in sorted(found)] for name, found in self.state.items()}
 
     def snapshot(self) -> dict[str, Any]:
-        """Every instance, by entity and key, in key order."""
+        """Every instance, by entity and key, in key order (and each instance's fields too)."""
         return {
-            name: [copy.deepcopy(items[k]) for k in sorted(items)]
+            name: [_sorted(items[k]) for k in sorted(items)]
             for name, items in sorted(self.state.items())
         }
 
     def digest(self) -> str:
         return content_hash(self.snapshot())
+
+
+def _sorted(value: Any) -> Any:
+    """A deep copy with every map's keys in sorted order."""
+    if isinstance(value, Mapping):
+        return {str(k): _sorted(value[k]) for k in sorted(value, key=str)}
+    if isinstance(value, list):
+        return [_sorted(v) for v in value]
+    return copy.deepcopy(value)

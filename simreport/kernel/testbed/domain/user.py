@@ -7,20 +7,17 @@ from __future__ import annotations
 
 import re
 import string
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from ....core.canonical import sha256_text
-from ...world import Decision, DecisionRequest
+from ...world import DecisionRequest
 from ..assets import SimulatorConfigAsset
 from ..records import RecordLog
-from ..user import UserMessage
+from ..wording import Decide, UserMessage, WordingUser
 from .model import FlowRule, UserFlowAsset
-
-Decide = Callable[[DecisionRequest], Decision]
 
 
 def slots(template: str) -> set[str]:
@@ -29,7 +26,7 @@ def slots(template: str) -> set[str]:
 
 
 @dataclass
-class FlowUser:
+class FlowUser(WordingUser):
     """One simulated user of a domain run."""
 
     flow: UserFlowAsset
@@ -52,9 +49,6 @@ class FlowUser:
     def __post_init__(self) -> None:
         self.allowed = {n for n, f in self.flow.facts.items() if f.disclose == "upfront"}
         self._signals = {name: re.compile(p) for name, p in self.flow.signals.items()}
-
-    def _count(self, name: str, n: int = 1) -> None:
-        self.counters[name] = self.counters.get(name, 0) + n
 
     def signals_in(self, text: str) -> list[str]:
         """The signals the user reads in one agent message, in name order."""
@@ -95,7 +89,7 @@ class FlowUser:
             return None  # the user does not know what the template needs
         return template.format_map(values)
 
-    def check(self, text: str) -> list[str]:
+    def check(self, intent: str, text: str) -> list[str]:
         """Why a wording may not be sent: a fact outside the user's knowledge, or one they may
         not say yet."""
         problems: list[str] = []
@@ -110,88 +104,25 @@ class FlowUser:
         return problems
 
     def _say(self, intent: str, *, ends: bool, goal: bool) -> UserMessage:
-        candidates: list[str] = []
-        for template in self.wording.intents.get(intent, []):
-            text = self._fill(template)
-            if text is not None and text not in candidates:
-                candidates.append(text)
-        if self.mode == "exploration" and self.rng is not None and len(candidates) > 1:
-            candidates = [candidates[int(i)] for i in self.rng.permutation(len(candidates))]
-        chosen: str | None = None
-        blocked = 0
-        while candidates:
-            pick = candidates[0]
-            if len(candidates) > 1:
-                decision = self.decide(self._request(intent, candidates))
-                if decision.option is None:
-                    self._count("userWordingLost")
-                pick = decision.option or candidates[0]
-            problems = self.check(pick)
-            if not problems:
-                chosen = pick
-                break
-            blocked += 1
-            self._count("userChecksBlocked")
-            self.log.add(
-                "user.check",
-                "user",
-                "control",
-                {
-                    "turn": self.turn,
-                    "intent": intent,
-                    "text": pick,
-                    "blocked": True,
-                    "problems": problems,
-                },
-            )
-            candidates.remove(pick)
+        chosen, blocked = self._word(intent)
         if chosen is None:
-            self._count("userNoCompliantWording")
-            self.violations.append(f"no wording of intent {intent!r} passed the checks")
-            self.log.add(
-                "user.silent",
-                "user",
-                "control",
-                {"turn": self.turn, "intent": intent, "reason": "no compliant wording"},
-            )
-            return UserMessage(self.turn, intent, None, True)
+            return self._silent(intent)
         self.disclosed.update(name for name, value in self.facts.items() if str(value) in chosen)
-        self.history.append({"speaker": "you", "text": chosen})
-        self.log.add(
-            "user.message",
-            "user",
-            "message",
-            {
-                "turn": self.turn,
-                "intent": intent,
-                "text": chosen,
-                "disclosed": sorted(self.disclosed),
-                "checks": {"fact": "passed", "disclosure": "passed", "blocked": blocked},
-                "ends": ends,
-                "goalReached": goal,
-            },
+        return self._send(
+            intent, chosen, blocked, ends=ends, goal=goal, extra={"goalReached": goal}
         )
-        return UserMessage(self.turn, intent, chosen, ends, goal_reached=goal)
 
     def _request(self, intent: str, options: Sequence[str]) -> DecisionRequest:
-        last = next((h["text"] for h in reversed(self.history) if h["speaker"] == "agent"), None)
+        last = self._last_agent_text()
         situation = (
             (f'The agent wrote: "{last}"\n\n' if last else "You open the conversation.\n\n")
             + f"Your intent now: {intent.replace('_', ' ')}. "
             + "Choose the wording that sounds most like you."
         )
-        return DecisionRequest(
+        return self._wording_request(
+            intent,
+            options,
             situation=situation,
             instructions=self.flow.instructions,
-            options=tuple(options),
-            memory=tuple(
-                {"speaker": h["speaker"], "text": f"{h['speaker']}: {h['text']}"}
-                for h in self.history[-6:]
-            ),
             goals=self.goal,
-            view={"intent": intent},
-            kind="user_wording",
-            seed=None
-            if self.mode == "exploration"
-            else int(sha256_text(f"user-wording|{self.seed}|{self.turn}|{intent}")[:15], 16),
         )

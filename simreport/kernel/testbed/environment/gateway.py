@@ -6,16 +6,17 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
+from ....core.testbed_schema import FaultTrigger
 from ..assets import ToolSpec
 from ..clock import Clocks
 from ..participants import SurrogateParticipant
 from ..records import RecordLog
 from .facts import WITHDRAW_EVENT, Change, FactModel
-from .faults import FaultController, RecoveryCheck
+from .faults import FaultBackend, FaultController, RecoveryCheck
 
 
 @dataclass
@@ -28,6 +29,16 @@ class ToolResult:
     body: dict[str, Any]
 
 
+class Held(Protocol):
+    """A call the service received but has not processed: it runs when its fault recovers."""
+
+    fault_id: str
+    call_id: str
+
+
+H = TypeVar("H", bound=Held)
+
+
 @dataclass
 class HeldRequest:
     fault_id: str
@@ -37,41 +48,92 @@ class HeldRequest:
     """For a held withdrawal: the order whose refunds it withdraws once processed."""
 
 
-class Gateway(ABC):
-    """What every gateway does with a call, whatever answers it: record the request, strike the
-    planned fault at its position (not sent; sent, not committed; committed, response lost),
-    delay or abort it, and record the response. Subclasses say which tools exist, how their
-    arguments are checked and what executes them."""
+class _Ends:
+    """Where a gateway records and what time it reads: fields of each subclass, which places
+    them among its own positional arguments (a dataclass base would put them first)."""
 
     log: RecordLog
     clocks: Clocks
-    faults: FaultController | None
-    participants: Mapping[str, SurrogateParticipant]
-    calls: int
-    per_tool: dict[str, int]
-    in_flight: set[str]
-    released: set[str]
+
+
+@dataclass
+class Gateway(_Ends, ABC, Generic[H]):
+    """What every gateway does with a call, whatever answers it: record the request, strike the
+    planned fault at its position (not sent; sent, not committed; committed, response lost),
+    delay or abort it, and record the response. Subclasses say which tools exist, how their
+    arguments are checked and what executes them. The fields here are keyword-only."""
+
+    faults: FaultController | None = field(default=None, kw_only=True)
+    participants: Mapping[str, SurrogateParticipant] = field(default_factory=dict, kw_only=True)
+    """Tool name → the surrogate participant it reaches."""
+    calls: int = field(default=0, kw_only=True)
+    per_tool: dict[str, int] = field(default_factory=dict, kw_only=True)
+    in_flight: set[str] = field(default_factory=set, kw_only=True)
+    held: list[H] = field(default_factory=list, kw_only=True)
+    """Calls received, not processed (the `sent_not_committed` position)."""
+    released: set[str] = field(default_factory=set, kw_only=True)
+    """The faults that recovered: the calls they held may be processed."""
 
     @abstractmethod
-    def _spec(self, name: str) -> Any | None:
-        """The tool (or participant) `name` reaches, or None."""
+    def _tool(self, name: str) -> Any | None:
+        """The gateway's own tool `name` (not a participant), or None."""
 
     @abstractmethod
-    def _argument_problem(self, spec: Any, arguments: Mapping[str, Any]) -> str | None:
+    def _argument_problem(self, tool: Any, arguments: Mapping[str, Any]) -> str | None:
         """Why the arguments do not fit the tool, or None."""
 
     @abstractmethod
     def _execute(
-        self, spec: Any, arguments: Mapping[str, Any], call_id: str, *, hold: str | None
+        self, tool: Any, arguments: Mapping[str, Any], call_id: str, *, hold: str | None
     ) -> dict[str, Any]:
         """Run the call (with `hold`: received, processed when that fault recovers)."""
 
-    def _touch(self, fault_id: str, arguments: Mapping[str, Any]) -> None:  # noqa: B027
+    @abstractmethod
+    def _backlog_detail(self, item: H) -> dict[str, Any]:
+        """What the `tool.backlog.processed` record says of a held call, beside its ids."""
+
+    @abstractmethod
+    def _process_held(self, item: H) -> None:
+        """Process a held call whose fault has recovered, recording what it changes."""
+
+    def _touch(self, fault_id: str, arguments: Mapping[str, Any]) -> None:
         """Note what a struck call named, to read it back when the fault recovers."""
+
+    def inject(self, triggers: Sequence[FaultTrigger], backend: FaultBackend) -> FaultController:
+        """Plan the faults of `triggers` on this gateway's calls (recorded), arm those whose
+        window opens with the run, and strike calls with them from now on; a recovery releases
+        the calls a fault held and is verified by `check_recovery`."""
+        self.faults = FaultController(
+            triggers, backend, self.log, self.release_held, verify=self.check_recovery
+        )
+        self.faults.plan()
+        self.faults.arm_initial()
+        return self.faults
+
+    @abstractmethod
+    def check_recovery(self, fault_id: str) -> RecoveryCheck:
+        """Is the service consistent again after `fault_id` (pending while calls it held wait)?"""
 
     def definitions(self) -> list[dict[str, Any]]:
         """The tools in the OpenAI function-calling form."""
         return [_definition(spec) for spec in self.participants.values()]
+
+    def _spec(self, name: str) -> Any | None:
+        """The tool or the surrogate participant `name` reaches, or None."""
+        return self._tool(name) or self.participants.get(name)
+
+    def _problem(self, spec: Any, arguments: Mapping[str, Any]) -> str | None:
+        if isinstance(spec, SurrogateParticipant):
+            return check_arguments(spec, arguments)
+        return self._argument_problem(spec, arguments)
+
+    def _run(
+        self, spec: Any, arguments: Mapping[str, Any], call_id: str, *, hold: str | None
+    ) -> dict[str, Any]:
+        if isinstance(spec, SurrogateParticipant):
+            # A held message never reaches the participant (it has nothing to commit later).
+            return spec.answer(arguments) if hold is None else {}
+        return self._execute(spec, arguments, call_id, hold=hold)
 
     def call(self, name: str, arguments: Mapping[str, Any] | None, call_id: str) -> ToolResult:
         if self.faults is not None:
@@ -123,7 +185,7 @@ class Gateway(ABC):
                 "error",
                 {"ok": False, "error": "invalid_arguments", "message": "arguments are not JSON"},
             )
-        problem = self._argument_problem(spec, arguments)
+        problem = self._problem(spec, arguments)
         if problem is not None:
             self.clocks.advance(spec.latency_ms)
             return ToolResult(
@@ -135,14 +197,14 @@ class Gateway(ABC):
         fault = self.faults.strike(name, index, call_id) if self.faults is not None else None
         if fault is None:
             self.clocks.advance(spec.latency_ms)
-            body = self._execute(spec, arguments, call_id, hold=None)
+            body = self._run(spec, arguments, call_id, hold=None)
             return ToolResult(call_id, name, "ok" if body.get("ok") else "error", body)
         assert self.faults is not None
         self._touch(str(fault.id), arguments)
         if fault.effect == "delay":
             # The service works as usual; its answer comes late.
             self.clocks.advance(spec.latency_ms + (fault.delay_ms or 0))
-            body = self._execute(spec, arguments, call_id, hold=None)
+            body = self._run(spec, arguments, call_id, hold=None)
             self.faults.after_call(fault)
             return ToolResult(call_id, name, "ok" if body.get("ok") else "error", body)
         if fault.effect == "abort":
@@ -154,9 +216,9 @@ class Gateway(ABC):
         if fault.position == "not_sent":
             pass
         elif fault.position == "sent_not_committed":
-            self._execute(spec, arguments, call_id, hold=str(fault.id))
+            self._run(spec, arguments, call_id, hold=str(fault.id))
         else:
-            actual = self._execute(spec, arguments, call_id, hold=None)
+            actual = self._run(spec, arguments, call_id, hold=None)
             self.log.add(
                 "tool.response.lost",
                 "environment",
@@ -214,9 +276,33 @@ class Gateway(ABC):
         works off at the next scheduling point (`process_backlog`), not within the same call."""
         self.released.add(fault_id)
 
+    def process_backlog(self) -> None:
+        """Process held calls whose fault has recovered (at a turn boundary, or when draining),
+        then verify the recoveries that waited for them."""
+        keep = []
+        for item in self.held:
+            if item.fault_id not in self.released:
+                keep.append(item)
+                continue
+            self.log.add(
+                "tool.backlog.processed",
+                "environment",
+                "control",
+                {"callId": item.call_id, "faultId": item.fault_id, **self._backlog_detail(item)},
+                span_key=f"call:{item.call_id}",
+            )
+            self._process_held(item)
+        self.held = keep
+        if self.faults is not None:
+            self.faults.settle()
+
+    def holding(self, fault_id: str) -> bool:
+        """Whether calls `fault_id` held still wait in the backlog."""
+        return any(item.fault_id == fault_id for item in self.held)
+
 
 @dataclass
-class ToolGateway(Gateway):
+class ToolGateway(Gateway[HeldRequest]):
     """The refund desk's gateway: its tool contracts answered by the fact model (or the surrogate
     participant a tool reaches)."""
 
@@ -224,43 +310,25 @@ class ToolGateway(Gateway):
     facts: FactModel
     log: RecordLog
     clocks: Clocks
-    faults: FaultController | None = None
-    participants: Mapping[str, SurrogateParticipant] = field(default_factory=dict)
-    """Tool name → the surrogate participant it reaches."""
-    calls: int = 0
-    per_tool: dict[str, int] = field(default_factory=dict)
-    in_flight: set[str] = field(default_factory=set)
-    held: list[HeldRequest] = field(default_factory=list)
-    released: set[str] = field(default_factory=set)
     touched: dict[str, set[str]] = field(default_factory=dict)
     """Fault id → the orders named by the calls it hit (read back to verify its recovery)."""
 
     def definitions(self) -> list[dict[str, Any]]:
         return [_definition(spec) for spec in self.tools.values()] + super().definitions()
 
-    def _spec(self, name: str) -> ToolSpec | SurrogateParticipant | None:
-        return self.tools.get(name) or self.participants.get(name)
+    def _tool(self, name: str) -> ToolSpec | None:
+        return self.tools.get(name)
 
-    def _argument_problem(
-        self, spec: ToolSpec | SurrogateParticipant, arguments: Mapping[str, Any]
-    ) -> str | None:
-        return check_arguments(spec, arguments)
+    def _argument_problem(self, tool: ToolSpec, arguments: Mapping[str, Any]) -> str | None:
+        return check_arguments(tool, arguments)
 
     def _touch(self, fault_id: str, arguments: Mapping[str, Any]) -> None:
         if isinstance(arguments.get("order_no"), str):
             self.touched.setdefault(fault_id, set()).add(str(arguments["order_no"]))
 
     def _execute(
-        self,
-        spec: ToolSpec | SurrogateParticipant,
-        arguments: Mapping[str, Any],
-        call_id: str,
-        *,
-        hold: str | None,
+        self, spec: ToolSpec, arguments: Mapping[str, Any], call_id: str, *, hold: str | None
     ) -> dict[str, Any]:
-        if isinstance(spec, SurrogateParticipant):
-            # A held message never reaches the participant (it has nothing to commit later).
-            return spec.answer(arguments) if hold is None else {}
         if spec.operation == "get_order":
             return self.facts.get_order(str(arguments["order_no"]))
         if spec.operation == "get_refund":
@@ -289,35 +357,21 @@ class ToolGateway(Gateway):
         self._record_changes(changes, call_id, linkage_id=linkage_id)
         return body
 
-    def process_backlog(self) -> None:
-        """Process held requests whose fault has recovered (at a turn boundary, or when
-        draining)."""
-        keep = []
-        for item in self.held:
-            if item.fault_id in self.released:
-                self.log.add(
-                    "tool.backlog.processed",
-                    "environment",
-                    "control",
-                    {"callId": item.call_id, "faultId": item.fault_id, "refundId": item.refund_id},
-                    span_key=f"call:{item.call_id}",
-                )
-                if item.withdraw_order is not None:
-                    self._withdraw(item.withdraw_order, item.call_id)
-                else:
-                    self._record_changes(self.facts.commit_held(item.refund_id), item.call_id)
-            else:
-                keep.append(item)
-        self.held = keep
-        if self.faults is not None:
-            self.faults.settle()
+    def _backlog_detail(self, item: HeldRequest) -> dict[str, Any]:
+        return {"refundId": item.refund_id}
+
+    def _process_held(self, item: HeldRequest) -> None:
+        if item.withdraw_order is not None:
+            self._withdraw(item.withdraw_order, item.call_id)
+        else:
+            self._record_changes(self.facts.commit_held(item.refund_id), item.call_id)
 
     def check_recovery(self, fault_id: str) -> RecoveryCheck:
         """Is the fact model consistent again after `fault_id`? Pending while requests it held
         wait in the backlog; then every order its hits named is read back through the tools'
         answers and compared with the store, and the whole model is checked for half-applied
         writes and orders that do not follow their refunds."""
-        if any(item.fault_id == fault_id for item in self.held):
+        if self.holding(fault_id):
             return RecoveryCheck({}, [], pending=True)
         problems = self.facts.inconsistencies(item.refund_id for item in self.held)
         orders = sorted(self.touched.get(fault_id, set()))

@@ -29,7 +29,6 @@ from ...testbed.assets import (
 )
 from ...testbed.environment import (
     FactModel,
-    FaultController,
     InProcessFaultBackend,
     RecordedFaultBackend,
     ToolGateway,
@@ -66,16 +65,7 @@ class Initializing(RunState):
             if self.replay is not None
             else InProcessFaultBackend()
         )
-        self.faults = FaultController(
-            triggers,
-            backend,
-            self.log,
-            self.gateway.release_held,
-            verify=self.gateway.check_recovery,
-        )
-        self.gateway.faults = self.faults
-        self.faults.plan()
-        self.faults.arm_initial()
+        self.faults = self.gateway.inject(triggers, backend)
         self.log.add(
             "environment.initialized",
             "environment",

@@ -7,7 +7,7 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ....core.canonical import content_hash, sha256_text
 from ....core.redaction import redact_document
@@ -23,9 +23,19 @@ if TYPE_CHECKING:
     from ...providers import Provider
     from ...testbed.agents import AgentAdapter, Session
     from ...testbed.assets import AgentAsset, ResolvedAsset, ToolSpec
-    from ...testbed.environment import FactModel, FaultController, ToolGateway
+    from ...testbed.environment import FaultController
+    from ...testbed.environment.gateway import Gateway
     from ...testbed.participants import SurrogateParticipant
-    from ...testbed.user import UserSimulator
+    from ...testbed.wording import WordingUser
+
+
+class WorldFacts(Protocol):
+    """The facts a run's tools act on, as the lifecycle reads them."""
+
+    def snapshot(self) -> dict[str, Any]: ...
+
+    def digest(self) -> str: ...
+
 
 AGENT, USER = 0, 1
 """The run's two decision makers: the reference agent and the user's wording."""
@@ -45,10 +55,10 @@ class RunState:
     action_entry: str
     bound_order: str | None
     # Set while INITIALIZING; absent when the run failed before.
-    facts: FactModel
-    gateway: ToolGateway
+    facts: WorldFacts
+    gateway: Gateway[Any]
     faults: FaultController
-    user: UserSimulator
+    user: WordingUser
     agent: AgentAdapter
     session: Session
 
