@@ -49,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     audit.register_cli(sub)
     new.register_cli(sub)
+    new.register_testbed_cli(sub)
     doctor.register_cli(sub)
     replay.register_cli(sub)
     ledger.register_cli(sub)

@@ -1,10 +1,10 @@
-"""A first audit plan for a world: a commented `scenario.yaml` (the world's starter, with its asset
-library when it has one) and a commented `audit.yaml` whose axes are TRAILS templates with levels
-that differ from the scenario's, so the two files validate as written.
+"""A first audit plan for a world: a commented `scenario.yaml` (the world's starter, with the other
+files of its folder: an asset library, an example agent) and a commented `audit.yaml` whose axes
+are TRAILS templates with levels that differ from the scenario's, so both validate as written.
 
 Every world with a starter under `starters/<world>/` can be asked for; `WORLD_PLANS` says which
 templates apply to it and what they vary. Nothing is written when a file would be replaced,
-unless `force` is given.
+unless `force` is given (`write_new_files`, which other scaffolds share).
 """
 
 from __future__ import annotations
@@ -21,10 +21,12 @@ import yaml
 from ..core.errors import InputError, UnknownChoice, WouldOverwrite
 from ..core.files import check_output_dir, write_atomic
 from ..core.overrides import get_path
+from ..core.schema import Scenario
 from .axes import AXIS_CATALOG, axis_template
 
 STARTERS = Path(__file__).resolve().parent / "starters"
-"""One folder per world: its `scenario.yaml` and, for a world that needs one, its `assets/`."""
+"""One folder per world: its `scenario.yaml` and, for a world that needs them, its `assets/` and
+the example agent's module; every file in it is written."""
 
 SCENARIO_FILE = "scenario.yaml"
 PLAN_FILE = "audit.yaml"
@@ -34,10 +36,12 @@ DEFAULT_REPLICATIONS = 10
 @dataclass(frozen=True)
 class AxisLevels:
     """What an axis of a new plan varies: its levels and, when the template's default target
-    is not in the world's starter scenario, the target it takes instead."""
+    is not in the world's starter scenario, the target it takes instead, with a note saying what
+    the template means there."""
 
     levels: tuple[Any, ...]
     target: str | None = None
+    note: str | None = None
 
 
 @dataclass(frozen=True)
@@ -136,6 +140,29 @@ WORLD_PLANS: Mapping[str, WorldPlan] = {
         primary_metric="duplicateRefunds",
         margin=0.25,
     ),
+    # The agent under test is the starter's Python module: the scenario's model and prompt word
+    # only the simulated traveller, so the axes that matter most are retargeted onto the fault's
+    # position and the agent's instructions (a version of its prompt asset).
+    "testbed": WorldPlan(
+        title="Airline desk: does the agent avoid a second charge wherever the fault strikes and "
+        "however it is instructed?",
+        axes={
+            **_PROMPT_AXES,
+            "environment_structure": AxisLevels(
+                ("not_sent", "sent_not_committed"),
+                target="events.triggers.0.position",
+                note="where in the payment's life the timeout strikes.",
+            ),
+            "linguistic_framing": AxisLevels(
+                ("rebooking-prompt@2.0.0",),
+                target="sut.prompt",
+                note="the agent's instructions; 2.0.0 drops the advice to verify after a timeout.",
+            ),
+        },
+        default_axes=("environment_structure", "linguistic_framing"),
+        primary_metric="duplicatePayments",
+        margin=0.25,
+    ),
 }
 
 
@@ -212,9 +239,29 @@ def new_plan(
         folder / SCENARIO_FILE: scenario_text,
         folder / PLAN_FILE: plan_text(world, chosen, base, replications=replications),
     }
-    for asset in sorted((starter / "assets").rglob("*")):
-        if asset.is_file():
-            contents[folder / asset.relative_to(starter)] = asset.read_bytes()
+    for path in folder_files(starter):
+        contents.setdefault(folder / path.relative_to(starter), path.read_bytes())
+    written = write_new_files(contents, force=force)
+    return NewPlan(folder, folder / PLAN_FILE, folder / SCENARIO_FILE, written)
+
+
+def folder_files(root: Path) -> list[Path]:
+    """Every file under a starter or scaffold folder (its scenario, assets, an agent's module),
+    in path order; Python's caches left beside a module are not part of it."""
+    return [
+        path
+        for path in sorted(root.rglob("*"))
+        if path.is_file() and "__pycache__" not in path.relative_to(root).parts
+    ]
+
+
+def write_new_files(contents: Mapping[Path, str | bytes], *, force: bool) -> tuple[Path, ...]:
+    """Write every file of `contents` (path → text or bytes), each atomically; return the paths.
+
+    Raises:
+        WouldOverwrite: some of the files exist and `force` was not given (`existing` lists
+            them); nothing was written.
+    """
     existing = [path for path in contents if path.exists()]
     if existing and not force:
         raise WouldOverwrite(
@@ -225,7 +272,7 @@ def new_plan(
         )
     for path, data in contents.items():
         write_atomic(path, data)
-    return NewPlan(folder, folder / PLAN_FILE, folder / SCENARIO_FILE, tuple(contents))
+    return tuple(contents)
 
 
 def _world_plan(world: str) -> WorldPlan:
@@ -318,14 +365,21 @@ axes:
 
 
 def plan_text(
-    world: str, axes: Sequence[str], base: Mapping[str, Any], *, replications: int
+    world: str,
+    axes: Sequence[str],
+    base: Mapping[str, Any],
+    *,
+    replications: int,
+    metrics: Mapping[str, str] | None = None,
+    spec: WorldPlan | None = None,
 ) -> str:
     """The commented audit plan for `world` with these axes (template ids), read against its
-    starter scenario `base` (whose values the comments quote)."""
-    from ..kernel.worlds import WORLDS
-
-    spec = WORLD_PLANS[world]
-    metrics = WORLDS.get(world).metrics
+    starter scenario `base` (whose values the comments quote). `metrics` (name → description)
+    are those the runs report, by default those of the world's starter (`scenario_metrics`);
+    `spec` replaces the world's entry in `WORLD_PLANS` (a scaffold's own question and axes)."""
+    spec = WORLD_PLANS[world] if spec is None else spec
+    if metrics is None:
+        metrics = scenario_metrics(world, base, STARTERS / world)
     width = max(len(name) for name in metrics)
     text = _HEADER.format(
         plan=PLAN_FILE,
@@ -343,11 +397,41 @@ def plan_text(
     return text
 
 
+def scenario_metrics(world: str, base: Mapping[str, Any], root: Path) -> dict[str, str]:
+    """The metrics a run of the scenario `base` (in the folder `root`) reports, name → what it
+    measures: the world's own, or for the testbed those its domain asset declares."""
+    from ..kernel.worlds import WORLDS
+
+    world_class = WORLDS.get(world)
+    scenario = Scenario.model_validate(dict(base))
+    names, _ = world_class.outputs(scenario, root)
+    declared = {**_domain_metrics(scenario, root), **world_class.metrics}
+    return {name: declared.get(name, "") for name in names}
+
+
+def _domain_metrics(scenario: Scenario, root: Path) -> dict[str, str]:
+    """Metric name → description from the scenario's domain asset ({} without one)."""
+    from ..kernel.testbed.assets import AssetLibrary
+    from ..kernel.testbed.domain.model import DomainAsset
+
+    environment = scenario.environment
+    if environment is None or environment.domain is None:
+        return {}
+    library = root / (scenario.provenance.asset_library if scenario.provenance else "assets")
+    domain = (
+        AssetLibrary(library)
+        .resolve(environment.domain, "domain", "environment.domain")
+        .typed(DomainAsset)
+    )
+    return {name: metric.description for name, metric in domain.metrics.items()}
+
+
 def _axis_text(template_id: str, axis: AxisLevels, base: Mapping[str, Any]) -> str:
     template = AXIS_CATALOG[template_id]
     target = axis.target or template.target
     lines = [
-        f"  # {template.code} {template.dimension}: {_one_line(template.description)}",
+        f"  # {template.code} {template.dimension}: "
+        + _one_line(axis.note or template.description),
         f"  # Changes {target} ({_flow(get_path(base, target))} in {SCENARIO_FILE}).",
         f"  - template: {template_id}",
     ]

@@ -14,8 +14,10 @@ import yaml
 from simreport import api
 from simreport.cli import main
 from simreport.core.errors import EXIT_INPUT, InputError, UnknownChoice, WouldOverwrite
+from simreport.core.overrides import get_path
 from simreport.harness import build_conditions, load_plan
-from simreport.harness.new_plan import STARTERS, plan_worlds, world_axes
+from simreport.harness.new_plan import STARTERS, WORLD_PLANS, plan_worlds, world_axes
+from simreport.kernel import load_scenario, scenario_outputs
 from simreport.kernel.worlds import WORLDS
 from simreport.worlds_catalog import world_catalog
 from tests.support.refusals import refused
@@ -46,6 +48,15 @@ def _uncommented_keys(path: Path) -> list[str]:
     ]
 
 
+def _reported_metrics(world: str, scenario_file: Path) -> list[str]:
+    """The metrics a run of the scenario reports: the world's, or its domain asset's."""
+    loaded = load_scenario(scenario_file)
+    assert loaded.scenario.world == world
+    metrics, _ = scenario_outputs(loaded.scenario, loaded.asset_root)
+    assert metrics, scenario_file
+    return list(metrics)
+
+
 def _write(tmp_path: Path, capsys: pytest.CaptureFixture[str], *argv: str) -> Path:
     assert main(["new", "plan", *argv]) == 0
     out = capsys.readouterr().out
@@ -74,7 +85,7 @@ def test_each_world_writes_files_that_validate(
     document = yaml.safe_load(plan.read_text(encoding="utf-8"))
     assert document["replications"] == 4
     assert document["baseScenario"] == "scenario.yaml"
-    assert set(document["metrics"]) == set(WORLDS.get(world).metrics)
+    assert set(document["metrics"]) == set(_reported_metrics(world, out / "scenario.yaml"))
     assert len(document["axes"]) == 2
 
 
@@ -96,8 +107,18 @@ def test_every_axis_that_applies_validates_and_moves_the_scenario(
 
 @pytest.mark.parametrize("world", WORLDS_WITH_PLANS)
 def test_the_axes_offered_are_those_the_worlds_catalogue_lists(world: str) -> None:
+    """Besides the templates the catalogue lists (their default target exists in every scenario
+    of the world), a plan may offer a template retargeted onto a setting its starter has (the
+    testbed's fault position and prompt version): the catalogue cannot know those."""
     listed = [t["id"] for t in world_catalog(world)["worlds"][0]["templates"]]
-    assert list(world_axes(world)) == listed
+    axes = WORLD_PLANS[world].axes
+    retargeted = [t for t in world_axes(world) if t not in listed and axes[t].target is not None]
+    assert [t for t in world_axes(world) if t not in retargeted] == listed
+    starter = yaml.safe_load((STARTERS / world / "scenario.yaml").read_text(encoding="utf-8"))
+    for template in retargeted:
+        target = axes[template].target
+        assert target is not None
+        get_path(starter, target)  # raises when the starter has no such setting
 
 
 def test_every_registered_world_has_a_starter() -> None:
@@ -138,8 +159,11 @@ def test_the_default_folder_is_named_after_the_world(
     )
 
 
-def test_a_testbed_world_gets_the_asset_library_its_scenario_names(tmp_path: Path) -> None:
-    written = api.new_plan("refund_desk", out=tmp_path / "desk", replications=1)
+@pytest.mark.parametrize("world", ["refund_desk", "testbed"])
+def test_a_testbed_world_gets_the_asset_library_its_scenario_names(
+    world: str, tmp_path: Path
+) -> None:
+    written = api.new_plan(world, out=tmp_path / "desk", replications=1)
     assets = sorted(p.relative_to(written.folder) for p in written.files if "assets" in p.parts)
     assert assets, "no asset files written"
     assert all((written.folder / p).is_file() for p in assets)
@@ -148,6 +172,27 @@ def test_a_testbed_world_gets_the_asset_library_its_scenario_names(tmp_path: Pat
     for ref in (scenario["sut"]["agent"], scenario["sut"]["prompt"], scenario["user"]["policy"]):
         name = ref.split("@")[0]
         assert (written.folder / "assets" / name).is_dir(), ref
+
+
+@pytest.mark.parametrize("world", WORLDS_WITH_PLANS)
+def test_every_file_of_the_starter_is_written(world: str, tmp_path: Path) -> None:
+    written = api.new_plan(world, out=tmp_path / "w", replications=1)
+    starter = STARTERS / world
+    for path in starter.rglob("*"):
+        if path.is_file() and "__pycache__" not in path.parts:
+            copy = written.folder / path.relative_to(starter)
+            assert copy in written.files, path
+            if path.name != "scenario.yaml":
+                assert copy.read_bytes() == path.read_bytes(), path
+
+
+def test_the_testbed_starter_brings_its_agent_module(tmp_path: Path) -> None:
+    written = api.new_plan("testbed", out=tmp_path / "tb", replications=1)
+    agent = yaml.safe_load(
+        (written.folder / "assets" / "rebooking-agent" / "1.0.0.yaml").read_text(encoding="utf-8")
+    )
+    module = agent["content"]["entry"].split(":")[0]
+    assert (written.folder / f"{module}.py").is_file()
 
 
 # --------------------------------------------------------------------------- refusals
@@ -265,3 +310,21 @@ def test_an_audit_of_the_written_plan_runs(tmp_path: Path) -> None:
     assert {run["status"]["execution"] for run in audit["runs"]} == {"completed"}
     assert audit["plan"]["primaryMetrics"] == ["cooperationRate"]
     assert (audit_dir / "report.html").is_file()
+
+
+@pytest.mark.slow
+def test_an_audit_of_the_testbed_plan_reports_the_domain_s_metrics(tmp_path: Path) -> None:
+    written = api.new_plan("testbed", out=tmp_path / "tb", replications=1)
+    audit_dir = tmp_path / "results"
+    api.audit(written.plan_file, out=audit_dir, ledger=False)
+
+    audit = json.loads((audit_dir / "audit.json").read_text(encoding="utf-8"))
+    assert [c["id"] for c in audit["conditions"]] == [
+        "base",
+        "environment_structure=not_sent",
+        "environment_structure=sent_not_committed",
+        "linguistic_framing=rebooking-prompt@2.0.0",
+    ]
+    assert audit["plan"]["metrics"] == _reported_metrics("testbed", written.scenario_file)
+    assert {run["status"]["execution"] for run in audit["runs"]} == {"completed"}
+    assert audit["plan"]["primaryMetrics"] == ["duplicatePayments"]
