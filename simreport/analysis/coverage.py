@@ -2,7 +2,9 @@
 fault over the audit's conditions, each cell covered (with its conditions), empty (a gap no
 condition tests) or not applicable. Each condition's tool contracts are read as its runs
 resolved them, checked against their sha256; a condition whose contracts cannot be read is
-listed under `unread`, never guessed. The axes and their values: docs/statistics.md.
+listed under `unread`, never guessed. The axes and their values: docs/statistics.md. They are
+the refund task's: a condition in a domain written as data (`environment.domain`, world
+`testbed`) brings its own tools and stages, and stays out of the matrix.
 """
 
 from __future__ import annotations
@@ -212,11 +214,18 @@ def _tool_contracts(run_dir: Path, scenario: Mapping[str, Any]) -> dict[str, str
     return tools
 
 
+def _in_a_domain(scenario: Mapping[str, Any]) -> bool:
+    """The scenario runs in a domain asset, whose tools no refund stage names."""
+    environment = scenario.get("environment")
+    return isinstance(environment, Mapping) and environment.get("domain") is not None
+
+
 def read_condition_specs(
     audit_dir: Path, conditions: Sequence[Mapping[str, Any]]
 ) -> list[ConditionSpec] | None:
     """Each testbed condition's scenario and tool contracts, from its first run that has both
-    (scenario.json, manifest.json); None when the audit has no testbed condition."""
+    (scenario.json, manifest.json); None when the audit has no testbed condition outside a
+    domain asset."""
     specs: list[ConditionSpec] = []
     for cond in conditions:
         runs = audit_dir / "runs" / str(cond["dir"])
@@ -229,7 +238,7 @@ def read_condition_specs(
         tools: dict[str, str] | None = None
         for run_dir in found:
             doc = read_json(run_dir / "scenario.json")
-            if not isinstance(doc, Mapping) or doc.get("sut") is None:
+            if not isinstance(doc, Mapping) or doc.get("sut") is None or _in_a_domain(doc):
                 break
             scenario = doc
             try:

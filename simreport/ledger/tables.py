@@ -48,6 +48,9 @@ ASSET_TYPES = (
     "agent",
     "prompt",
     "rubric",
+    # Added (revision 0009): the testbed world's domains and user flows, written as data.
+    "domain",
+    "user_flow",
 )
 RUN_MODES = ("surrogate", "hybrid", "isolated_real")
 PURPOSES = ("regression", "exploration")

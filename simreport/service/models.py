@@ -27,6 +27,8 @@ AssetType = Literal[
     "agent",
     "prompt",
     "rubric",
+    "domain",
+    "user_flow",
 ]
 """The asset types of the ledger (ledger.tables.ASSET_TYPES)."""
 
