@@ -2,8 +2,8 @@
 wording, agent assets (an example Python agent, and the same reached over HTTP), prompts,
 assertions, a commented `scenario.yaml` and `audit.yaml` — all of which validate and run offline
 as written. The files come from `scaffolds/domain/`, the domain's name put in (`{{name}}`,
-`{{module}}` and the folder names `NAME`, `MODULE`); nothing is written when a file would be
-replaced, unless `force` is given. The tutorial: docs/howto/new-domain.md.
+`{{module}}`, the folder names `NAME`, `MODULE`; `.template` dropped); nothing is written when
+a file would be replaced, unless `force` is given. The tutorial: docs/howto/new-domain.md.
 """
 
 from __future__ import annotations
@@ -75,7 +75,8 @@ def new_domain(name: str, *, out: str | Path | None = None, force: bool = False)
     contents: dict[Path, str | bytes] = {scenario_file: "", folder / PLAN_FILE: ""}
     for source in folder_files(SCAFFOLD):
         relative = source.relative_to(SCAFFOLD).as_posix()
-        target = relative.replace("NAME", name).replace("MODULE", module)
+        # A template of Python code is no module of this package: it is stored as .template.
+        target = relative.replace("NAME", name).replace("MODULE", module).removesuffix(".template")
         text = source.read_text(encoding="utf-8")
         contents[folder / target] = text.replace("{{name}}", name).replace("{{module}}", module)
     domain_file = folder / "assets" / name / "1.0.0.yaml"

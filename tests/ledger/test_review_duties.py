@@ -6,10 +6,8 @@ command line's `--policy`."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -273,34 +271,61 @@ def test_every_step_of_a_published_high_risk_version_is_kept_with_its_signoff(
 # --------------------------------------------------------------------------- the command line
 
 
-def _review(ledger: str, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "SIMREPORT_LEDGER_URL"}
-    return subprocess.run(
-        [sys.executable, "-m", "simreport.cli", "review", *args, "--ledger", ledger],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+@dataclass
+class Said:
+    """What a command printed, and its exit code."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def _review(
+    ledger: str, cwd: Path, *args: str, capsys: pytest.CaptureFixture[str], monkeypatch: Any
+) -> Said:
+    """`simreport review ARGS --ledger LEDGER` in `cwd`, in this process."""
+    from simreport.cli import main
+
+    monkeypatch.chdir(cwd)
+    monkeypatch.delenv("SIMREPORT_LEDGER_URL", raising=False)
+    code = main(["review", *args, "--ledger", ledger])
+    out, err = capsys.readouterr()
+    return Said(code, out, err)
 
 
 def test_the_command_line_refuses_self_approval_unless_the_policy_file_allows_it(
-    ledger_url: str, desk: Path, tmp_path: Path
+    ledger_url: str,
+    desk: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    io = {"capsys": capsys, "monkeypatch": monkeypatch}
     _risk(desk, "low")
     ref = f"{SCENARIO}@{VERSION}"
-    assert _review(ledger_url, desk, "import", "scenario.yaml").returncode == 0
-    assert _review(ledger_url, desk, "submit", "scenario", ref, "--reviewer", "ana").returncode == 0
+    assert _review(ledger_url, desk, "import", "scenario.yaml", **io).returncode == 0
+    assert (
+        _review(ledger_url, desk, "submit", "scenario", ref, "--reviewer", "ana", **io).returncode
+        == 0
+    )
 
-    refused = _review(ledger_url, desk, "approve", "scenario", ref, "--reviewer", "ana")
+    refused = _review(ledger_url, desk, "approve", "scenario", ref, "--reviewer", "ana", **io)
     assert refused.returncode == 2 and refused.stdout == ""
     [line] = refused.stderr.splitlines()
     assert line.startswith("simreport: --reviewer: ana wrote scenario " + ref)
     assert line.endswith("(expected a reviewer other than ana, import)")
 
     missing = _review(
-        ledger_url, desk, "approve", "scenario", ref, "--reviewer", "ana", "--policy", "nope.yaml"
+        ledger_url,
+        desk,
+        "approve",
+        "scenario",
+        ref,
+        "--reviewer",
+        "ana",
+        "--policy",
+        "nope.yaml",
+        **io,
     )
     assert missing.returncode == 2 and "nope.yaml" in missing.stderr
 
@@ -308,8 +333,17 @@ def test_the_command_line_refuses_self_approval_unless_the_policy_file_allows_it
     policy.write_text("review:\n  selfApproval: [low]\n", encoding="utf-8")
     for action in ("approve", "publish"):
         done = _review(
-            ledger_url, desk, action, "scenario", ref, "--reviewer", "ana", "--policy", str(policy)
+            ledger_url,
+            desk,
+            action,
+            "scenario",
+            ref,
+            "--reviewer",
+            "ana",
+            "--policy",
+            str(policy),
+            **io,
         )
         assert done.returncode == 0, done.stderr
-    shown = _review(ledger_url, desk, "history", "scenario", ref)
+    shown = _review(ledger_url, desk, "history", "scenario", ref, **io)
     assert shown.stdout.splitlines()[0] == f"scenario {ref}: online, low risk"

@@ -469,3 +469,34 @@ def test_a_description_edit_reruns_no_run_and_the_pages_show_it(built: Path) -> 
         assert after["tests"] == before["tests"]
     jobs, out = snakemake(built)
     assert jobs == PAGES_ONLY, out[-2000:]
+
+
+def test_a_python_agent_s_code_is_an_input_of_its_runs(tmp_path: Path) -> None:
+    """An agent under test reached as a Python entry: editing its module makes every run of it
+    out of date; another file of the folder changes nothing."""
+    plan_dir = tmp_path / "airline_desk"
+    shutil.copytree(EXAMPLES / "airline_desk", plan_dir)
+    inputs = _conditions_inputs(plan_dir)
+    assert all("rebooking_agent.py" in files for files in inputs.values())
+    before = _store_keys(plan_dir, tmp_path)
+    (plan_dir / "notes.py").write_text("# not imported by any run\n")
+    assert _store_keys(plan_dir, tmp_path) == before
+    agent = plan_dir / "rebooking_agent.py"
+    agent.write_text(agent.read_text().replace("Have a good trip!", "Safe travels!"))
+    after = _store_keys(plan_dir, tmp_path)
+    assert before.keys() == after.keys()
+    assert all(before[key] != after[key] for key in before)
+
+
+def test_an_agent_package_counts_with_every_module_in_it(tmp_path: Path) -> None:
+    from simreport.kernel.testbed.agents import entry_files
+
+    package = tmp_path / "desk_agent"
+    (package / "__pycache__").mkdir(parents=True)
+    for name in ("__init__.py", "policy.py", "__pycache__/policy.cpython-311.pyc"):
+        (package / name).write_text("")
+    assert entry_files("desk_agent.policy:respond", tmp_path) == [
+        package / "__init__.py",
+        package / "policy.py",
+    ]
+    assert entry_files("json:loads", tmp_path) == []  # imported from the environment

@@ -670,6 +670,20 @@ def resolve_entry(entry: str, search: Path | None) -> Callable[..., Any]:
     return target  # type: ignore[no-any-return]
 
 
+def entry_files(entry: str, search: Path) -> list[Path]:
+    """The files of a `module:function` entry's code that `resolve_entry` imports from `search`
+    (the scenario's folder): the module's file, or every module of its top package. Empty for
+    code imported from elsewhere (an installed package belongs to the environment)."""
+    top = entry.partition(":")[0].split(".")[0]
+    if not top:
+        return []
+    package = search / top
+    if (package / "__init__.py").is_file():
+        return sorted(p for p in package.rglob("*.py") if "__pycache__" not in p.parts)
+    module = search / f"{top}.py"
+    return [module] if module.is_file() else []
+
+
 class PythonAgent(_ChatAgent):
     """An agent as a Python function: request body in, assistant message out."""
 

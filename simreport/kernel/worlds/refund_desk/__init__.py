@@ -13,11 +13,11 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, ClassVar
 
-from ....core.errors import RunError
+from ....core.errors import RunError, SimreportError
 from ....core.schema import Scenario, WorldParams
 from ...context import assign_executors
 from ...providers import PROVIDERS
-from ...testbed.assets import resolved_asset_files
+from ...testbed.assets import AgentAsset, AssetLibrary, resolved_asset_files
 from ...testbed.replay_records import active_replay
 from ...testbed.settings import unimplemented
 from ...world import World, WorldOutcome
@@ -149,7 +149,19 @@ class RefundDesk(World):
         if scenario.sut is None:
             return {}
         library = root / (scenario.provenance.asset_library if scenario.provenance else "assets")
-        return dict(resolved_asset_files(scenario, library))
+        files = dict(resolved_asset_files(scenario, library))
+        from ...testbed.agents import entry_files
+
+        # An agent under test that is a Python entry: its code is an input of the run too.
+        try:
+            agent = AssetLibrary(library).resolve(scenario.sut.agent, "agent", "sut.agent")
+        except SimreportError:
+            return files  # the run fails in LOADING; the key has the agent's slot unresolved
+        entry = agent.typed(AgentAsset)
+        if entry.adapter == "python" and entry.entry is not None:
+            for path in entry_files(entry.entry, root):
+                files[f"sut.agent.entry:{path.relative_to(root).as_posix()}"] = path
+        return files
 
     def run(self) -> WorldOutcome:
         return TestbedRun(self.ctx).execute()
