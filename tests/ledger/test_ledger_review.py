@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import shutil
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -630,28 +628,48 @@ def test_the_command_line_offers_every_review_action() -> None:
     assert list(ACTION_HELP) == list(ACTIONS)
 
 
-def _review(*args: str, cwd: Path, ledger: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "SIMREPORT_LEDGER_URL"}
-    return subprocess.run(
-        [sys.executable, "-m", "simreport.cli", "review", *args, "--ledger", ledger],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+@dataclass
+class Said:
+    """What a command printed, and its exit code."""
+
+    returncode: int
+    stdout: str
+    stderr: str
 
 
-def test_review_commands_end_to_end(ledger_url: str, scenario: Path) -> None:
+def _review(
+    *args: str,
+    cwd: Path,
+    ledger: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> Said:
+    """`simreport review ARGS --ledger LEDGER` in `cwd`, in this process."""
+    from simreport.cli import main
+
+    monkeypatch.chdir(cwd)
+    monkeypatch.delenv("SIMREPORT_LEDGER_URL", raising=False)
+    code = main(["review", *args, "--ledger", ledger])
+    out, err = capsys.readouterr()
+    return Said(code, out, err)
+
+
+def test_review_commands_end_to_end(
+    ledger_url: str,
+    scenario: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     cwd = scenario.parent.parent
+    io = {"capsys": capsys, "monkeypatch": monkeypatch}
 
     def ok(*args: str) -> str:
-        done = _review(*args, cwd=cwd, ledger=ledger_url)
+        done = _review(*args, cwd=cwd, ledger=ledger_url, **io)
         assert done.returncode == 0, done.stderr
         return done.stdout
 
     def refused(*args: str) -> str:
-        done = _review(*args, cwd=cwd, ledger=ledger_url)
+        done = _review(*args, cwd=cwd, ledger=ledger_url, **io)
         assert done.returncode == 2, (done.stdout, done.stderr)
         assert done.stdout == ""
         lines = done.stderr.splitlines()
