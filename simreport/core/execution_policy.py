@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Literal, TypeVar
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from .errors import RunError, SchemaError, ValidationIssue
 from .schema import RESOURCE_NAME, LLMConfig, Model
@@ -102,6 +102,45 @@ class Simulator(Model):
         return value
 
 
+class Sandbox(Model):
+    """A team's sandbox that answers a domain's tools for real (`environment.realTools`): each
+    call is `POST {baseUrl}/tools/{tool}` with the arguments as JSON; docs/testbed.md."""
+
+    base_url: str = Field(description="The sandbox's root, e.g. http://payments.sandbox:8080.")
+    api_key_env: str | None = Field(
+        None,
+        description="The environment variable holding a bearer token the calls carry.",
+    )
+    timeout_seconds: Number = Field(
+        10.0, gt=0, le=600, description="The longest one call may take before it fails."
+    )
+
+    @field_validator("base_url")
+    @classmethod
+    def _http(cls, value: str) -> str:
+        if not re.match(r"^https?://[^/?#\s]+", value.strip()):
+            raise ValueError(f"{value!r} is not an http(s) URL")
+        return value.strip().rstrip("/")
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _variable(cls, value: str | None) -> str | None:
+        return _env_name(value)
+
+    def host(self) -> str:
+        """`host:port` of the sandbox (the scheme's port when the URL names none)."""
+        return host_of(self.base_url)
+
+
+def host_of(url: str) -> str:
+    """`host:port` of an http(s) URL, the port the scheme's when the URL names none."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return f"{(parts.hostname or '').lower()}:{port}"
+
+
 RiskLevel = Literal["low", "medium", "high"]
 
 
@@ -149,8 +188,47 @@ class ExecutionPolicy(Model):
         default_factory=ReviewPolicy,
         description="Who may approve and publish scenario and asset versions.",
     )
+    sandboxes: dict[str, Sandbox] = Field(
+        default_factory=dict,
+        description="Sandboxes answering domain tools for real, by name (`environment.realTools`).",
+    )
+    egress: list[str] | None = Field(
+        None,
+        description=(
+            "The hosts (`host:port`) real tool calls may reach; every sandbox's host must be "
+            "one. Unset: the hosts of the declared sandboxes."
+        ),
+    )
 
-    @field_validator("endpoints", "simulators")
+    @field_validator("egress")
+    @classmethod
+    def _hosts(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return None
+        for host in value:
+            if not re.fullmatch(r"[A-Za-z0-9.\-]+:[0-9]{1,5}|\[[0-9A-Fa-f:.]+\]:[0-9]{1,5}", host):
+                raise ValueError(f"{host!r} is not host:port")
+        return [h.lower() for h in value]
+
+    @model_validator(mode="after")
+    def _sandboxes_reachable(self) -> ExecutionPolicy:
+        if self.egress is None:
+            return self
+        for name, sandbox in self.sandboxes.items():
+            if sandbox.host() not in self.egress:
+                raise ValueError(
+                    f"sandboxes.{name}.baseUrl reaches {sandbox.host()}, which egress does not "
+                    "allow; expected one of " + (", ".join(self.egress) or "none")
+                )
+        return self
+
+    def allowed_hosts(self) -> frozenset[str]:
+        """The `host:port`s real tool calls may reach (`egress`, or the sandboxes' hosts)."""
+        if self.egress is not None:
+            return frozenset(self.egress)
+        return frozenset(s.host() for s in self.sandboxes.values())
+
+    @field_validator("endpoints", "simulators", "sandboxes")
     @classmethod
     def _resource_names(cls, value: dict[str, object]) -> dict[str, object]:
         for name in value:
@@ -161,8 +239,10 @@ class ExecutionPolicy(Model):
         return value
 
     def key_variables(self) -> list[str]:
-        """The environment variables the policy's endpoints read their keys from."""
-        return sorted({e.api_key_env for e in self.endpoints.values() if e.api_key_env})
+        """The environment variables the policy's endpoints and sandboxes read keys from."""
+        keys = [e.api_key_env for e in self.endpoints.values()]
+        keys += [s.api_key_env for s in self.sandboxes.values()]
+        return sorted({k for k in keys if k})
 
 
 def load_policy(path: str | Path) -> ExecutionPolicy:
@@ -239,6 +319,7 @@ def spec_issues(
                     "no entry",
                 )
             )
+    issues += sandbox_issues(scenario, policy)
     if scenario.provenance is not None:
         folder = scenario.provenance.asset_library
         if not re.match(RESOURCE_NAME, folder) or folder in (".", ".."):
@@ -251,6 +332,30 @@ def spec_issues(
                 )
             )
     return issues
+
+
+def sandbox_issues(scenario: Scenario, policy: ExecutionPolicy | None) -> list[ValidationIssue]:
+    """Each tool of `environment.realTools` bound to a sandbox `policy` does not declare (None:
+    no policy, so none is declared), located at the binding."""
+    environment = scenario.environment
+    if environment is None or not environment.real_tools:
+        return []
+    declared = policy.sandboxes if policy is not None else {}
+    expected = _one_of(iter(declared), "a sandbox the execution policy declares (none does)")
+    return [
+        ValidationIssue(
+            f"environment.realTools.{tool}",
+            f"{sandbox!r} is no sandbox "
+            + (
+                "of the execution policy"
+                if policy is not None
+                else "here: no execution policy is given (simreport run --policy FILE)"
+            ),
+            expected,
+        )
+        for tool, sandbox in sorted(environment.real_tools.items())
+        if sandbox not in declared
+    ]
 
 
 def _llm_issues(where: str, llm: LLMConfig, policy: ExecutionPolicy) -> list[ValidationIssue]:
@@ -412,10 +517,13 @@ __all__ = [
     "ExecutionPolicy",
     "ReviewPolicy",
     "RiskLevel",
+    "Sandbox",
     "Simulator",
     "check_spec",
+    "host_of",
     "load_policy",
     "resolve_llm",
     "resolve_simulator",
+    "sandbox_issues",
     "spec_issues",
 ]

@@ -329,6 +329,46 @@ class UserQualityControl(Model):
     )
 
 
+KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+
+
+class UserSession(Model):
+    """One conversation of a task: the user comes (back) to the agent in a new conversation; the
+    agent's history starts empty, the environment's facts are kept."""
+
+    key: str = Field(
+        ..., pattern=KEY_PATTERN, description="The session's key (the ledger's session_key)."
+    )
+    max_turns: Int64 | None = Field(
+        None,
+        ge=1,
+        description=(
+            "User turns this conversation may take; unset, `execution.budget.maxTurns` (each "
+            "conversation has the whole of it; tool calls and wall clock are the run's)."
+        ),
+    )
+
+
+class UserTask(Model):
+    """One of the user's tasks: a goal pursued over one or more sessions, in order."""
+
+    key: str = Field(..., pattern=KEY_PATTERN, description="The task's key (ledger task_key).")
+    goal: str = Field(..., min_length=1, description="What the user wants in this task.")
+    sessions: list[UserSession] = Field(
+        default_factory=lambda: [UserSession(key="conversation")],
+        min_length=1,
+        description="The task's conversations, in order; unset, one session `conversation`.",
+    )
+
+    @field_validator("sessions")
+    @classmethod
+    def _unique_sessions(cls, value: list[UserSession]) -> list[UserSession]:
+        keys = [s.key for s in value]
+        if len(set(keys)) != len(keys):
+            raise ValueError("session keys must be unique within a task")
+        return value
+
+
 class UserConfig(Model):
     """The simulated user: persona, goal, private facts, disclosure rules and reaction rules."""
 
@@ -370,11 +410,27 @@ class UserConfig(Model):
     quality_control: UserQualityControl | None = Field(
         None, description="Quality-control thresholds; unset, the defaults."
     )
+    tasks: list[UserTask] | None = Field(
+        None,
+        min_length=1,
+        description=(
+            "The user's tasks, run in order, each over its sessions; unset, one task `goal` (the "
+            "user's `goal`) with one session `conversation`."
+        ),
+    )
 
     @field_validator("policy", "simulator")
     @classmethod
     def _refs(cls, value: str) -> str:
         return check_asset_ref(value)
+
+    @field_validator("tasks")
+    @classmethod
+    def _unique_tasks(cls, value: list[UserTask] | None) -> list[UserTask] | None:
+        keys = [t.key for t in value or []]
+        if len(set(keys)) != len(keys):
+            raise ValueError("task keys must be unique")
+        return value
 
     @property
     def thresholds(self) -> UserQualityControl:
@@ -383,7 +439,10 @@ class UserConfig(Model):
 
     @model_serializer(mode="wrap")
     def _doc(self, handler: SerializerFunctionWrapHandler) -> Any:
-        return _without_unset(handler(self), "mode", "llm", "qualityControl", "quality_control")
+        doc = _without_unset(
+            handler(self), "mode", "llm", "qualityControl", "quality_control", "tasks"
+        )
+        return _without_empty(doc, "facts")
 
 
 # --------------------------------------------------------------------------- environment
@@ -416,12 +475,26 @@ class ClockConfig(Model):
         return value
 
 
+BackendMode = Literal["surrogate", "hybrid", "isolated_real"]
+
+
 class EnvironmentConfig(Model):
     """The simulated environment: its initial data, tool contracts, backend and clock."""
 
-    backend_mode: Literal["surrogate"] = Field(
+    backend_mode: BackendMode = Field(
         "surrogate",
-        description="surrogate: every tool is answered by the fact model (the only built-in mode).",
+        description=(
+            "surrogate: every tool is answered by the fact model; hybrid: the tools of "
+            "`realTools` by their sandboxes, the others by the fact model; isolated_real: every "
+            "tool by a sandbox (world `testbed`)."
+        ),
+    )
+    real_tools: dict[str, str] = Field(
+        default_factory=dict,
+        description=(
+            "Tool → the name of the sandbox answering it, one the operator's execution policy "
+            "declares (never a URL): {pay_fare_difference: payments-sandbox}."
+        ),
     )
     clock: ClockConfig = Field(default_factory=ClockConfig, description="Business calendar.")
     domain: str | None = Field(
@@ -449,12 +522,42 @@ class EnvironmentConfig(Model):
     def _contract_refs(cls, value: list[str]) -> list[str]:
         return [check_asset_ref(v) for v in value]
 
+    @field_validator("real_tools")
+    @classmethod
+    def _sandbox_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for tool, sandbox in value.items():
+            if not re.fullmatch(r"[A-Za-z0-9._-]{1,100}", sandbox):
+                raise ValueError(
+                    f"{tool}: {sandbox!r} is not a sandbox name; a scenario names a sandbox the "
+                    "operator's execution policy declares, never a URL"
+                )
+        return value
+
+    @model_serializer(mode="wrap")
+    def _doc(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # Keys added with domains and sandboxes stay out of a document that leaves them unset.
+        keys = ("domain", "data", "toolContracts", "tool_contracts", "realTools", "real_tools")
+        return _without_empty(handler(self), *keys)
+
     @model_validator(mode="after")
     def _one_source(self) -> EnvironmentConfig:
         if self.domain is not None and (self.data is not None or self.tool_contracts):
             raise ValueError(
                 "a domain brings its own facts and tools: give either `domain`, or `data` with "
                 "`toolContracts`"
+            )
+        if self.backend_mode == "surrogate" and self.real_tools:
+            raise ValueError(
+                "realTools binds tools to sandboxes, but backendMode is surrogate; expected "
+                "backendMode hybrid or isolated_real"
+            )
+        if self.backend_mode == "hybrid" and not self.real_tools:
+            raise ValueError(
+                "backendMode hybrid needs realTools (tool → sandbox); expected at least one"
+            )
+        if self.backend_mode != "surrogate" and self.domain is None:
+            raise ValueError(
+                f"backendMode {self.backend_mode} binds a domain's tools; expected `domain`"
             )
         return self
 
@@ -551,6 +654,14 @@ def _without_unset(doc: Any, *keys: str) -> Any:
     them keeps the document, and so the design digest, it had before they existed."""
     if isinstance(doc, dict):
         return {k: v for k, v in doc.items() if not (k in keys and v is None)}
+    return doc
+
+
+def _without_empty(doc: Any, *keys: str) -> Any:
+    """A document without the later-added keys it leaves unset or empty, so that a scenario
+    which does not use them keeps its document, and so its digest, as before they existed."""
+    if isinstance(doc, dict):
+        return {k: v for k, v in doc.items() if not (k in keys and v in (None, {}, []))}
     return doc
 
 
@@ -814,8 +925,12 @@ class ExecutionConfig(Model):
     seed: Int64 | None = Field(
         None, ge=0, description="The scenario's seed; when given it must equal the top-level seed."
     )
-    mode: Literal["surrogate"] = Field(
-        "surrogate", description="surrogate (every dependency simulated; the built-in mode)."
+    mode: BackendMode = Field(
+        "surrogate",
+        description=(
+            "surrogate (every dependency simulated), hybrid or isolated_real: the run mode, "
+            "equal to `environment.backendMode`."
+        ),
     )
     budget: Budget = Field(default_factory=Budget, description="Turn, tool-call and time limits.")
     max_actions_per_turn: Int64 = Field(

@@ -62,9 +62,12 @@ def refund_spec() -> dict[str, Any]:
 
 
 @contextmanager
-def in_process_api(ledger: str, folder: Path, example: Path = EXAMPLE) -> Iterator[Api]:
+def in_process_api(
+    ledger: str, folder: Path, example: Path = EXAMPLE, policy: Path | None = None
+) -> Iterator[Api]:
     """The service on the ledger at `ledger` (a fresh one: the ledger_url fixture's), its
-    library a copy of `example`'s (default: the refund desk's) in `folder`."""
+    library a copy of `example`'s (default: the refund desk's) in `folder`, under the execution
+    policy in `policy` (None: the default)."""
     from fastapi.testclient import TestClient
 
     from simreport.service.app import PREFIX, create_app
@@ -73,7 +76,7 @@ def in_process_api(ledger: str, folder: Path, example: Path = EXAMPLE) -> Iterat
 
     root = folder / example.name
     shutil.copytree(example, root)
-    settings = ServiceSettings(ledger=ledger, library=root / "assets", workers=0)
+    settings = ServiceSettings(ledger=ledger, library=root / "assets", workers=0, policy=policy)
     tokens = load_tokens(settings, {"SIMREPORT_API_TOKENS": TOKEN})
     app = create_app(settings, tokens=tokens)
     try:

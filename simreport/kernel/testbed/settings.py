@@ -73,7 +73,23 @@ def unimplemented(scenario: Scenario) -> list[tuple[str, str]]:
                 )
             )
         seen.setdefault(tool, i)
-    return problems
+    return problems + _mode_problems(scenario)
+
+
+def _mode_problems(scenario: Scenario) -> list[tuple[str, str]]:
+    """The run mode (`execution.mode`, a run request's mode) must be the environment's."""
+    backend = scenario.environment.backend_mode if scenario.environment is not None else None
+    mode = scenario.execution.mode if scenario.execution is not None else "surrogate"
+    if mode == (backend or "surrogate"):
+        return []
+    return [
+        (
+            "execution.mode",
+            f"the run mode is {mode}, but environment.backendMode is {backend or 'surrogate'}: "
+            "a run never answers a tool otherwise than its environment declares; expected "
+            + (backend or "surrogate"),
+        )
+    ]
 
 
 def channel_problems(scenario: Scenario, adapter: str) -> list[tuple[str, str]]:

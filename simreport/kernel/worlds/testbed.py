@@ -23,6 +23,7 @@ from ..testbed.assets import (
 from ..testbed.domain.gateway import DomainGateway
 from ..testbed.domain.model import DomainAsset, UserFlowAsset
 from ..testbed.domain.observations import domain_metrics, observe
+from ..testbed.domain.real_tools import RealTools, binding_problems
 from ..testbed.domain.state import DomainState
 from ..testbed.domain.user import FlowUser
 from ..testbed.lifecycle import TestbedFailure
@@ -97,6 +98,7 @@ class DomainRun(TestbedRun):
                     f"{point!r}; it exposes {', '.join(tool.faults) or 'none'}",
                     "fault_plan_incomplete",
                 )
+        self._check_real_tools()
         flow = self.resolved["user.policy"].typed(UserFlowAsset)
         wording = self.resolved["user.simulator"].typed(SimulatorConfigAsset)
         missing = sorted(i for i in flow.intents() if not wording.intents.get(i))
@@ -113,6 +115,24 @@ class DomainRun(TestbedRun):
                 "entity_binding_mismatch",
             )
         self._check_bindings()
+
+    def _check_real_tools(self) -> None:
+        """Each tool of `environment.realTools` is the domain's and bound to a sandbox the
+        execution policy declares; isolated_real leaves no tool to the fact model."""
+        environment = self.scenario.environment
+        if environment is None or environment.backend_mode == "surrogate":
+            return
+        problems = binding_problems(
+            environment.real_tools,
+            environment.backend_mode,
+            (t.name for t in self.domain.tools),
+            self.ctx.resources,
+        )
+        if problems:
+            self._refuse(
+                "; ".join(f"{path}: {message}" for path, message in problems),
+                "sandbox_undeclared",
+            )
 
     def _check_bindings(self) -> None:
         """Each `interaction.entityBinding` (user.<fact> → env.<entity>.<field>) names a fact of
@@ -160,8 +180,13 @@ class DomainRun(TestbedRun):
     def _make_environment(self) -> None:
         self.domain_state = DomainState(self.domain)
         self.facts = self.domain_state
+        environment = self.scenario.environment
+        real = None
+        if environment is not None and environment.real_tools:
+            assert self.ctx.resources is not None  # LOADING refused a run without its sandboxes
+            real = RealTools(dict(environment.real_tools), self.ctx.resources)
         self.gateway = DomainGateway(
-            self.domain_state, self.log, self.clocks, participants=self.participants
+            self.domain_state, self.log, self.clocks, participants=self.participants, real=real
         )
 
     def _make_user(self) -> None:
@@ -185,6 +210,17 @@ class DomainRun(TestbedRun):
 
     def _observe(self) -> Observations:
         assert self.scenario.user is not None
+        gateway: Any = self.gateway
+        if isinstance(gateway, DomainGateway) and gateway.real is not None:
+            # Observations read what the sandboxes hold, where they report it (GET /state).
+            silent = gateway.adopt_real_state()
+            self.log.add(
+                "environment.real_state",
+                "environment",
+                "control",
+                {"sent": gateway.real.sent, "failed": gateway.real.failed, "noState": silent},
+            )
+            gateway.real.close()
         return observe(self.log.records, self.domain, self.scenario.user.facts)
 
     def _assess_user(self, obs: Observations) -> None:

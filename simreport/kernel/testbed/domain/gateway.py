@@ -1,10 +1,11 @@
-"""The gateway of a domain: its tools answered by the domain's state, with the faults of
-`environment.gateway` striking them at the points each tool exposes."""
+"""The gateway of a domain: its tools answered by the domain's state, or — bound in
+`environment.realTools` — by the operator's sandboxes (`real_tools`), with the faults of
+`environment.gateway` striking them at the points each tool exposes, real or not."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..clock import Clocks
@@ -12,6 +13,7 @@ from ..environment.faults import RecoveryCheck
 from ..environment.gateway import Gateway
 from ..records import RecordLog
 from .model import DomainTool
+from .real_tools import RealTools
 from .state import DomainState
 
 
@@ -32,6 +34,8 @@ class DomainGateway(Gateway[HeldCall]):
     domain_state: DomainState
     log: RecordLog
     clocks: Clocks
+    real: RealTools | None = field(default=None, kw_only=True)
+    """The tools the operator's sandboxes answer (None: every tool is a surrogate)."""
 
     def definitions(self) -> list[dict[str, Any]]:
         tools = [
@@ -53,13 +57,21 @@ class DomainGateway(Gateway[HeldCall]):
     def _argument_problem(self, tool: DomainTool, arguments: Mapping[str, Any]) -> str | None:
         return self.domain_state.argument_problem(tool, arguments)
 
+    def _backend(self, name: str) -> str | None:
+        if self.real is None:
+            return None
+        return "real" if self.real.bound(name) else "surrogate"
+
     def _execute(
         self, tool: DomainTool, arguments: Mapping[str, Any], call_id: str, *, hold: str | None
     ) -> dict[str, Any]:
         if hold is not None:
-            # Received, not processed: it takes effect when the fault recovers.
+            # Received, not processed: it takes effect (a real one: is sent) when the fault
+            # recovers.
             self.held.append(HeldCall(hold, call_id, tool, dict(arguments)))
             return {}
+        if self.real is not None and self.real.bound(tool.name):
+            return self.real.call(tool.name, arguments)
         body, changes = self.domain_state.call(tool, arguments, self.clocks.business_time())
         self._record_changes(changes, call_id)
         return body
@@ -68,13 +80,55 @@ class DomainGateway(Gateway[HeldCall]):
         return {"tool": item.tool.name}
 
     def _process_held(self, item: HeldCall) -> None:
+        if self.real is not None and self.real.bound(item.tool.name):
+            body = self.real.call(item.tool.name, item.arguments)
+            self.log.add(
+                "tool.backlog.answer",
+                "environment",
+                "control",
+                {"callId": item.call_id, "tool": item.tool.name, "body": body},
+                span_key=f"call:{item.call_id}",
+            )
+            return
         _, changes = self.domain_state.call(item.tool, item.arguments, self.clocks.business_time())
         self._record_changes(changes, item.call_id)
 
+    def adopt_real_state(self) -> list[str]:
+        """Replace the entities the sandboxes report (`GET /state`) in the domain's state, so
+        the invariants and observations read what the sandboxes hold; returns the sandboxes
+        that report none (their effects stay unseen)."""
+        if self.real is None:
+            return []
+        silent = []
+        for sandbox, entities in self.real.states().items():
+            if entities is None:
+                silent.append(sandbox)
+                continue
+            self.domain_state.adopt(entities)
+        return silent
+
     def check_recovery(self, fault_id: str) -> RecoveryCheck:
         """Pending while calls the fault held wait in the backlog; then every invariant of the
-        domain is checked."""
+        domain is checked, over the state the sandboxes report when tools are real. A fault on
+        a real tool whose sandbox reports no state cannot be verified (`unverifiable`)."""
         if self.holding(fault_id):
             return RecoveryCheck({}, [], pending=True)
+        silent = self.adopt_real_state()
         names = [i.name for i in self.domain_state.domain.invariants]
+        target = self._fault_target(fault_id)
+        if self.real is not None and target is not None and self.real.bound(target):
+            sandbox = self.real.bindings[target]
+            if sandbox in silent:
+                return RecoveryCheck(
+                    {},
+                    [],
+                    unverifiable=(
+                        f"not_applicable: {target} is answered by sandbox {sandbox}, which "
+                        "serves no GET /state to check the invariants against"
+                    ),
+                )
         return RecoveryCheck({"invariants": names}, self.domain_state.invariant_problems())
+
+    def _fault_target(self, fault_id: str) -> str | None:
+        state = self.faults.states.get(fault_id) if self.faults is not None else None
+        return str(state.trigger.target) if state is not None else None

@@ -196,6 +196,17 @@ class DomainState:
                 problems.append(f"invariant {invariant.name} does not hold")
         return [p for p in problems if p not in self._initial_problems]
 
+    def adopt(self, entities: Mapping[str, list[dict[str, Any]]]) -> None:
+        """Take the instances a real backend reports for its entities (of the domain's, keyed
+        by their key field) in place of this state's own."""
+        for name, found in entities.items():
+            kind = self.domain.entities.get(name)
+            if kind is None:
+                continue
+            self.state[name] = {
+                str(item[kind.key]): copy.deepcopy(item) for item in found if kind.key in item
+            }
+
     def items(self) -> dict[str, list[dict[str, Any]]]:
         """Entity → its instances in key order (what expressions iterate)."""
         return {name: [found[k] for k in sorted(found)] for name, found in self.state.items()}

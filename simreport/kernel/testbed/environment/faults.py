@@ -92,6 +92,8 @@ class RecoveryCheck:
     checked: Mapping[str, list[str]]
     problems: list[str]
     pending: bool = False
+    unverifiable: str | None = None
+    """Why the recovery cannot be checked (a real backend that shows no state), or None."""
 
 
 @dataclass
@@ -244,7 +246,17 @@ class FaultController:
             return
         state.verifying = False
         checked = {key: list(ids) for key, ids in check.checked.items()}
-        if check.problems:
+        if check.unverifiable is not None:
+            # Recovered, not verified: such a run never enters a conclusion.
+            state.settled = "recovered"
+            self._record(
+                "recovered",
+                state,
+                experiment=state.experiment,
+                verified=False,
+                reason=check.unverifiable,
+            )
+        elif check.problems:
             state.settled = "failed"
             self._record(
                 "failed",

@@ -99,6 +99,11 @@ class Gateway(_Ends, ABC, Generic[H]):
     def _touch(self, fault_id: str, arguments: Mapping[str, Any]) -> None:
         """Note what a struck call named, to read it back when the fault recovers."""
 
+    def _backend(self, name: str) -> str | None:
+        """What answers tool `name` (`real`, `surrogate`), recorded with each of its calls;
+        None (the default) records nothing: every tool is a surrogate."""
+        return None
+
     def inject(self, triggers: Sequence[FaultTrigger], backend: FaultBackend) -> FaultController:
         """Plan the faults of `triggers` on this gateway's calls (recorded), arm those whose
         window opens with the run, and strike calls with them from now on; a recovery releases
@@ -142,6 +147,8 @@ class Gateway(_Ends, ABC, Generic[H]):
         index = self.per_tool.get(name, 0) + 1
         self.per_tool[name] = index
         span = f"call:{call_id}"
+        backend = self._backend(name)
+        where = {"backend": backend} if backend is not None else {}
         self.log.add(
             "tool.request",
             "agent",
@@ -151,6 +158,7 @@ class Gateway(_Ends, ABC, Generic[H]):
                 "tool": name,
                 "arguments": dict(arguments or {}),
                 "callIndex": index,
+                **where,
             },
             span_key=span,
         )
@@ -164,7 +172,13 @@ class Gateway(_Ends, ABC, Generic[H]):
             "tool.response",
             "environment",
             "tool_call",
-            {"callId": call_id, "tool": name, "outcome": result.outcome, "body": result.body},
+            {
+                "callId": call_id,
+                "tool": name,
+                "outcome": result.outcome,
+                "body": result.body,
+                **where,
+            },
             span_key=span,
             duration_ns=Clocks.monotonic_ns() - started,
         )
