@@ -260,39 +260,98 @@ def fault_rows(
 
 
 def task_and_session_rows(dialect: sa.Dialect, run: RunDirectory) -> list[TableRows]:
-    """An agent-testbed run's task (the user's goal) and its conversation session."""
+    """An agent-testbed run's tasks and sessions: the scenario's `user.tasks` (else one task
+    `goal` with one session `conversation`), each with the SUT's own ids as the run recorded
+    them (NULL when it returned none) and its outcome from `task.ended` (NULL when the task
+    never ended, or for a run without `user.tasks`, which records none)."""
     scenario = run.scenario
     if scenario.user is None:
         return []
     channels = scenario.interaction.channels if scenario.interaction is not None else []
+    transport = channels[0] if channels else "chat-completions"
+    records = run.records or []
+    ended = _payloads(records, "task.ended", "taskKey")
+    closed = _payloads(records, "session.closed", "taskKey", "sessionKey")
+    declared: list[tuple[str, str, list[str]]]
+    if scenario.user.tasks is None:
+        declared = [("goal", scenario.user.goal, ["conversation"])]
+        task_id, session_id = _first_step_ids(records)
+        ended["goal"] = {"sutTaskId": task_id}
+        closed["goal", "conversation"] = {"sutSessionId": session_id}
+    else:
+        declared = [
+            (task.key, task.goal, [s.key for s in task.sessions]) for task in scenario.user.tasks
+        ]
+    tasks, sessions = [], []
+    for task_key, goal, session_keys in declared:
+        end = ended.get(task_key, {})
+        tasks.append(
+            {
+                "run_id": run.run_id,
+                "task_key": task_key,
+                "sut_task_id": _text(end.get("sutTaskId")),
+                "goal": {"goal": goal},
+                "outcome": task_outcome(end),
+            }
+        )
+        sessions += [
+            {
+                "run_id": run.run_id,
+                "task_key": task_key,
+                "session_key": session_key,
+                "sut_session_id": _text(
+                    closed.get((task_key, session_key), {}).get("sutSessionId")
+                ),
+                "transport": transport,
+            }
+            for session_key in session_keys
+        ]
     return [
-        bind_mappings(
-            dialect,
-            t.run_task,
-            [
-                {
-                    "run_id": run.run_id,
-                    "task_key": "goal",
-                    "sut_task_id": None,
-                    "goal": {"goal": scenario.user.goal},
-                    "outcome": None,
-                }
-            ],
-        ),
-        bind_mappings(
-            dialect,
-            t.run_session,
-            [
-                {
-                    "run_id": run.run_id,
-                    "task_key": "goal",
-                    "session_key": "conversation",
-                    "sut_session_id": None,
-                    "transport": channels[0] if channels else "chat-completions",
-                }
-            ],
-        ),
+        bind_mappings(dialect, t.run_task, tasks),
+        bind_mappings(dialect, t.run_session, sessions),
     ]
+
+
+def task_outcome(ended: Mapping[str, Any]) -> str | None:
+    """A task's ledger outcome (t.TASK_OUTCOMES) from its `task.ended` record: the goal reached
+    is `root_complete`; given up or failed, `failed`; cut off by the budget, the last state the
+    run saw (`accepted` once the agent answered, else `submitted`); a user who fell silent says
+    nothing of the task (NULL), nor does a task that never ended."""
+    outcome = ended.get("outcome")
+    if outcome == "budget_exhausted":
+        return "accepted" if ended.get("agentAnswered") is True else "submitted"
+    return _TASK_OUTCOMES.get(outcome) if isinstance(outcome, str) else None
+
+
+_TASK_OUTCOMES = {"resolved": "root_complete", "abandoned": "failed", "failed": "failed"}
+
+
+def _payloads(
+    records: Sequence[Mapping[str, Any]], kind: str, *keys: str
+) -> dict[Any, Mapping[str, Any]]:
+    """The payloads of the records of type `kind`, by the payload's `keys` (the first of each)."""
+    found: dict[Any, Mapping[str, Any]] = {}
+    for record in records:
+        if record["type"] == kind:
+            payload = record["payload"]
+            key = tuple(payload.get(k) for k in keys)
+            found.setdefault(key[0] if len(key) == 1 else key, payload)
+    return found
+
+
+def _first_step_ids(records: Sequence[Mapping[str, Any]]) -> tuple[str | None, str | None]:
+    """The first task and session ids the SUT returned in the run's agent steps."""
+    task_id = session_id = None
+    for record in records:
+        if record["type"] == "agent.step":
+            step = record["payload"].get("step") or {}
+            task_id = task_id or _text(step.get("sutTaskId"))
+            session_id = session_id or _text(step.get("sutSessionId"))
+    return task_id, session_id
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def layer_rows(dialect: sa.Dialect, run: RunDirectory, now: datetime) -> list[TableRows]:

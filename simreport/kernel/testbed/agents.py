@@ -56,6 +56,9 @@ class AgentStep:
     lost: str | None = None
     """The failure kind when the provider's decision for this step was lost (the call failed,
     the answer was unreadable, the prompt too long): not the agent's behaviour, and not silence."""
+    sut_task_id: str | None = None
+    sut_session_id: str | None = None
+    """The SUT's own task and session ids, when its answer carried them (never made up)."""
 
     def to_doc(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -72,6 +75,10 @@ class AgentStep:
         }
         if self.lost is not None:
             doc["lost"] = self.lost
+        if self.sut_task_id is not None:
+            doc["sutTaskId"] = self.sut_task_id
+        if self.sut_session_id is not None:
+            doc["sutSessionId"] = self.sut_session_id
         return doc
 
     @classmethod
@@ -85,6 +92,8 @@ class AgentStep:
             ],
             reply=doc.get("reply"),
             lost=doc.get("lost"),
+            sut_task_id=doc.get("sutTaskId"),
+            sut_session_id=doc.get("sutSessionId"),
         )
 
 
@@ -94,6 +103,15 @@ class Session:
 
     system: str | None
     messages: list[dict[str, Any]] = field(default_factory=list)
+    sut_task_id: str | None = None
+    sut_session_id: str | None = None
+    """The SUT's own ids as it returned them in this conversation (its task's id carried over
+    into the task's later sessions); sent back in each request's `metadata` once known."""
+
+    def metadata(self) -> dict[str, str]:
+        """The SUT's ids known so far, as a request's `metadata` (empty: none known)."""
+        ids = {"task_id": self.sut_task_id, "session_id": self.sut_session_id}
+        return {k: v for k, v in ids.items() if v is not None}
 
     def user(self, text: str) -> None:
         self.messages.append({"role": "user", "content": text})
@@ -455,7 +473,36 @@ def parse_assistant(doc: Any, serial: Callable[[], str]) -> AgentStep:
         for k, v in usage.items()
         if k in ("prompt_tokens", "completion_tokens") and isinstance(v, int)
     }
-    return AgentStep(tool_calls=calls, reply=reply, usage=tokens)
+    task_id, session_id = sut_ids(doc, message)
+    return AgentStep(
+        tool_calls=calls,
+        reply=reply,
+        usage=tokens,
+        sut_task_id=task_id,
+        sut_session_id=session_id,
+    )
+
+
+def sut_ids(*docs: Any) -> tuple[str | None, str | None]:
+    """The SUT's own task and session ids from the `metadata` ({task_id, session_id}) of the
+    first of `docs` that has each (a completion, then its message); a string or an integer,
+    anything else is no id."""
+    found: dict[str, str | None] = {"task_id": None, "session_id": None}
+    for doc in docs:
+        metadata = doc.get("metadata") if isinstance(doc, Mapping) else None
+        if not isinstance(metadata, Mapping):
+            continue
+        for key in found:
+            found[key] = found[key] or _id_text(metadata.get(key))
+    return found["task_id"], found["session_id"]
+
+
+def _id_text(value: Any) -> str | None:
+    if isinstance(value, str) and value.strip():
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return None
 
 
 class _ChatAgent(AgentAdapter):
@@ -479,6 +526,8 @@ class _ChatAgent(AgentAdapter):
         }
         if self.model:
             body["model"] = self.model
+        if metadata := session.metadata():
+            body["metadata"] = metadata
         return body
 
     @abstractmethod
@@ -516,6 +565,7 @@ class HttpAgent(_ChatAgent):
             headers["authorization"] = f"Bearer {key}"
         self._client = httpx.Client(timeout=timeout, headers=headers)
         self._traceparent = traceparent
+        self._answer_ids: tuple[str | None, str | None] = (None, None)
 
     @property
     def secrets(self) -> tuple[str, ...]:
@@ -524,6 +574,15 @@ class HttpAgent(_ChatAgent):
     def redact(self, text: str) -> str:
         """`text` with the API key blanked out, in whatever form an error quotes it."""
         return redact_secrets(text, [self._secret]) if self._secret else text
+
+    def step(self, session: Session) -> AgentStep:
+        """One step; the SUT's ids from the answer's body, else its `X-Task-Id` and
+        `X-Session-Id` headers."""
+        step = super().step(session)
+        task_id, session_id = self._answer_ids
+        step.sut_task_id = step.sut_task_id or task_id
+        step.sut_session_id = step.sut_session_id or session_id
+        return step
 
     def complete(self, body: dict[str, Any]) -> Any:
         try:
@@ -536,6 +595,11 @@ class HttpAgent(_ChatAgent):
         import httpx
 
         headers = {"traceparent": self._traceparent()} if self._traceparent else {}
+        known = body.get("metadata") or {}
+        for key, header in (("task_id", "x-task-id"), ("session_id", "x-session-id")):
+            if key in known:
+                headers[header] = known[key]
+        self._answer_ids = (None, None)
         try:
             response = self._client.post(self.url, json=body, headers=headers)
         except httpx.TimeoutException:
@@ -544,6 +608,10 @@ class HttpAgent(_ChatAgent):
             raise AgentError(
                 "sut_unreachable", f"{self.url}: {type(exc).__name__}: {exc}"
             ) from None
+        self._answer_ids = (
+            _id_text(response.headers.get("x-task-id")),
+            _id_text(response.headers.get("x-session-id")),
+        )
         if response.status_code >= 400:
             raise AgentError(
                 "sut_error",

@@ -241,6 +241,14 @@ def test_a_plan_without_the_new_fields_keeps_its_document_form() -> None:
     assert "logicalMs" not in trigger["at"] and "afterMs" not in trigger["recover"]
 
 
+def test_a_scenario_without_domains_tasks_or_sandboxes_keeps_its_document_form() -> None:
+    # The keys added for domains as data, user tasks and real tools stay out of a scenario that
+    # does not use them, so its version's pinned sha256 is the same as before they existed.
+    doc = load_scenario(EXAMPLE / "scenario.yaml").scenario.to_doc()
+    assert not {"domain", "realTools"} & set(doc["environment"])
+    assert not {"facts", "tasks"} & set(doc["user"])
+
+
 @pytest.mark.parametrize(
     ("doc", "where", "says"),
     [

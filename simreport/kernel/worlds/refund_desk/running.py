@@ -1,27 +1,168 @@
 """RUNNING: the conversation, turn by turn — the user's message, the agent's steps (tool calls
 through the gateway, then a reply), the planned faults on each turn — until the user closes it
-or the budget runs out."""
+or the budget runs out. With `user.tasks`, each task's sessions in order, one conversation each
+(recorded as `task.started`/`task.ended` and `session.opened`/`session.closed`)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
+from ....core.testbed_schema import UserSession, UserTask
 from ...run_cost import ENVIRONMENT, SUT, USER_WORDING
-from ...testbed.agents import AgentStep
+from ...testbed.agents import AgentStep, Session
 from ...testbed.clock import Clocks
 from ...testbed.user import read_agent_message
 from .budget import Budget, BudgetExhausted
 from .state import RunState
 
+CLOSED_OUTCOME = {"resolved_by_user": "resolved", "user_gave_up": "abandoned"}
+"""A task's outcome from how its conversation closed (`user_silent`: the simulated user found
+no wording, which says nothing of the task)."""
+
+
+@dataclass
+class _Seen:
+    """The SUT's own ids seen in one task or one session, first seen first."""
+
+    task_ids: list[str] = field(default_factory=list)
+    session_ids: list[str] = field(default_factory=list)
+    answered: bool = False
+    """The agent answered at least once (the SUT took the task on)."""
+
+    def note(self, step: AgentStep) -> None:
+        self.answered = self.answered or step.lost is None
+        for found, seen in (
+            (step.sut_task_id, self.task_ids),
+            (step.sut_session_id, self.session_ids),
+        ):
+            if found is not None and found not in seen:
+                seen.append(found)
+
+
+def _ids(name: str, seen: list[str]) -> dict[str, object]:
+    """`{name: first id or None}`, and every id under `<name>s` when the SUT changed it."""
+    doc: dict[str, object] = {name: seen[0] if seen else None}
+    if len(seen) > 1:
+        doc[name + "s"] = list(seen)
+    return doc
+
 
 class Running(RunState):
     """The RUNNING stage of a run."""
 
+    _seen: tuple[_Seen, ...] = ()
+    """What the open task and session have seen (none outside `user.tasks`)."""
+
     def _converse(self) -> None:
+        s = self.scenario
+        assert s.user is not None
+        started = Clocks.monotonic_ns()
+        if s.user.tasks is None:
+            self._conversation(Budget.of(s).max_turns, 1, started)
+            return
+        turn = 1
+        for index, task in enumerate(s.user.tasks):
+            turn = self._task(index, task, turn, started)
+
+    def _task(self, index: int, task: UserTask, turn: int, started: int) -> int:
+        """Run one task's sessions in order; returns the next run-wide turn. Its outcome:
+        `resolved` when a session reached the goal, else how the last session ended."""
+        assert self.scenario.user is not None
+        if index > 0 or task.goal != self.scenario.user.goal:
+            self._user_for(task)
+        self.log.add("task.started", "harness", "control", {"taskKey": task.key, "goal": task.goal})
+        seen, outcomes = _Seen(), []
+        try:
+            for number, session in enumerate(task.sessions):
+                if index > 0 or number > 0:
+                    self._come_back(seen)
+                outcome, turn = self._session(task, session, seen, turn, started)
+                outcomes.append(outcome)
+        except BaseException as exc:
+            outcomes.append("budget_exhausted" if isinstance(exc, BudgetExhausted) else "failed")
+            raise
+        finally:
+            resolved = "resolved" in outcomes
+            self.log.add(
+                "task.ended",
+                "harness",
+                "control",
+                {
+                    "taskKey": task.key,
+                    "outcome": "resolved" if resolved else outcomes[-1] if outcomes else "failed",
+                    "agentAnswered": seen.answered,
+                    **_ids("sutTaskId", seen.task_ids),
+                },
+            )
+        return turn
+
+    def _session(
+        self, task: UserTask, session: UserSession, task_seen: _Seen, turn: int, started: int
+    ) -> tuple[str, int]:
+        """One conversation of a task; its outcome and the next run-wide turn."""
+        where = {"taskKey": task.key, "sessionKey": session.key}
+        self.log.add("session.opened", "harness", "control", where)
+        seen = _Seen()
+        self._seen = (task_seen, seen)
+        max_turns = session.max_turns or Budget.of(self.scenario).max_turns
+        closed_by, next_turn = "failed", turn
+        try:
+            closed_by, next_turn = self._conversation(max_turns, turn, started)
+        except BudgetExhausted:
+            closed_by = "budget_exhausted"
+            raise
+        finally:
+            self._seen = ()
+            self.log.add(
+                "session.closed",
+                "harness",
+                "control",
+                {
+                    **where,
+                    "closedBy": closed_by,
+                    **_ids("sutSessionId", seen.session_ids),
+                    **_ids("sutTaskId", seen.task_ids),
+                },
+            )
+        return CLOSED_OUTCOME.get(closed_by, closed_by), next_turn
+
+    def _come_back(self, task_seen: _Seen) -> None:
+        """The user comes back in a new conversation: the agent's history starts empty (its
+        task's id, when the SUT gave one, is sent again), the world's time has moved on."""
+        turn_ms = self.scenario.interaction.turn_ms if self.scenario.interaction else 20_000
+        self.session = Session(
+            self.session.system,
+            sut_task_id=task_seen.task_ids[-1] if task_seen.task_ids else None,
+        )
+        self.clocks.advance(turn_ms)
+        with self.ctx.cost.timed(ENVIRONMENT):
+            self.gateway.process_backlog()
+
+    def _user_for(self, task: UserTask) -> None:
+        """A user pursuing `task`'s goal: the scenario's user with that goal, keeping the
+        counts and violations of the users before it."""
+        base, before = self.scenario, self.user
+        assert base.user is not None
+        user = base.user.model_copy(update={"goal": task.goal})
+        self.scenario = base.model_copy(update={"user": user})
+        try:
+            self._make_user()
+        finally:
+            self.scenario = base
+        self.user.counters, self.user.violations = before.counters, before.violations
+
+    def _make_user(self) -> None:
+        """The user simulator (INITIALIZING's; a world may make its own)."""
+        raise NotImplementedError
+
+    def _conversation(self, max_turns: int, first_turn: int, started: int) -> tuple[str, int]:
+        """One conversation from run-wide turn `first_turn`, at most `max_turns` user turns;
+        how it closed and the next run-wide turn."""
         s = self.scenario
         budget = Budget.of(s)
         turn_ms = s.interaction.turn_ms if s.interaction is not None else 20_000
-        started = Clocks.monotonic_ns()
 
-        turn = 1
+        turn = first_turn
         self.ctx.begin_step(turn)
         self.faults.on_turn(turn)
         with self.ctx.cost.timed(USER_WORDING, operations=1):
@@ -77,8 +218,8 @@ class Running(RunState):
                     "agent.step_cap", "harness", "control", {"turn": turn, "cap": budget.per_turn}
                 )
                 self.ctx.count("agentStepCaps")
-            if turn >= budget.max_turns:
-                raise BudgetExhausted(f"{budget.max_turns} user turns without closing")
+            if turn - first_turn + 1 >= max_turns:
+                raise BudgetExhausted(f"{max_turns} user turns without closing")
             self.clocks.advance(turn_ms)
             self.ctx.cost.charge(USER_WORDING, logical_ms=turn_ms)  # the user's time to answer
             turn += 1
@@ -100,8 +241,9 @@ class Running(RunState):
             "conversation.closed",
             "harness",
             "control",
-            {"closedBy": closed_by, "goalReached": goal, "turns": turn},
+            {"closedBy": closed_by, "goalReached": goal, "turns": turn - first_turn + 1},
         )
+        return closed_by, turn + 1
 
     def _signals(self, text: str) -> list[str]:
         """What a reader takes from an agent message (recorded with it)."""
@@ -130,6 +272,11 @@ class Running(RunState):
         started = Clocks.monotonic_ns()
         with self.ctx.cost.timed(SUT, operations=1):
             step = self.agent.step(self.session)
+        # The SUT's own ids, as it returned them: sent back in the conversation's next requests.
+        self.session.sut_task_id = step.sut_task_id or self.session.sut_task_id
+        self.session.sut_session_id = step.sut_session_id or self.session.sut_session_id
+        for seen in self._seen:
+            seen.note(step)
         for key, name in (
             ("prompt_tokens", "agentPromptTokens"),
             ("completion_tokens", "agentCompletionTokens"),
