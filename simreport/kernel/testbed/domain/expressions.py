@@ -13,8 +13,6 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-import cel
-
 from ....core.errors import SimreportError
 
 _BOUND = re.compile(r"\.\s*(?:all|exists|exists_one|map|filter)\s*\(\s*([A-Za-z_]\w*)\s*,")
@@ -54,7 +52,7 @@ class Expression:
     def compile(cls, source: str, path: str, allowed: frozenset[str]) -> Expression:
         """Compile `source`; refuse a syntax error or a variable outside `allowed`."""
         try:
-            program = cel.compile(source)
+            program = _cel_compile(source)
         except (ValueError, RuntimeError) as exc:
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise ExpressionError(
@@ -120,3 +118,11 @@ def _plain(value: Any) -> Any:
     if hasattr(value, "isoformat"):
         return value.isoformat()
     return value
+
+
+def _cel_compile(source: str) -> Any:
+    """`cel.compile`, imported at the first expression: the package's import brings its command
+    line (rich, prompt_toolkit, typer) along, which no run of another world should pay for."""
+    import cel
+
+    return cel.compile(source)

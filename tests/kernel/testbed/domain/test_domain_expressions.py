@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -150,3 +152,18 @@ def test_a_map_result_does_not_depend_on_the_inputs_key_order(values: dict[str, 
     first = json.dumps(expression.evaluate({"args": {"m": values}}))
     second = json.dumps(expression.evaluate({"args": {"m": reversed_order}}))
     assert first == second == json.dumps(values, sort_keys=True)
+
+
+def test_the_expression_library_loads_only_when_an_expression_is_compiled() -> None:
+    """The `cel` package brings its command line (rich, prompt_toolkit, typer) with it: a run of
+    another world, and every command line, must not pay for it."""
+    code = (
+        "import sys, simreport.cli, simreport.kernel.engine\n"
+        "simreport.cli.build_parser()\n"
+        "assert 'cel' not in sys.modules\n"
+        "from simreport.kernel.testbed.domain.expressions import Expression\n"
+        "assert 'cel' not in sys.modules\n"
+        "Expression.compile('1 + 1', 'x', frozenset())\n"
+        "assert 'cel' in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
