@@ -19,25 +19,12 @@ from simreport.core.run_digests import LAYER_FILES, RunAltered, records_sha256
 from simreport.evaluation import EXTRACTIONS, LayerMismatch
 from simreport.kernel.testbed.records import record_digest
 from tests.support.refusals import refused
-
-ROOT = Path(__file__).resolve().parents[2]
-EXAMPLE = ROOT / "examples" / "refund_desk"
-
-
-def load(path: Path) -> Any:
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
-def save(path: Path, doc: Any) -> None:
-    path.write_text(json.dumps(doc, indent=2), encoding="utf-8")
+from tests.support.run_digests import load, refund_run, save
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("run") / "run"
-    scenario = EXAMPLE / "scenario.yaml"
-    assert main(["run", str(scenario), "--out", str(out), "--no-ledger"]) == EXIT_OK
-    return out
+    return refund_run(tmp_path_factory.mktemp("run") / "run")
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 
 from simreport.cli import main
 from simreport.core.canonical import content_hash, sha256_bytes
-from simreport.core.errors import EXIT_INPUT, EXIT_OK
+from simreport.core.errors import EXIT_INPUT
 from simreport.core.run_digests import (
     RunAltered,
     locked_manifest,
@@ -28,25 +28,12 @@ from simreport.ledger import connect, ingest_paths, ingest_run
 from simreport.ledger import tables as t
 from simreport.ledger.migrate import upgrade
 from simreport.ledger.queries import counts
-
-ROOT = Path(__file__).resolve().parents[2]
-EXAMPLE = ROOT / "examples" / "refund_desk"
-
-
-def load(path: Path) -> Any:
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
-def save(path: Path, doc: Any) -> None:
-    path.write_text(json.dumps(doc, indent=2), encoding="utf-8")
+from tests.support.run_digests import load, refund_run, save
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("run") / "run"
-    scenario = EXAMPLE / "scenario.yaml"
-    assert main(["run", str(scenario), "--out", str(out), "--no-ledger"]) == EXIT_OK
-    return out
+    return refund_run(tmp_path_factory.mktemp("run") / "run")
 
 
 def _records(run: Path) -> list[dict[str, Any]]:

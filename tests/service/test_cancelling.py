@@ -9,7 +9,6 @@ and a listener hears the notification the cancellation sent. On SQLite and Postg
 from __future__ import annotations
 
 import shutil
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -26,10 +25,9 @@ from simreport.ledger import tables as t
 from simreport.service import queue as q
 from simreport.service.cancellation import CancelWatch
 from simreport.service.keeper import Lease
-from simreport.service.worker import run_worker
 from tests.service.in_process import in_process_api, refund_spec
 from tests.support.ledgers import POSTGRES_URL, fresh_ledger
-from tests.support.service_helpers import add_agent, queue_run, write_agents
+from tests.support.service_helpers import Worker, add_agent, queue_run, write_agents
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "refund_desk"
 TENANT = "local"
@@ -182,40 +180,6 @@ def test_a_cancellation_is_announced_as_its_transaction_commits(
         finally:
             engine.dispose()
     assert heard == [run_id]
-
-
-class Worker:
-    """`run_worker` in a thread of this test (its runs in child processes)."""
-
-    def __init__(self, url: str, library: Path, **options: Any) -> None:
-        self.stop = threading.Event()
-        self.outcomes: list[tuple[str, str]] = []
-        self.errors: list[BaseException] = []
-
-        def work() -> None:
-            try:
-                run_worker(
-                    url,
-                    worker_id="w-test",
-                    library=library,
-                    stop_event=self.stop,
-                    on_run=lambda run_id, outcome: self.outcomes.append((run_id, outcome)),
-                    **options,
-                )
-            except BaseException as exc:
-                self.errors.append(exc)
-
-        self.thread = threading.Thread(target=work, daemon=True)
-        self.thread.start()
-
-    def __enter__(self) -> Worker:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join(timeout=WAIT)
-        assert not self.thread.is_alive(), "the worker did not stop"
-        assert not self.errors, self.errors
 
 
 @pytest.mark.slow

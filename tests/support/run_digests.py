@@ -20,9 +20,26 @@ from simreport.core.run_digests import (
 )
 from simreport.kernel.testbed.records import record_digest
 
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "refund_desk"
+
 
 def load(path: Path) -> Any:
     return json.loads(path.read_text(encoding="utf-8"))
+
+
+def save(path: Path, doc: Any) -> None:
+    path.write_text(json.dumps(doc, indent=2), encoding="utf-8")
+
+
+def refund_run(out: Path) -> Path:
+    """A run of the refund desk's example scenario in `out` (no ledger)."""
+    from simreport.cli import main
+    from simreport.core.errors import EXIT_OK
+
+    assert (
+        main(["run", str(EXAMPLE / "scenario.yaml"), "--out", str(out), "--no-ledger"]) == EXIT_OK
+    )
+    return out
 
 
 def relock(run: Path) -> None:
