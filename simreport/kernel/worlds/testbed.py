@@ -189,14 +189,14 @@ class DomainRun(TestbedRun):
             self.domain_state, self.log, self.clocks, participants=self.participants, real=real
         )
 
-    def _make_user(self) -> None:
+    def _make_user(self, goal: str | None = None) -> None:
         s = self.scenario
         assert s.user is not None
         self.user = FlowUser(
             flow=self.resolved["user.policy"].typed(UserFlowAsset),
             wording=self.resolved["user.simulator"].typed(SimulatorConfigAsset),
             facts=dict(s.user.facts),
-            goal=s.user.goal,
+            goal=s.user.goal if goal is None else goal,
             log=self.log,
             decide=lambda request: self._decide("user", USER, request),
             seed=s.seed,

@@ -104,12 +104,12 @@ class Initializing(RunState):
             self.tools, self.facts, self.log, self.clocks, participants=self.participants
         )
 
-    def _make_user(self) -> None:
+    def _make_user(self, goal: str | None = None) -> None:
         """The user simulator."""
         s = self.scenario
         assert s.user is not None
         self.user = UserSimulator(
-            config=s.user,
+            config=s.user if goal is None else s.user.model_copy(update={"goal": goal}),
             policy=self.resolved["user.policy"].typed(UserPolicyAsset),
             wording=self.resolved["user.simulator"].typed(SimulatorConfigAsset),
             log=self.log,

@@ -141,18 +141,13 @@ class Running(RunState):
     def _user_for(self, task: UserTask) -> None:
         """A user pursuing `task`'s goal: the scenario's user with that goal, keeping the
         counts and violations of the users before it."""
-        base, before = self.scenario, self.user
-        assert base.user is not None
-        user = base.user.model_copy(update={"goal": task.goal})
-        self.scenario = base.model_copy(update={"user": user})
-        try:
-            self._make_user()
-        finally:
-            self.scenario = base
+        before = self.user
+        self._make_user(task.goal)
         self.user.counters, self.user.violations = before.counters, before.violations
 
-    def _make_user(self) -> None:
-        """The user simulator (INITIALIZING's; a world may make its own)."""
+    def _make_user(self, goal: str | None = None) -> None:
+        """The user simulator pursuing `goal` (default: the scenario's user's); INITIALIZING's,
+        and a world may make its own."""
         raise NotImplementedError
 
     def _conversation(self, max_turns: int, first_turn: int, started: int) -> tuple[str, int]:
