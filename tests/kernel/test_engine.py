@@ -313,7 +313,8 @@ def test_a_worlds_fingerprint_takes_its_packages_whole_folders(
         for path in (kernel / folder).rglob("*.py")
     }
     assert kernel / "testbed" / "environment" / "gateway.py" in modules
-    assert kernel / "worlds" / "refund_desk" / "loading.py" in modules
+    assert kernel / "testbed" / "lifecycle" / "loading.py" in modules
+    assert kernel / "worlds" / "refund_desk" / "joint_model.py" in modules
     assert modules <= read, sorted(map(str, modules - read))
 
 

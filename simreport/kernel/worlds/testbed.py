@@ -21,20 +21,19 @@ from ..testbed.assets import (
     SimulatorConfigAsset,
 )
 from ..testbed.domain.gateway import DomainGateway
+from ..testbed.domain.joint_model import domain_joint_model
 from ..testbed.domain.model import DomainAsset, UserFlowAsset
 from ..testbed.domain.observations import domain_metrics, observe
-from ..testbed.domain.real_tools import RealTools, binding_problems
+from ..testbed.domain.real_tools import RealTools
 from ..testbed.domain.state import DomainState
 from ..testbed.domain.user import FlowUser
 from ..testbed.lifecycle import TestbedFailure
-from ..testbed.participants import SurrogateParticipant
+from ..testbed.lifecycle.run import TestbedRun
+from ..testbed.lifecycle.state import USER
 from ..testbed.records import Observations
 from ..world import WorldOutcome
 from . import WORLDS
-from .refund_desk import RefundDesk, TestbedRun
-from .refund_desk.state import USER
-
-FAULT_POINT = {"delay": "delay", "abort": "abort"}
+from .refund_desk import RefundDesk
 
 
 class TestbedParams(WorldParams):
@@ -60,122 +59,10 @@ class DomainRun(TestbedRun):
 
     def _check_joint_model(self) -> None:
         """The domain, the user flow, the participants, the planned faults and the entity
-        bindings must fit together before the agent is called."""
-        s = self.scenario
-        assert s.user is not None
-        self.domain = self.resolved["environment.domain"].typed(DomainAsset)
+        bindings must fit together before the agent is called (testbed/domain/joint_model.py)."""
+        model = domain_joint_model(self.scenario, self.resolved, resources=self.ctx.resources)
+        self.domain, self.participants = model.domain, model.participants
         self.tools = {}
-        self.action_entry = ""
-        self.bound_order = None
-        tools = {t.name: t for t in self.domain.tools}
-        self.participants = {}
-        for i, participant in enumerate(s.participants or []):
-            surrogate = SurrogateParticipant.of(participant)
-            if surrogate.name in tools:
-                self._refuse(
-                    f"participants.{i} ({participant.id}) is reached through {surrogate.name!r}, "
-                    "a tool of the domain; give it a tool of its own (participants.{i}.tool)",
-                    "manifest_unresolved",
-                )
-            self.participants[surrogate.name] = surrogate
-        for i, trigger in enumerate(s.events.triggers if s.events is not None else []):
-            tool = tools.get(trigger.target)
-            if tool is None:
-                if trigger.target in self.participants:
-                    continue
-                self._refuse(
-                    f"events.triggers.{i} targets {trigger.target!r}, which is neither a tool of "
-                    "the domain nor a participant",
-                    "fault_plan_incomplete",
-                )
-                continue
-            point = FAULT_POINT.get(trigger.effect) or (
-                trigger.position if trigger.effect == "timeout" else "error"
-            )
-            if point not in tool.faults:
-                self._refuse(
-                    f"events.triggers.{i}: tool {tool.name} does not expose the fault point "
-                    f"{point!r}; it exposes {', '.join(tool.faults) or 'none'}",
-                    "fault_plan_incomplete",
-                )
-        self._check_real_tools()
-        flow = self.resolved["user.policy"].typed(UserFlowAsset)
-        wording = self.resolved["user.simulator"].typed(SimulatorConfigAsset)
-        missing = sorted(i for i in flow.intents() if not wording.intents.get(i))
-        if missing:
-            self._refuse(
-                f"user.simulator has no wording for intents {', '.join(missing)}",
-                "manifest_unresolved",
-            )
-        unknown = sorted(set(s.user.facts) - set(flow.facts))
-        if unknown:
-            self._refuse(
-                f"user.facts: {', '.join(unknown)} is not a fact of the user flow; expected "
-                + (", ".join(sorted(flow.facts)) or "none"),
-                "entity_binding_mismatch",
-            )
-        self._check_bindings()
-
-    def _check_real_tools(self) -> None:
-        """Each tool of `environment.realTools` is the domain's and bound to a sandbox the
-        execution policy declares; isolated_real leaves no tool to the fact model."""
-        environment = self.scenario.environment
-        if environment is None or environment.backend_mode == "surrogate":
-            return
-        problems = binding_problems(
-            environment.real_tools,
-            environment.backend_mode,
-            (t.name for t in self.domain.tools),
-            self.ctx.resources,
-        )
-        if problems:
-            self._refuse(
-                "; ".join(f"{path}: {message}" for path, message in problems),
-                "sandbox_undeclared",
-            )
-
-    def _check_bindings(self) -> None:
-        """Each `interaction.entityBinding` (user.<fact> → env.<entity>.<field>) names a fact of
-        the user, an entity and a field the domain's schema declares, and the user's value is
-        the field's value of one of the entity's initial instances."""
-        s = self.scenario
-        assert s.user is not None
-        bindings = s.interaction.entity_binding if s.interaction is not None else {}
-        for key, target in bindings.items():
-            fact = key.removeprefix("user.").removeprefix("facts.")
-            if fact not in s.user.facts:
-                self._refuse(
-                    f"interaction.entityBinding: {key!r} names no fact of the user (expected "
-                    f"user.<fact>, one of {', '.join(sorted(s.user.facts)) or 'none'})",
-                    "entity_binding_mismatch",
-                )
-            parts = target.split(".")
-            entity = self.domain.entities.get(parts[1]) if len(parts) == 3 else None
-            if parts[0] != "env" or entity is None:
-                self._refuse(
-                    f"interaction.entityBinding.{key}: cannot read {target!r}; expected "
-                    "env.<entity>.<field> with an entity of the domain ("
-                    + ", ".join(sorted(self.domain.entities))
-                    + ")",
-                    "entity_binding_mismatch",
-                )
-                continue
-            if parts[2] not in entity.fields():
-                self._refuse(
-                    f"interaction.entityBinding.{key}: {parts[1]} has no field {parts[2]!r} in "
-                    f"its schema; expected one of {', '.join(sorted(entity.fields()))}",
-                    "entity_binding_mismatch",
-                )
-            values = {str(item.get(parts[2])) for item in entity.initial}
-            if str(s.user.facts[fact]) not in values:
-                self._refuse(
-                    f"interaction.entityBinding.{key}: the user's {fact} "
-                    f"{s.user.facts[fact]!r} is no {parts[1]}.{parts[2]} of the domain's facts",
-                    "entity_binding_mismatch",
-                )
-
-    def _refuse(self, message: str, kind: str) -> None:
-        raise TestbedFailure(message, stage="loading", kind=kind)
 
     def _make_environment(self) -> None:
         self.domain_state = DomainState(self.domain)

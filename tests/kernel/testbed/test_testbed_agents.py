@@ -467,7 +467,7 @@ def test_an_agent_reply_quoting_the_key_is_recorded_redacted_and_marked(
 def test_the_agent_adapter_is_closed_in_cleanup(
     tmp_path: Path, agent_server: _AgentServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from simreport.kernel.worlds import refund_desk
+    from simreport.kernel.testbed.lifecycle import initializing
 
     made: list[HttpAgent] = []
 
@@ -476,7 +476,7 @@ def test_the_agent_adapter_is_closed_in_cleanup(
             super().__init__(*args, **kwargs)
             made.append(self)
 
-    monkeypatch.setattr(refund_desk.initializing, "HttpAgent", Tracked)
+    monkeypatch.setattr(initializing, "HttpAgent", Tracked)
     root = copy_example(tmp_path)
     add_agent(root, "ext-agent", {"adapter": "http", "model": "ext-model"})
     doc = scenario_doc(sut__agent="ext-agent@1.0.0", sut__entry=url(agent_server))
@@ -521,14 +521,14 @@ def test_an_http_agent_lost_after_loading_fails_the_run_with_records_kept(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from simreport.kernel.testbed.agents import Probe
-    from simreport.kernel.worlds import refund_desk
+    from simreport.kernel.testbed.lifecycle import loading
 
     # The agent answered its probe while loading, then went away (an unreachable agent is
     # refused in LOADING: tests/kernel/testbed/test_testbed_faithful.py).
     def answered(*args: Any, **kwargs: Any) -> Probe:
         return Probe("connect", "127.0.0.1:9", True, None, "127.0.0.1:9 accepted a connection")
 
-    monkeypatch.setattr(refund_desk.loading, "probe_http_agent", answered)
+    monkeypatch.setattr(loading, "probe_http_agent", answered)
     root = copy_example(tmp_path)
     add_agent(root, "ext-agent", {"adapter": "http", "entry": "http://127.0.0.1:9/v1"})
     result = run_scenario(

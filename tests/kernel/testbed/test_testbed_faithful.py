@@ -23,9 +23,8 @@ from simreport.core.overrides import set_path
 from simreport.core.schema import RunResult, Scenario
 from simreport.kernel import load_scenario, run_scenario, validate_scenario
 from simreport.kernel.replay_runner import replay_run
-from simreport.kernel.testbed.lifecycle import Lifecycle, LifecycleError
+from simreport.kernel.testbed.lifecycle import Lifecycle, LifecycleError, collecting
 from simreport.kernel.testbed.records import RecordLog
-from simreport.kernel.worlds import refund_desk
 from tests.kernel.testbed.test_testbed_world import lifecycle, records, run, scenario_doc, types
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "refund_desk"
@@ -451,7 +450,7 @@ def test_a_failed_cleanup_ends_in_failed_with_an_alert(
     def refuse(path: Path) -> None:
         raise OSError("device busy")
 
-    monkeypatch.setattr(refund_desk.collecting, "remove_workspace", refuse)
+    monkeypatch.setattr(collecting, "remove_workspace", refuse)
     result, out = run(tmp_path)
     assert "CLEANED" not in lifecycle(out)
     assert lifecycle(out)[-2:] == ["COLLECTING", "FAILED"]
@@ -489,7 +488,7 @@ def test_a_running_failure_with_a_failed_cleanup_raises_the_alert(
     def refuse(path: Path) -> None:
         raise OSError("device busy")
 
-    monkeypatch.setattr(refund_desk.collecting, "remove_workspace", refuse)
+    monkeypatch.setattr(collecting, "remove_workspace", refuse)
     result, out = run(tmp_path, scenario_doc(execution__budget__maxTurns=1))
     assert result.failure is not None and result.failure.stage == "running"
     assert result.status.validity == "violated"

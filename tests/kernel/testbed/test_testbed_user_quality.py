@@ -20,10 +20,10 @@ from simreport.core.testbed_schema import ClockConfig, ReactionRule, UserConfig
 from simreport.kernel import load_scenario, run_scenario, validate_scenario
 from simreport.kernel.providers import make_provider
 from simreport.kernel.testbed.clock import Clocks
+from simreport.kernel.testbed.lifecycle import initializing
 from simreport.kernel.testbed.records import RecordLog, read_records
 from simreport.kernel.testbed.user import UserSimulator
 from simreport.kernel.testbed.user_quality import NamedRule, assess_run
-from simreport.kernel.worlds import refund_desk
 from simreport.report.testbed_tables import user_quality
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "refund_desk"
@@ -508,7 +508,7 @@ def test_user_llm_words_the_user_with_its_own_model(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     seen: list[str] = []
-    real = refund_desk.initializing.make_provider
+    real = initializing.make_provider
 
     def recording(config: Any, *, path: str = "llm.provider") -> Any:
         provider = real(config, path=path)
@@ -521,7 +521,7 @@ def test_user_llm_words_the_user_with_its_own_model(
         provider.complete_many = complete_many  # type: ignore[method-assign]
         return provider
 
-    monkeypatch.setattr(refund_desk.initializing, "make_provider", recording)
+    monkeypatch.setattr(initializing, "make_provider", recording)
     doc = scenario_doc(llm={"provider": "offline", "model": "offline-user", "temperature": 0.3})
     result, out = run(tmp_path, doc, "user-llm")
     assert result.status.execution == "completed"

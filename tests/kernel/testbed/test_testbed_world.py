@@ -4,6 +4,7 @@ the lifecycle's failure semantics and the result layers in the run directory."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -12,22 +13,43 @@ from typing import Any
 import pytest
 
 from simreport.core.overrides import set_path
-from simreport.core.schema import RunResult
+from simreport.core.schema import RunResult, Scenario
 from simreport.core.versions import design_sha256
 from simreport.evaluation import evaluate_run
 from simreport.kernel import load_scenario, run_scenario, validate_scenario
+from simreport.kernel.testbed.assets import AssetLibrary, ResolvedAsset, manifest_references
+from simreport.kernel.testbed.lifecycle import collecting
 from simreport.kernel.testbed.records import read_records
 from simreport.kernel.testbed.replay_records import compare_records
 from simreport.kernel.worlds import refund_desk
+from simreport.kernel.worlds.refund_desk import desk_run
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "refund_desk"
 
 
-def scenario_doc(**overrides: Any) -> dict[str, Any]:
-    doc = load_scenario(EXAMPLE / "scenario.yaml").scenario.to_doc()
+def scenario_doc(*, example: Path = EXAMPLE, **overrides: Any) -> dict[str, Any]:
+    """The example's scenario (the refund desk's unless `example` names another folder), with
+    `overrides` (`a__b=value` sets `a.b`)."""
+    doc = load_scenario(example / "scenario.yaml").scenario.to_doc()
     for path, value in overrides.items():
         doc = set_path(doc, path.replace("__", "."), value)
     return doc
+
+
+def resolve_assets(scenario: Scenario, root: Path = EXAMPLE) -> dict[str, ResolvedAsset]:
+    """Every asset of the scenario's manifest, resolved in the library of the example at `root`
+    (as LOADING resolves them, without a run)."""
+    library = AssetLibrary(root / "assets")
+    return {
+        slot: library.resolve(ref, kind, slot) for slot, ref, kind in manifest_references(scenario)
+    }
+
+
+def without(asset: ResolvedAsset, field: str, key: str) -> ResolvedAsset:
+    """The resolved asset with `key` left out of the mapping its content holds in `field` (a
+    model copy; the file is untouched)."""
+    kept = {k: v for k, v in getattr(asset.content, field).items() if k != key}
+    return dataclasses.replace(asset, content=asset.content.model_copy(update={field: kept}))
 
 
 def run(
@@ -411,7 +433,7 @@ def test_a_failed_cleanup_makes_the_run_violated(
     def refuse(path: Path) -> None:
         raise OSError("device busy")
 
-    monkeypatch.setattr(refund_desk.collecting, "remove_workspace", refuse)
+    monkeypatch.setattr(collecting, "remove_workspace", refuse)
     result, out = run(tmp_path)
     assert result.status.execution == "completed"
     assert result.status.validity == "violated"
@@ -426,7 +448,7 @@ def test_a_failed_initialisation_crashes_and_violates(
     def broken(data: Any) -> Any:
         raise ValueError("seed data unreadable")
 
-    monkeypatch.setattr(refund_desk.initializing, "FactModel", broken)
+    monkeypatch.setattr(desk_run, "FactModel", broken)
     result, out = run(tmp_path)
     assert result.failure is not None and result.failure.stage == "initializing"
     assert (result.status.execution, result.status.validity) == ("crashed", "violated")
@@ -587,13 +609,13 @@ def test_a_lost_decision_is_not_the_agents_behaviour(
 def test_the_engine_never_reports_complete_evidence_when_decisions_were_lost(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    original = refund_desk.TestbedRun._collect
+    original = refund_desk.RefundDeskRun._collect
 
     def claims_complete(self: Any) -> Any:
         obs, _ = original(self)
         return obs, "complete"
 
-    monkeypatch.setattr(refund_desk.TestbedRun, "_collect", claims_complete)
+    monkeypatch.setattr(refund_desk.RefundDeskRun, "_collect", claims_complete)
     result, _ = run_with_a_lost_agent_decision(tmp_path, monkeypatch)
     assert result.integrity.counters["parseFailures"] == 1
     assert result.status.evidence == "partial"

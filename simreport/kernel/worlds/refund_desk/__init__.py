@@ -18,22 +18,18 @@ from ....core.schema import Scenario, WorldParams
 from ...context import assign_executors
 from ...providers import PROVIDERS
 from ...testbed.assets import AgentAsset, AssetLibrary, resolved_asset_files
+from ...testbed.lifecycle.state import USER
 from ...testbed.replay_records import active_replay
 from ...testbed.settings import unimplemented
 from ...world import World, WorldOutcome
 from .. import WORLDS
-from .budget import BudgetExhausted
-from .run import TestbedRun
-from .state import AGENT, USER
+from .desk_run import RefundDeskRun
 
 __all__ = [
-    "AGENT",
     "METRICS",
-    "USER",
-    "BudgetExhausted",
     "RefundDesk",
     "RefundDeskParams",
-    "TestbedRun",
+    "RefundDeskRun",
 ]
 
 METRICS = MappingProxyType(
@@ -164,4 +160,4 @@ class RefundDesk(World):
         return files
 
     def run(self) -> WorldOutcome:
-        return TestbedRun(self.ctx).execute()
+        return RefundDeskRun(self.ctx).execute()

@@ -1,15 +1,17 @@
-"""One refund-desk run through the testbed lifecycle: LOADING → INITIALIZING → RUNNING →
-DRAINING → COLLECTING → CLEANED, or FAILED with the stage and the kind; a failure still winds the
-run down (settle, collect, clean) and is raised as a `TestbedFailure` carrying its statuses."""
+"""One testbed run through the lifecycle: LOADING → INITIALIZING → RUNNING → DRAINING →
+COLLECTING → CLEANED, or FAILED with the stage and the kind; a failure still winds the run down
+(settle, collect, clean) and is raised as a `TestbedFailure` carrying its statuses. A world
+subclasses `TestbedRun` and supplies its own parts (joint model, facts, user, observations,
+metrics): the hooks that raise NotImplementedError here."""
 
 from __future__ import annotations
 
 from ....core.errors import RunError
 from ...run_cost import ENVIRONMENT, EVALUATION
-from ...testbed.agents import AgentError
-from ...testbed.lifecycle import TestbedFailure
-from ...testbed.records import Observations, metrics_from
 from ...world import WorldOutcome
+from ..agents import AgentError
+from ..records import Observations
+from . import TestbedFailure
 from .budget import BudgetExhausted
 from .collecting import Collecting
 from .initializing import Initializing
@@ -131,8 +133,8 @@ class TestbedRun(Loading, Initializing, Running, Collecting):
         )
 
     def _metrics(self, obs: Observations) -> dict[str, float]:
-        """The audit metrics, from the observations."""
-        return metrics_from(obs)
+        """The world's metrics, from the observations. Each world supplies its own."""
+        raise NotImplementedError
 
     def _fail(self, failure: TestbedFailure) -> None:
         """Record the failure and enter FAILED, the final stage."""

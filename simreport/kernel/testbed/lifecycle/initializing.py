@@ -1,6 +1,7 @@
-"""INITIALIZING: the run's workspace and credentials, the fact model, the tool gateway and the
-planned faults, the user simulator (its wording routed to `user.llm` when declared) and the
-agent's adapter; every provider decision of the run is made (or replayed) and recorded here."""
+"""INITIALIZING: the run's workspace and credentials, the world's facts and tool gateway (a
+world's own), the planned faults, the user simulator (its wording routed to `user.llm` when
+declared) and the agent's adapter; every provider decision of the run is made (or replayed) and
+recorded here."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ from ....core.canonical import content_hash, sha256_text
 from ....core.execution_policy import resolve_llm
 from ....core.files import write_json
 from ... import prompts
-from ...context import STREAM_TESTBED_USER
 from ...providers import make_provider
-from ...testbed.agents import (
+from ...world import Decision, DecisionRequest
+from ..agents import (
     AgentAdapter,
     HttpAgent,
     PythonAgent,
@@ -21,20 +22,8 @@ from ...testbed.agents import (
     ReplayAgent,
     Session,
 )
-from ...testbed.assets import (
-    EnvironmentDataAsset,
-    PromptAsset,
-    SimulatorConfigAsset,
-    UserPolicyAsset,
-)
-from ...testbed.environment import (
-    FactModel,
-    InProcessFaultBackend,
-    RecordedFaultBackend,
-    ToolGateway,
-)
-from ...testbed.user import UserSimulator
-from ...world import Decision, DecisionRequest
+from ..assets import PromptAsset
+from ..environment import InProcessFaultBackend, RecordedFaultBackend
 from .state import AGENT, USER, RunState
 
 # The run's counter of each kind of lost provider decision (as RunContext counts them).
@@ -50,7 +39,7 @@ class Initializing(RunState):
         if self.run_dir is not None:
             self.workspace = self.run_dir / "workspace"
         else:
-            self._temp = tempfile.TemporaryDirectory(prefix="refund-desk-")
+            self._temp = tempfile.TemporaryDirectory(prefix="testbed-run-")
             self.workspace = Path(self._temp.name) / "workspace"
         self.workspace.mkdir(parents=True, exist_ok=True)
         write_json(
@@ -97,28 +86,9 @@ class Initializing(RunState):
         self.session = Session(system)
 
     def _make_environment(self) -> None:
-        """The fact model and the gateway to it."""
-        env = self.resolved["environment.data"].typed(EnvironmentDataAsset)
-        self.facts = FactModel(env)
-        self.gateway = ToolGateway(
-            self.tools, self.facts, self.log, self.clocks, participants=self.participants
-        )
-
-    def _make_user(self, goal: str | None = None) -> None:
-        """The user simulator."""
-        s = self.scenario
-        assert s.user is not None
-        self.user = UserSimulator(
-            config=s.user if goal is None else s.user.model_copy(update={"goal": goal}),
-            policy=self.resolved["user.policy"].typed(UserPolicyAsset),
-            wording=self.resolved["user.simulator"].typed(SimulatorConfigAsset),
-            log=self.log,
-            clocks=self.clocks,
-            decide=lambda request: self._decide("user", USER, request),
-            mode="exploration" if self.user_mode == "exploration" else "regression",
-            rng=self.ctx.seeds.generator(STREAM_TESTBED_USER),
-            seed=s.seed,
-        )
+        """The world's facts (`facts`) and the gateway to them (`gateway`). Each world supplies
+        its own."""
+        raise NotImplementedError
 
     def _route_user_wording(self) -> None:
         """The user's wording through `user.llm` when declared (its own provider, built here and

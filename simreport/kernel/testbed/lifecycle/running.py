@@ -9,9 +9,8 @@ from dataclasses import dataclass, field
 
 from ....core.testbed_schema import UserSession, UserTask
 from ...run_cost import ENVIRONMENT, SUT, USER_WORDING
-from ...testbed.agents import AgentStep, Session
-from ...testbed.clock import Clocks
-from ...testbed.user import read_agent_message
+from ..agents import AgentStep, Session
+from ..clock import Clocks
 from .budget import Budget, BudgetExhausted
 from .state import RunState
 
@@ -145,11 +144,6 @@ class Running(RunState):
         self._make_user(task.goal)
         self.user.counters, self.user.violations = before.counters, before.violations
 
-    def _make_user(self, goal: str | None = None) -> None:
-        """The user simulator pursuing `goal` (default: the scenario's user's); INITIALIZING's,
-        and a world may make its own."""
-        raise NotImplementedError
-
     def _conversation(self, max_turns: int, first_turn: int, started: int) -> tuple[str, int]:
         """One conversation from run-wide turn `first_turn`, at most `max_turns` user turns;
         how it closed and the next run-wide turn."""
@@ -241,8 +235,9 @@ class Running(RunState):
         return closed_by, turn + 1
 
     def _signals(self, text: str) -> list[str]:
-        """What a reader takes from an agent message (recorded with it)."""
-        return list(read_agent_message(text, self.user.wording.order_number_pattern).signals)
+        """What a reader takes from an agent message (recorded with it). Each world supplies its
+        own."""
+        raise NotImplementedError
 
     def _note_delivery(self, turn: int) -> None:
         """The agent point of a linked event (t2): the user's message that opened it is handed

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from ...core.errors import RunError, SimreportError
-from .records import RecordLog
+from ....core.errors import RunError, SimreportError
+from ..records import RecordLog
 
 Stage = Literal["LOADING", "INITIALIZING", "RUNNING", "DRAINING", "COLLECTING", "CLEANED", "FAILED"]
 

@@ -1,4 +1,4 @@
-"""How much one refund-desk conversation may do: user turns, tool calls, agent steps per turn
+"""How much one testbed conversation may do: user turns, tool calls, agent steps per turn
 and real time, from the scenario's `execution` (the defaults where it says nothing). A run past
 any of them stops with `BudgetExhausted`."""
 

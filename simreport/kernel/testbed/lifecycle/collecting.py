@@ -1,6 +1,6 @@
 """DRAINING, COLLECTING and CLEANED: settle the faults and the backlog, collect the records into
-observations, evidence and completeness (with the user simulator's quality control), and
-destroy the workspace; what fails here is recorded and makes the run violated."""
+observations (a world's own), evidence and completeness (with the world's user quality control),
+and destroy the workspace; what fails here is recorded and makes the run violated."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from typing import Any
 from ....core.files import read_json, write_json
 from ....core.run_digests import LAYER_SHA256, layer_digests
 from ...run_cost import ENVIRONMENT, EVALUATION
-from ...testbed.agents import AgentAdapter
-from ...testbed.assets import EvaluationSpecAsset, expectation_needs
-from ...testbed.records import (
+from ..agents import AgentAdapter
+from ..assets import EvaluationSpecAsset, expectation_needs
+from ..records import (
     COMPLETENESS_FILE,
     EVIDENCE_FILE,
     OBSERVATIONS_FILE,
@@ -24,17 +24,8 @@ from ...testbed.records import (
     check_linkages,
     completeness,
     completeness_missing,
-    extract_observations,
     linkage_record_faults,
     write_layers,
-)
-from ...testbed.user import UserSimulator
-from ...testbed.user_quality import (
-    QUALITY_FILE,
-    add_quality_observations,
-    assess_run,
-    named_rules,
-    write_quality,
 )
 from .state import RunState
 
@@ -119,43 +110,13 @@ class Collecting(RunState):
         return obs, "partial" if missing or obs.missing else "complete"
 
     def _observe(self) -> Observations:
-        """The run's observations, from its records."""
-        return extract_observations(
-            self.log.records,
-            order_id=self.bound_order,
-            action_entry=self.action_entry,
-            participants={p.id: p.name for p in self.participants.values()},
-        )
+        """The run's observations, from its records. Each world supplies its own."""
+        raise NotImplementedError
 
     def _assess_user(self, obs: Observations) -> None:
-        """The user simulator's quality control on this run's records (testbed/user_quality.py):
-        user-quality.json, `user.qc.*` observations, a counter per failed check, and the
-        thresholds' consequences for the run's validity."""
-        s = self.scenario
-        user: UserSimulator | None = getattr(self, "user", None)
-        if user is None or s.user is None:
-            return
-        try:
-            doc = assess_run(
-                self.log.records,
-                s.user,
-                rules=named_rules(user.policy.reaction_rules, s.user.behavior.reaction_rules),
-                give_up_ms=user.give_up_ms,
-                order_pattern=user.wording.order_number_pattern,
-                mode=user.mode,
-            )
-        except Exception as exc:  # failure is data: quality control failed, its facts missing
-            obs.miss("user.qc.*", f"user quality control failed: {type(exc).__name__}: {exc}")
-            self.ctx.count("userQualityFailures")
-            return
-        write_quality(self.run_dir, doc)
-        self.written_layers += (QUALITY_FILE,)
-        add_quality_observations(obs, doc, self.log.records)
-        for check in doc["failed"]:
-            self.ctx.count(f"userQualityFailed:{check}")
-        disposition = doc["disposition"]
-        self.validity_problems += [f"user simulator QC: {p}" for p in disposition["violating"]]
-        self.qc_unchecked += [f"user simulator QC: {p}" for p in disposition["unchecked"]]
+        """The user's quality control on this run's records, adding to `obs` and to the run's
+        validity problems. Each world supplies its own."""
+        raise NotImplementedError
 
     def _cleanup(self) -> bool:
         """Close the agent's adapter, destroy the run's workspace and credentials. Whether that

@@ -1,4 +1,4 @@
-"""What one refund-desk run holds from stage to stage: the scenario as its run folder shows it,
+"""What one testbed run holds from stage to stage: the scenario as its run folder shows it,
 the clocks, the record log and the lifecycle, and what LOADING and INITIALIZING add to them (the
 resolved assets, the tools, the fact model, the faults, the user and the agent)."""
 
@@ -12,21 +12,21 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ....core.canonical import content_hash, sha256_text
 from ....core.redaction import redact_document
 from ...run_cost import SUT, USER_WORDING
-from ...testbed.clock import Clocks
-from ...testbed.lifecycle import Lifecycle
-from ...testbed.records import RecordLog
-from ...testbed.replay_records import ReplaySource, active_replay
-from ...testbed.tracing import trace_run
+from ..clock import Clocks
+from ..records import RecordLog
+from ..replay_records import ReplaySource, active_replay
+from ..tracing import trace_run
+from . import Lifecycle
 
 if TYPE_CHECKING:
     from ...context import RunContext
     from ...providers import Provider
-    from ...testbed.agents import AgentAdapter, Session
-    from ...testbed.assets import AgentAsset, ResolvedAsset, ToolSpec
-    from ...testbed.environment import FaultController
-    from ...testbed.environment.gateway import Gateway
-    from ...testbed.participants import SurrogateParticipant
-    from ...testbed.wording import WordingUser
+    from ..agents import AgentAdapter, Session
+    from ..assets import AgentAsset, ResolvedAsset, ToolSpec
+    from ..environment import FaultController
+    from ..environment.gateway import Gateway
+    from ..participants import SurrogateParticipant
+    from ..wording import WordingUser
 
 
 class WorldFacts(Protocol):
@@ -52,8 +52,6 @@ class RunState:
     entry_function: Callable[..., Any] | None
     tools: dict[str, ToolSpec]
     participants: dict[str, SurrogateParticipant]
-    action_entry: str
-    bound_order: str | None
     # Set while INITIALIZING; absent when the run failed before.
     facts: WorldFacts
     gateway: Gateway[Any]
@@ -93,6 +91,11 @@ class RunState:
         # Cost by segment: the agent's provider decisions are the SUT's, the user's wording the
         # simulation's (kernel/run_cost.py).
         ctx.cost.assign({AGENT: SUT, USER: USER_WORDING})
+
+    def _make_user(self, goal: str | None = None) -> None:
+        """The user simulator pursuing `goal` (default: the scenario's user's): INITIALIZING's,
+        and again for each later task of `user.tasks`. Each world supplies its own."""
+        raise NotImplementedError
 
     def _emit(self, type_: str, actor: str, payload: dict[str, Any]) -> None:
         self.ctx.emit(type_, actor, **payload)
