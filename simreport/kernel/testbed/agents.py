@@ -6,7 +6,9 @@ is there. The harness only executes the calls an agent decides. The design: docs
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import importlib.util
 import json
 import os
 import re
@@ -16,6 +18,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
@@ -717,17 +720,7 @@ def resolve_entry(entry: str, search: Path | None) -> Callable[..., Any]:
     module_name, sep, attr = entry.partition(":")
     if not sep or not module_name or not attr:
         raise AgentError("manifest_unresolved", f"entry {entry!r} is not module:function")
-    added = False
-    if search is not None and str(search) not in sys.path:
-        sys.path.insert(0, str(search))
-        added = True
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise AgentError("manifest_unresolved", f"cannot import {module_name!r}: {exc}") from None
-    finally:
-        if added:
-            sys.path.remove(str(search))
+    module = _entry_module(module_name, search)
     target: Any = module
     for part in attr.split("."):
         target = getattr(target, part, None)
@@ -736,6 +729,62 @@ def resolve_entry(entry: str, search: Path | None) -> Callable[..., Any]:
     if not callable(target):
         raise AgentError("manifest_unresolved", f"{entry!r} is not callable")
     return target  # type: ignore[no-any-return]
+
+
+def _entry_module(module_name: str, search: Path | None) -> ModuleType:
+    """The module an entry names. Code in the scenario's folder is imported under a name made
+    from its folder and its content, so that neither another scenario's module of the same name
+    nor this one before an edit is what a long-lived process (a worker) hands the run."""
+    files = entry_files(module_name, search) if search is not None else []
+    if search is None or not files:
+        try:
+            return importlib.import_module(module_name)
+        except ImportError as exc:
+            raise AgentError(
+                "manifest_unresolved", f"cannot import {module_name!r}: {exc}"
+            ) from None
+    digest = hashlib.sha256(str(search.resolve()).encode())
+    for path in files:
+        digest.update(b"\0" + path.relative_to(search).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes())
+    top, _, rest = module_name.partition(".")
+    alias = f"_simreport_entry_{digest.hexdigest()[:16]}_{top}"
+    # The folder is on the path while the entry imports, for its own imports of its neighbours.
+    added = str(search) not in sys.path
+    if added:
+        sys.path.insert(0, str(search))
+    try:
+        if alias not in sys.modules:
+            _load_as(alias, search / top)
+        return importlib.import_module(f"{alias}.{rest}" if rest else alias)
+    except AgentError:
+        raise
+    except Exception as exc:  # failure is data: the run fails in LOADING, naming the import
+        raise AgentError(
+            "manifest_unresolved", f"cannot import {module_name!r}: {type(exc).__name__}: {exc}"
+        ) from None
+    finally:
+        if added:
+            sys.path.remove(str(search))
+
+
+def _load_as(alias: str, path: Path) -> None:
+    """Import the module file `path.py`, or the package folder `path`, as `alias`."""
+    package = (path / "__init__.py").is_file()
+    spec = importlib.util.spec_from_file_location(
+        alias,
+        path / "__init__.py" if package else path.with_suffix(".py"),
+        submodule_search_locations=[str(path)] if package else None,
+    )
+    if spec is None or spec.loader is None:
+        raise AgentError("manifest_unresolved", f"cannot import {path.name!r}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[alias] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[alias]
+        raise
 
 
 def entry_files(entry: str, search: Path) -> list[Path]:

@@ -107,8 +107,12 @@ class DomainRun(TestbedRun):
                 "control",
                 {"sent": gateway.real.sent, "failed": gateway.real.failed, "noState": silent},
             )
-            gateway.real.close()
         return observe(self.log.records, self.domain, self.scenario.user.facts)
+
+    def _release_environment(self) -> None:
+        gateway: Any = getattr(self, "gateway", None)
+        if isinstance(gateway, DomainGateway) and gateway.real is not None:
+            gateway.real.close()
 
     def _assess_user(self, obs: Observations) -> None:
         """The refund desk's user quality control reads its own intents; a flow user's checks

@@ -291,3 +291,36 @@ def test_a_url_in_the_scenario_or_a_mode_apart_from_the_environment_is_refused(
     doc["environment"]["backendMode"] = "surrogate"
     with pytest.raises(ValueError, match="backendMode"):
         Scenario.model_validate(doc)
+
+
+def test_the_sandbox_client_is_closed_however_the_run_ends(
+    desk: Path, sandbox: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    closed: list[int] = []
+    close = RealTools.close
+
+    def counted(self: RealTools) -> None:
+        closed.append(1)
+        close(self)
+
+    monkeypatch.setattr(RealTools, "close", counted)
+    _hybrid(desk, sandbox, tmp_path, None, monkeypatch)
+    assert len(closed) == 1
+
+    # Failing while initializing, after the environment (and its client) was made: the run
+    # never collects, and cleanup still closes the client.
+    def broken_backend() -> None:
+        raise RuntimeError("no fault backend")
+
+    monkeypatch.setattr(
+        "simreport.kernel.testbed.lifecycle.initializing.InProcessFaultBackend", broken_backend
+    )
+    closed.clear()
+    result = run(
+        _scenario(desk, position=None),
+        tmp_path / "failed",
+        ledger=False,
+        policy=_policy(desk, sandbox.url),
+    )
+    assert result.failure is not None and result.failure.stage == "initializing"
+    assert len(closed) == 1

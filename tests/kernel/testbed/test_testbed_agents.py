@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import sys
 import threading
 from collections.abc import Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -591,6 +592,40 @@ def test_python_entry_points_resolve_or_fail_clearly(tmp_path: Path) -> None:
     with pytest.raises(AgentError) as crash:
         PythonAgent(resolve_entry("pyagent_resolve:crash", tmp_path), None, []).step(session)
     assert crash.value.kind == "sut_crashed"
+
+
+def test_entries_of_the_same_name_in_two_folders_stay_apart(tmp_path: Path) -> None:
+    # One worker process runs scenarios from many folders: each gets its own agent module.
+    for name in ("one", "two"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "agent.py").write_text(f"def respond(body):\n    return {name!r}\n")
+    one = resolve_entry("agent:respond", tmp_path / "one")
+    assert resolve_entry("agent:respond", tmp_path / "two")({}) == "two"
+    assert one({}) == "one"
+    # An edit in the same process is the code the next run gets; unchanged code is reused.
+    (tmp_path / "one" / "agent.py").write_text("def respond(body):\n    return 'edited'\n")
+    assert resolve_entry("agent:respond", tmp_path / "one")({}) == "edited"
+    again = resolve_entry("agent:respond", tmp_path / "one")
+    assert again is resolve_entry("agent:respond", tmp_path / "one")
+
+
+def test_a_package_entry_imports_its_own_modules(tmp_path: Path) -> None:
+    package = tmp_path / "desk_agent"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "rules.py").write_text("GREETING = 'hello'\n")
+    (package / "serve.py").write_text(
+        "from .rules import GREETING\nimport desk_agent.rules as absolute\n"
+        "def respond(body):\n    return GREETING + absolute.GREETING\n"
+    )
+    assert resolve_entry("desk_agent.serve:respond", tmp_path)({}) == "hellohello"
+    # Installed code is imported as usual.
+    assert resolve_entry("json:dumps", tmp_path)([1]) == "[1]"
+    (tmp_path / "broken.py").write_text("def respond(body) return 1\n")
+    with pytest.raises(AgentError) as info:
+        resolve_entry("broken:respond", tmp_path)
+    assert info.value.kind == "manifest_unresolved"
+    assert "broken" not in " ".join(sys.modules)
 
 
 def test_a_python_agent_runs_the_refund_desk(tmp_path: Path) -> None:

@@ -118,6 +118,9 @@ class Collecting(RunState):
         validity problems. Each world supplies its own."""
         raise NotImplementedError
 
+    def _release_environment(self) -> None:
+        """Close what the world's environment holds open; nothing by default."""
+
     def _cleanup(self) -> bool:
         """Close the agent's adapter, destroy the run's workspace and credentials. Whether that
         succeeded; a failure is recorded as an alert and makes the run violated."""
@@ -126,6 +129,10 @@ class Collecting(RunState):
             with suppress(Exception):
                 self.user_provider.close()
             self.user_provider = None
+        # Connections the environment holds (a sandbox's client) end with the run, however it
+        # ended: a run that failed while initializing never collects.
+        with suppress(Exception):
+            self._release_environment()
         agent: AgentAdapter | None = getattr(self, "agent", None)
         if agent is not None:
             try:
