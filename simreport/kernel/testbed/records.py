@@ -366,12 +366,17 @@ def add_conversation_facts(obs: Observations, records: Sequence[Mapping[str, Any
     obs.add("conversation.turns", len(user_msgs), _ids(user_msgs))
     obs.add("conversation.agent_messages", len(agent_msgs), _ids(agent_msgs))
     terminal = [r for r in records if r["type"] == "conversation.closed"]
+    tasks = [r for r in records if r["type"] == "task.ended"]
     if terminal:
         obs.add("conversation.closed_by", terminal[-1]["payload"]["closedBy"], _ids(terminal[-1:]))
+    else:
+        obs.miss("conversation.closed_by", "the conversation never closed")
+    if tasks:
+        add_task_facts(obs, records, tasks)
+    elif terminal:
         goal = terminal[-1]["payload"].get("goalReached")
         obs.add("user.goal_reached", bool(goal), _ids(terminal[-1:]))
     else:
-        obs.miss("conversation.closed_by", "the conversation never closed")
         obs.miss("user.goal_reached", "the conversation never closed")
 
     linked = [r for r in records if isinstance(r.get("linkage"), Mapping)]
@@ -385,6 +390,33 @@ def add_conversation_facts(obs: Observations, records: Sequence[Mapping[str, Any
         for r in hits:
             stages.setdefault(str(r["payload"]["faultId"]), []).append(r["type"][len("fault.") :])
         obs.add("fault.stages", stages, _ids(hits))
+
+
+def add_task_facts(
+    obs: Observations, records: Sequence[Mapping[str, Any]], ended: Sequence[Mapping[str, Any]]
+) -> None:
+    """A run of several tasks (`user.tasks`) is read task by task, not by its last conversation:
+    each task's outcome, each session's close, how many tasks were resolved, and the user's goal
+    reached only when every declared task was."""
+    sessions = [r for r in records if r["type"] == "session.closed"]
+    outcomes = {str(r["payload"]["taskKey"]): str(r["payload"]["outcome"]) for r in ended}
+    obs.add("tasks.outcomes", outcomes, _ids(ended))
+    obs.add("tasks.resolved", sum(o == "resolved" for o in outcomes.values()), _ids(ended))
+    obs.add(
+        "sessions.closed_by",
+        {
+            f"{r['payload']['taskKey']}/{r['payload']['sessionKey']}": r["payload"]["closedBy"]
+            for r in sessions
+        },
+        _ids(sessions),
+    )
+    started = [r for r in records if r["type"] == "task.started"]
+    declared = {str(r["payload"]["taskKey"]) for r in started}
+    if len(outcomes) < len(declared):
+        obs.miss("user.goal_reached", "a task never ended")
+    else:
+        reached = all(o == "resolved" for o in outcomes.values())
+        obs.add("user.goal_reached", reached, _ids(ended))
 
 
 # --------------------------------------------------------------------------- event linkage

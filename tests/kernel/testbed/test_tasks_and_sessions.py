@@ -114,6 +114,12 @@ def of_type(run: Path, *types: str) -> list[dict[str, Any]]:
     ]
 
 
+def observations(run: Path) -> dict[str, Any]:
+    """The run's observed values, by key (absent when missing)."""
+    doc = json.loads((run / "observations.json").read_text(encoding="utf-8"))
+    return {o["factKey"]: o["value"] for o in doc["observations"]}
+
+
 def rows(engine: Engine, table: sa.Table) -> list[dict[str, Any]]:
     with engine.connect() as conn:
         found = conn.execute(sa.select(table).order_by(*table.primary_key.columns)).mappings()
@@ -169,6 +175,15 @@ def test_tasks_and_their_sessions_run_in_order_with_the_sut_ids(with_ids: Path) 
     steps = of_type(with_ids, "agent.step", "session.opened")
     firsts = [steps[i + 1] for i, s in enumerate(steps) if s["type"] == "session.opened"]
     assert [s["step"]["sutSessionId"] for s in firsts] == ["S-1", "S-2", "S-3"]
+    # Observed task by task, not by the last conversation alone.
+    facts = observations(with_ids)
+    assert facts["tasks.outcomes"] == {"refund": "resolved", "follow-up": "resolved"}
+    assert facts["tasks.resolved"] == 2 and facts["user.goal_reached"] is True
+    assert sorted(facts["sessions.closed_by"]) == [
+        "follow-up/back-again",
+        "follow-up/first",
+        "refund/conversation",
+    ]
 
 
 def test_an_agent_returning_no_ids_leaves_them_unknown(without_ids: Path) -> None:
@@ -273,6 +288,9 @@ def test_a_task_cut_by_the_budget_ends_the_run_and_later_tasks_never_start(
     ]
     assert marks[1]["closedBy"] == "budget_exhausted" and marks[1]["sutSessionId"] is None
     assert marks[2]["outcome"] == "budget_exhausted" and marks[2]["sutTaskId"] == "7"
+    facts = observations(run)
+    assert facts["tasks.outcomes"] == {"refund": "budget_exhausted"}
+    assert facts["tasks.resolved"] == 0 and facts["user.goal_reached"] is False
     ingest_run(engine := connect(f"sqlite:///{tmp_path / 'ledger.sqlite'}"), run)
     try:
         found = {r["task_key"]: (r["outcome"], r["sut_task_id"]) for r in rows(engine, t.run_task)}

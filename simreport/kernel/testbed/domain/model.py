@@ -39,10 +39,12 @@ PRECONDITION_VARS = frozenset({"args", "state", "items", "now"})
 EFFECT_VARS = frozenset({"args", "state", "items", "now", "next"})
 ANSWER_VARS = frozenset({"args", "state", "items", "now", "created"})
 INVARIANT_VARS = frozenset({"state", "items", "initial"})
-OBSERVATION_VARS = frozenset({"state", "items", "initial", "calls", "user", "conversation"})
+OBSERVATION_VARS = frozenset(
+    {"state", "items", "initial", "calls", "user", "conversation", "conversations", "tasks"}
+)
 METRIC_VARS = frozenset({"obs"})
 # Observations every testbed run reports itself (`records.add_conversation_facts`).
-REPORTED = ("conversation.", "linkage.", "fault.", "user.goal_reached")
+REPORTED = ("conversation.", "linkage.", "fault.", "user.goal_reached", "tasks.", "sessions.")
 
 
 def _schema(value: dict[str, Any]) -> dict[str, Any]:
@@ -248,7 +250,7 @@ class DomainAsset(Model):
             if key.startswith(REPORTED):
                 raise ValueError(
                     f"observations.{i}.key: {key!r} is a fact every testbed run reports "
-                    "(conversation.*, linkage.*, fault.*, user.goal_reached)"
+                    "(conversation.*, linkage.*, fault.*, tasks.*, sessions.*, user.goal_reached)"
                 )
         compiled: dict[str, Expression] = {}
 

@@ -43,6 +43,7 @@ def observe(
     obs = Observations()
     snapshots = [r for r in records if r["type"] == "environment.snapshot"]
     closed = [r for r in records if r["type"] == "conversation.closed"]
+    ended = [r for r in records if r["type"] == "task.ended"]
     requests = [r for r in records if r["type"] in ("tool.request", "tool.response")]
     initial = {
         name: {str(item[kind.key]): item for item in kind.initial}
@@ -53,12 +54,17 @@ def observe(
         "calls": tool_calls(records),
         "user": dict(user_facts),
         "conversation": dict(closed[-1]["payload"]) if closed else {},
+        # Task by task, for a run of several (user.tasks): key → outcome and what the SUT did.
+        "tasks": {str(r["payload"]["taskKey"]): dict(r["payload"]) for r in ended},
+        "conversations": [dict(r["payload"]) for r in closed],
     }
     sources: dict[str, list[str]] = {
         "initial": [],
         "calls": [str(r["recordId"]) for r in requests],
         "user": [],
         "conversation": [str(r["recordId"]) for r in closed[-1:]],
+        "tasks": [str(r["recordId"]) for r in ended],
+        "conversations": [str(r["recordId"]) for r in closed],
     }
     if snapshots:
         last = snapshots[-1]

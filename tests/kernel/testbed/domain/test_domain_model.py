@@ -165,7 +165,9 @@ def test_repeated_tools_or_observations_are_refused() -> None:
     assert "order.count" in refused_domain(observation_twice)[0]
 
 
-@pytest.mark.parametrize("key", ["conversation.turns", "user.goal_reached", "fault.stages"])
+@pytest.mark.parametrize(
+    "key", ["conversation.turns", "user.goal_reached", "fault.stages", "tasks.resolved"]
+)
 def test_an_observation_the_run_reports_itself_is_refused(key: str) -> None:
     def reported(doc: dict[str, Any]) -> None:
         doc["observations"][0]["key"] = key

@@ -127,3 +127,32 @@ def test_a_metric_that_is_not_a_number_is_refused_with_its_path() -> None:
     with pytest.raises(ExpressionError) as caught:
         domain_metrics(shop(doc), Observations())
     assert caught.value.path == "metrics.label.value"
+
+
+def test_a_run_of_several_tasks_is_observed_task_by_task() -> None:
+    doc = shop_doc()
+    doc["observations"] += [
+        {
+            "key": "open.tasks",
+            "value": 'size(tasks.filter(k, tasks[k].outcome != "resolved"))',
+        },
+        {"key": "closed.all", "value": "size(conversations)"},
+    ]
+    records = run_records()
+    for key, outcome in (("buy", "resolved"), ("return", "abandoned")):
+        records.add("task.started", "harness", "control", {"taskKey": key, "goal": key})
+        records.add(
+            "session.closed",
+            "harness",
+            "control",
+            {"taskKey": key, "sessionKey": "conversation", "closedBy": "user_gave_up"},
+        )
+        records.add("task.ended", "harness", "control", {"taskKey": key, "outcome": outcome})
+    obs = observe(records.records, shop(doc), USER)
+    assert obs.get("tasks.outcomes") == {"buy": "resolved", "return": "abandoned"}
+    assert obs.get("tasks.resolved") == 1
+    # The user's goal is every task's, not the last conversation's (which says reached).
+    assert obs.get("user.goal_reached") is False
+    assert obs.get("open.tasks") == 1 and obs.get("closed.all") == 1
+    ended = [r["recordId"] for r in records.records if r["type"] == "task.ended"]
+    assert obs.facts["open.tasks"].derived_from == ended
