@@ -9,6 +9,7 @@ client waits through an injected `sleep`, so backoff is checked without waiting.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import re
@@ -695,10 +696,15 @@ def _stop(process: subprocess.Popen[Any]) -> None:
 
 
 def _remote_command(url: str, token_file: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """`simreport remote ARGS…` against the service at `url`, with the token in `token_file`."""
-    command = [sys.executable, "-m", "simreport.cli", "remote", args[0]]
-    command += ["--url", url, "--token-file", str(token_file), *args[1:]]
-    return subprocess.run(command, capture_output=True, text=True, timeout=180, cwd=ROOT)
+    """`simreport remote ARGS…` against the service at `url`, with the token in `token_file`:
+    the command line's own `main`, in this process (the service is the real one, apart)."""
+    from simreport.cli import main
+
+    command = ["remote", args[0], "--url", url, "--token-file", str(token_file), *args[1:]]
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(command)
+    return subprocess.CompletedProcess(command, code, out.getvalue(), err.getvalue())
 
 
 @pytest.mark.slow
