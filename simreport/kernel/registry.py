@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
@@ -17,6 +18,13 @@ class Registry(Generic[T]):
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self._items: dict[str, T] = {}
+        self._modules: dict[str, str] = {}
+        """Names whose module registers them when first asked for (see `lazy`)."""
+
+    def lazy(self, name: str, module: str) -> None:
+        """Know `name` now, and import `module` (which registers it) the first time it is
+        asked for: a process that runs one world never loads the others."""
+        self._modules[name] = module
 
     def register(self, name: str) -> Callable[[T], T]:
         def add(item: T) -> T:
@@ -28,20 +36,22 @@ class Registry(Generic[T]):
         return add
 
     def get(self, name: str, *, path: str | None = None) -> T:
+        if name not in self._items and name in self._modules:
+            importlib.import_module(self._modules[name])
         try:
             return self._items[name]
         except KeyError:
             raise InputError(
                 f"unknown {self.kind} {name!r}",
                 path=path,
-                expected="one of " + ", ".join(sorted(self._items)),
+                expected="one of " + ", ".join(self.names()),
             ) from None
 
     def __contains__(self, name: object) -> bool:
-        return name in self._items
+        return name in self._items or name in self._modules
 
     def __iter__(self) -> Iterator[str]:
-        return iter(sorted(self._items))
+        return iter(self.names())
 
     def names(self) -> list[str]:
-        return sorted(self._items)
+        return sorted({*self._items, *self._modules})

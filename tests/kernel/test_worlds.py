@@ -3,6 +3,8 @@ fallbacks for lost decisions, and whole runs through a run context."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -10,6 +12,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
+from simreport.core.errors import InputError
 from simreport.core.schema import LLMConfig, Model, Scenario
 from simreport.kernel.context import RunContext
 from simreport.kernel.events import EventLog
@@ -496,3 +499,24 @@ def test_echo_rule_keep_holds_stances_and_inactive_agents_read_nothing() -> None
     assert ctx.counters["feedPosts"] == 10 * 4 * 3
     again, _ = run_world(echo_doc(executors=[{"kind": "rule", "rule": "keep"}], steps=1))
     assert outcome.distributions == again.distributions
+
+
+def test_a_world_is_loaded_the_first_time_it_is_asked_for() -> None:
+    """Every process that checks a plan or runs one world (each Snakemake start, each run
+    process) must not load the others: the testbed worlds bring jsonschema models, CEL and
+    the agent adapters."""
+    code = (
+        "import sys\n"
+        "from simreport.kernel.worlds import WORLDS\n"
+        "from simreport.harness import conditions\n"
+        "testbed = 'simreport.kernel.worlds.testbed'\n"
+        "names = ['echo_chamber', 'prisoners_dilemma', 'refund_desk', 'testbed']\n"
+        "assert WORLDS.names() == names and 'testbed' in WORLDS\n"
+        "assert WORLDS.get('prisoners_dilemma').name == 'prisoners_dilemma'\n"
+        "assert testbed not in sys.modules\n"
+        "assert WORLDS.get('testbed').name == 'testbed' and testbed in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+    with pytest.raises(InputError) as unknown:
+        WORLDS.get("no_such_world", path="world")
+    assert unknown.value.path == "world" and "testbed" in str(unknown.value.expected)

@@ -8,10 +8,8 @@ WORLDS: Registry[type[World]] = Registry("world")
 # The scenario's JSON Schema checks `params` against the model of the scenario's world.
 set_world_params_source(lambda: {name: WORLDS.get(name).Params for name in WORLDS})
 
-# Each module registers itself on import.
-from . import echo_chamber as echo_chamber  # noqa: E402
-from . import prisoners_dilemma as prisoners_dilemma  # noqa: E402
-from . import refund_desk as refund_desk  # noqa: E402
-from . import testbed as testbed  # noqa: E402
+# Each module registers itself when imported: the first time its world is asked for.
+for _name in ("echo_chamber", "prisoners_dilemma", "refund_desk", "testbed"):
+    WORLDS.lazy(_name, f"{__name__}.{_name}")
 
 __all__ = ["WORLDS"]
