@@ -1,15 +1,16 @@
 """A domain's tools answered by the operator's sandbox (hybrid, isolated_real): the airline
-example with its payments bound to a loopback sandbox started here. The sandbox receives what
-the faults let through, records say `backend: real`, a transport failure is an answer, egress
-outside the policy never leaves, and bindings that cannot run are refused before any call."""
+example with its payments bound to the example's sandbox, served here on loopback. The sandbox
+receives what the faults let through, records say `backend: real`, a transport failure is an
+answer, egress outside the policy never leaves, and bindings that cannot run are refused before
+any call."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -25,56 +26,28 @@ AIRLINE = Path(__file__).resolve().parents[3] / "examples" / "airline_desk"
 TOKEN = "sandbox-token-9c8b7a6d5e4f"
 
 
+def _example_server() -> Any:
+    """The example's payments sandbox module (examples/airline_desk/sandbox), loaded by path."""
+    path = AIRLINE / "sandbox" / "payments_sandbox.py"
+    spec = importlib.util.spec_from_file_location("airline_payments_sandbox", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+PAYMENTS_SANDBOX = _example_server()
+
+
 class Sandbox:
-    """A payments sandbox: pay_fare_difference and get_payments, and (when `state`) GET /state."""
+    """The example's payments sandbox, served from a thread: pay_fare_difference and
+    get_payments, and (when `state`) GET /state, each request carrying the bearer TOKEN."""
 
     def __init__(self, *, state: bool = True) -> None:
-        self.payments: list[dict[str, Any]] = []
-        self.requests: list[tuple[str, str, str | None]] = []
-        self.serve_state = state
-        sandbox = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def _answer(self, status: int, body: dict[str, Any]) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_GET(self) -> None:
-                sandbox.requests.append(("GET", self.path, self.headers.get("Authorization")))
-                if self.path == "/state" and sandbox.serve_state:
-                    self._answer(200, {"entities": {"payment": sandbox.payments}})
-                else:
-                    self._answer(404, {"error": "not_found"})
-
-            def do_POST(self) -> None:
-                sandbox.requests.append(("POST", self.path, self.headers.get("Authorization")))
-                length = int(self.headers.get("Content-Length") or 0)
-                args = json.loads(self.rfile.read(length) or b"{}")
-                ref = args.get("booking_ref")
-                if self.path == "/tools/pay_fare_difference":
-                    payment = {
-                        "id": f"SBX-{len(sandbox.payments) + 1}",
-                        "bookingId": ref,
-                        "amountMinor": args["amount_minor"],
-                        "state": "captured",
-                    }
-                    sandbox.payments.append(payment)
-                    self._answer(200, {"ok": True, "payment": payment})
-                elif self.path == "/tools/get_payments":
-                    found = [p for p in sandbox.payments if p["bookingId"] == ref]
-                    self._answer(200, {"ok": True, "payments": found})
-                else:
-                    self._answer(404, {"ok": False, "error": "unknown_tool"})
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.server = PAYMENTS_SANDBOX.PaymentsSandbox(("127.0.0.1", 0), TOKEN, serve_state=state)
+        self.url: str = self.server.url
+        self.payments: list[dict[str, Any]] = self.server.payments
+        self.requests: list[tuple[str, str, str | None]] = self.server.requests
         self.thread = threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True)
         self.thread.start()
 
