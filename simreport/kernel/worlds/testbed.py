@@ -63,6 +63,19 @@ class DomainRun(TestbedRun):
         model = domain_joint_model(self.scenario, self.resolved, resources=self.ctx.resources)
         self.domain, self.participants = model.domain, model.participants
         self.tools = {}
+        environment = self.scenario.environment
+        if environment is not None and environment.real_tools and self.ctx.resources is not None:
+            # Without its key a sandbox refuses every call: the run would test the credentials,
+            # not the agent. Only the variable's name is said, never a value.
+            missing = RealTools(dict(environment.real_tools), self.ctx.resources).missing_keys()
+            if missing:
+                raise TestbedFailure(
+                    "the operator's key for "
+                    + ", ".join(f"sandbox {name} ({var})" for name, var in missing.items())
+                    + " is not set in this process's environment",
+                    stage="loading",
+                    kind="sandbox_credentials_missing",
+                )
 
     def _make_environment(self) -> None:
         self.domain_state = DomainState(self.domain)
@@ -105,8 +118,20 @@ class DomainRun(TestbedRun):
                 "environment.real_state",
                 "environment",
                 "control",
-                {"sent": gateway.real.sent, "failed": gateway.real.failed, "noState": silent},
+                {
+                    "sent": gateway.real.sent,
+                    "failed": gateway.real.failed,
+                    "noState": silent,
+                    **({"refused": dict(gateway.real.refused)} if gateway.real.refused else {}),
+                },
             )
+            for sandbox, count in sorted(gateway.real.refused.items()):
+                # The sandbox refused the operator's credentials: what the agent met was not
+                # the tool's behaviour, so the run's evidence is not about the agent.
+                self.validity_problems.append(
+                    f"sandbox {sandbox} refused the run's credentials on {count} call(s) "
+                    "(HTTP 401/403)"
+                )
         return observe(self.log.records, self.domain, self.scenario.user.facts)
 
     def _release_environment(self) -> None:

@@ -297,3 +297,32 @@ def test_the_sandbox_client_is_closed_however_the_run_ends(
     )
     assert result.failure is not None and result.failure.stage == "initializing"
     assert len(closed) == 1
+
+
+def test_without_the_operator_s_key_the_run_stops_in_loading_and_sends_nothing(
+    desk: Path, sandbox: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SANDBOX_TOKEN", raising=False)
+    result = run(_scenario(desk), tmp_path / "run", ledger=False, policy=_policy(desk, sandbox.url))
+    assert result.failure is not None
+    assert (result.failure.stage, result.failure.type) == ("loading", "sandbox_credentials_missing")
+    assert "SANDBOX_TOKEN" in result.failure.message
+    assert sandbox.requests == []
+
+
+def test_a_sandbox_refusing_the_key_makes_the_run_violated_not_a_finding(
+    desk: Path, sandbox: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SANDBOX_TOKEN", "not-the-sandbox-token")
+    out = tmp_path / "run"
+    result = run(
+        _scenario(desk, position=None), out, ledger=False, policy=_policy(desk, sandbox.url)
+    )
+    # Every payment was refused, so what the agent met says nothing about the agent.
+    assert sandbox.payments == [] and sandbox.posts("pay_fare_difference") >= 1
+    assert result.status.validity == "violated"
+    (real_state,) = [r["payload"] for r in _records(out) if r["type"] == "environment.real_state"]
+    posts = sum(1 for method, _, _ in sandbox.requests if method == "POST")
+    assert real_state["refused"] == {"payments": posts}
+    validity = [r["payload"] for r in _records(out) if r["type"] == "run.validity"]
+    assert any("sandbox payments" in p for p in validity[-1]["problems"])

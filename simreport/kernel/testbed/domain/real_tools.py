@@ -80,6 +80,8 @@ class RealTools:
     policy: ExecutionPolicy
     sent: int = 0
     failed: int = 0
+    refused: dict[str, int] = field(default_factory=dict)
+    """Sandbox name → calls it answered 401 or 403: the operator's credentials, not the agent."""
     _client: GuardedClient | None = field(default=None, repr=False)
 
     def bound(self, tool: str) -> bool:
@@ -92,6 +94,15 @@ class RealTools:
         if self._client is None:
             self._client = GuardedClient(self.policy.allowed_hosts(), timeout=10.0)
         return self._client
+
+    def missing_keys(self) -> dict[str, str]:
+        """Sandbox name → the key variable it declares that this process's environment lacks."""
+        out = {}
+        for name in sorted(set(self.bindings.values())):
+            variable = self.policy.sandboxes[name].api_key_env
+            if variable and not os.environ.get(variable):
+                out[name] = variable
+        return out
 
     def _headers(self, sandbox: Sandbox) -> dict[str, str]:
         token = os.environ.get(sandbox.api_key_env) if sandbox.api_key_env else None
@@ -117,6 +128,9 @@ class RealTools:
             return self._failure("egress_refused", str(exc))
         except (httpx.HTTPError, ValueError) as exc:
             return self._failure("sandbox_unreachable", f"{type(exc).__name__}: {exc}")
+        if response.status_code in (401, 403):
+            name = self.bindings[tool]
+            self.refused[name] = self.refused.get(name, 0) + 1
         if body is None:
             return self._failure(
                 "sandbox_bad_answer",
