@@ -1,4 +1,5 @@
-# Figures (standalone SVG), report.html and the methods paragraphs of one plan.
+# Figures (standalone SVG), report.html and the methods paragraphs of one plan. Like the site,
+# they are local rules: rendered by the build itself in seconds, never queued on a cluster.
 
 
 for _plan in WORKFLOW.plans:
@@ -21,6 +22,7 @@ for _plan in WORKFLOW.plans:
             ],
         log:
             str(_plan.out_dir / "logs" / "figures.log"),
+        localrule: True
         conda:
             "../envs/simreport.yaml"
         params:
@@ -44,6 +46,7 @@ rule report:
         ),
     log:
         "{results}/{plan}/logs/report.log",
+    localrule: True
     conda:
         "../envs/simreport.yaml"
     params:
@@ -72,6 +75,7 @@ rule methods:
         ),
     log:
         "{results}/{plan}/logs/methods.log",
+    localrule: True
     conda:
         "../envs/simreport.yaml"
     params:

@@ -13,6 +13,7 @@ rule site:
         simreport_workflow.site_outputs(WORKFLOW),
     log:
         str(WORKFLOW.results_dir / "logs" / "site.log"),
+    localrule: True
     conda:
         "../envs/simreport.yaml"
     params:
