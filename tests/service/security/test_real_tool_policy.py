@@ -5,12 +5,16 @@ process: the service on a fresh ledger, no worker (nothing here needs to run).""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from tests.service.in_process import in_process_api
+from tests.support.payments_sandbox import TOKEN, Sandbox
+from tests.support.service_helpers import Worker
 
 AIRLINE = Path(__file__).resolve().parents[3] / "examples" / "airline_desk"
 
@@ -23,9 +27,9 @@ def hybrid_spec() -> dict[str, Any]:
     return spec
 
 
-def _policy(folder: Path) -> Path:
+def _policy(folder: Path, url: str = "http://127.0.0.1:9") -> Path:
     path = folder / "policy.yaml"
-    sandbox = {"baseUrl": "http://127.0.0.1:9", "apiKeyEnv": "PAYMENTS_SANDBOX_KEY"}
+    sandbox = {"baseUrl": url, "apiKeyEnv": "PAYMENTS_SANDBOX_KEY"}
     path.write_text(yaml.safe_dump({"sandboxes": {"payments": sandbox}}), encoding="utf-8")
     return path
 
@@ -54,3 +58,32 @@ def test_a_sandbox_the_policy_does_not_declare_is_refused_located(
         paths = [i["path"] for i in submitted.json()["error"]["issues"]]
         assert paths == ["spec.environment.realTools.pay_fare_difference"]
         assert submitted.json()["error"]["code"] == "not_allowed"
+
+
+def test_a_worker_runs_a_hybrid_run_against_the_operator_s_sandbox(
+    ledger_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The whole path: submitted and started over HTTP, executed by a worker under the same
+    policy, the payment sent to the sandbox with the operator's key, which no run data holds."""
+    monkeypatch.setenv("PAYMENTS_SANDBOX_KEY", TOKEN)
+    sandbox = Sandbox()
+    try:
+        policy = _policy(tmp_path, sandbox.url)
+        with in_process_api(ledger_url, tmp_path, AIRLINE, policy) as api:
+            scenario_id = api.scenario("airline", hybrid_spec(), version="1.0.0")
+            run_id = api.run(scenario_id, version="1.0.0", mode="hybrid")["run_id"]
+            worker = Worker(ledger_url, api.library, max_runs=1, policy=policy)
+            worker.join()
+            assert worker.outcomes == [(run_id, "completed")]
+            status = api.get(f"/runs/{run_id}").json()
+            assert (status["execution_status"], status["validity_status"]) == (
+                "completed",
+                "valid",
+            )
+            assert [p["bookingId"] for p in sandbox.payments] == ["KX4821"]
+            assert {auth for _, _, auth in sandbox.requests} == {f"Bearer {TOKEN}"}
+            events = api.get(f"/runs/{run_id}/events", limit=1000).json()
+            text = json.dumps(events)
+            assert TOKEN not in text and '"backend": "real"' in text
+    finally:
+        sandbox.close()
