@@ -149,6 +149,15 @@ class RunChecks(Model):
             "these, never to what a label says now."
         ),
     )
+    trace_id: str | None = Field(
+        None,
+        pattern=r"^[0-9a-f]{32}$",
+        description=(
+            "The W3C trace id this execution records and sends (the service's run row's own), so "
+            "two runs of one version and seed are two traces. None: made from the scenario, as a "
+            "batch run's is (its run key is the scenario's)."
+        ),
+    )
 
     def for_condition(
         self, version: str | None, derived_from: str | None, asset_names: Iterable[str]

@@ -68,7 +68,9 @@ class Execution:
             self.claim.scenario,
             str(self.run_dir),
             str(self._asset_root()),
-            self.claim.checks.to_doc(),
+            # The run records the trace id its row was given: each run of the service is a trace
+            # of its own, even of the same version and seed.
+            self.claim.checks.model_copy(update={"trace_id": self.claim.trace_id}).to_doc(),
             self.worker.policy,
             self.worker.hidden,
         )

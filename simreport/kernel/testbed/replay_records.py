@@ -37,6 +37,8 @@ class ReplaySource:
     """(kind, message) of the external agent's recorded failure at its entry, if it failed."""
     probe: dict[str, Any] | None = None
     """The recorded answer of the agent's probe in LOADING (an HTTP agent), if it was probed."""
+    trace_id: str | None = None
+    """The recorded run's trace id (its manifest's `traceId`)."""
 
     @classmethod
     def from_run(
@@ -64,6 +66,8 @@ class ReplaySource:
                 )
         for entry in (manifest.get("resolved") or {}).values():
             source.pins[str(entry["name"])] = str(entry["version"])
+        trace = manifest.get("traceId")
+        source.trace_id = str(trace) if isinstance(trace, str) and trace else None
         return source
 
     def decide(self, role: str, request: DecisionRequest) -> Decision:

@@ -567,3 +567,32 @@ def test_an_audit_in_worker_processes_sends_every_runs_spans(
     roots = [s for s in received if s.name == "testbed.run"]
     assert sorted(s.trace_id.hex() for s in roots) == sorted(runs)
     assert {s.trace_id.hex() for s in received} == runs
+
+
+# --------------------------------------------------------------------------- one trace per run
+
+
+def test_the_caller_may_give_the_execution_its_trace_id(tmp_path: Path) -> None:
+    """The service gives each run its row's trace id: two runs of one version and seed are two
+    traces. Without one (a batch run, whose run key is its scenario's) the id is made from the
+    scenario, as it always was; a replay keeps the recorded one."""
+    from simreport.core.versions import RunChecks
+    from simreport.kernel.replay_runner import replay_run
+
+    scenario = validate_scenario(scenario_doc())
+    given = "4bf92f3577b34da6a3ce929d0e0e4736"
+
+    def trace(name: str, trace_id: str | None) -> str:
+        out = tmp_path / name
+        run_scenario(scenario, out, asset_root=EXAMPLE, checks=RunChecks(trace_id=trace_id))
+        return str(read(out, "manifest.json")["traceId"])
+
+    assert trace("given", given) == given
+    assert {r["traceId"] for r in records(tmp_path / "given")} == {given}
+    plain = trace("plain", None)
+    assert plain != given and plain == trace("plain2", None)
+    report = replay_run(tmp_path / "given", tmp_path / "replayed")
+    assert report.ok, report
+    assert read(tmp_path / "replayed", "manifest.json")["traceId"] == given
+    with pytest.raises(ValueError):
+        RunChecks(trace_id="not-a-trace-id")

@@ -10,8 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 import yaml
 
+from simreport.ledger import connect
+from simreport.ledger import tables as t
 from tests.service.in_process import in_process_api
 from tests.support.payments_sandbox import TOKEN, Sandbox
 from tests.support.service_helpers import Worker
@@ -85,5 +88,16 @@ def test_a_worker_runs_a_hybrid_run_against_the_operator_s_sandbox(
             events = api.get(f"/runs/{run_id}/events", limit=1000).json()
             text = json.dumps(events)
             assert TOKEN not in text and '"backend": "real"' in text
+            # The run's records carry the trace id its row was given when it was started.
+            engine = connect(ledger_url)
+            try:
+                with engine.connect() as conn:
+                    row = conn.execute(
+                        sa.select(t.run.c.trace_id).where(t.run.c.run_id == run_id)
+                    ).scalar_one()
+            finally:
+                engine.dispose()
+            traced = [e["trace_id"] for e in events["events"] if e["trace_id"] is not None]
+            assert traced and set(traced) == {row}
     finally:
         sandbox.close()

@@ -71,8 +71,7 @@ class RunState:
         self.doc = redact_document(scenario.to_doc())
         self.replay: ReplaySource | None = active_replay()
         self.clocks = Clocks(scenario.environment.clock)
-        trace_id = sha256_text("trace|" + content_hash(self.doc))[:32]
-        self.log = RecordLog(self.clocks, trace_id, emit=self._emit)
+        self.log = RecordLog(self.clocks, self._trace_id(), emit=self._emit)
         self.log.secrets = self.ctx.secrets
         self.life = Lifecycle(self.log)
         # The run's OpenTelemetry spans, made from its records (None when tracing is off).
@@ -91,6 +90,13 @@ class RunState:
         # Cost by segment: the agent's provider decisions are the SUT's, the user's wording the
         # simulation's (kernel/run_cost.py).
         ctx.cost.assign({AGENT: SUT, USER: USER_WORDING})
+
+    def _trace_id(self) -> str:
+        """The run's W3C trace id: a replay keeps the recorded one; otherwise the one the caller
+        gives (the service's run), else one made from the scenario."""
+        if self.replay is not None and self.replay.trace_id:
+            return self.replay.trace_id
+        return self.ctx.checks.trace_id or sha256_text("trace|" + content_hash(self.doc))[:32]
 
     def _make_user(self, goal: str | None = None) -> None:
         """The user simulator pursuing `goal` (default: the scenario's user's): INITIALIZING's,
