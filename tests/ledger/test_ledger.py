@@ -745,7 +745,9 @@ original = run_rows.write_table_rows
 def write_then_wait(conn, rows):
     written = original(conn, rows)
     if rows.table == "record":
-        Path(marker).write_text(str(written))  # the run, its events and records are written
+        # The run, its events and records are written; the marker appears whole (renamed).
+        Path(marker + ".part").write_text(str(written))
+        Path(marker + ".part").replace(marker)
         time.sleep(120)                        # … and the transaction is still open
     return written
 
