@@ -13,7 +13,6 @@ import shutil
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -45,6 +44,7 @@ from simreport.ledger.review import (
     list_versions,
     transition,
 )
+from tests.support.review import review_command
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -628,32 +628,6 @@ def test_the_command_line_offers_every_review_action() -> None:
     assert list(ACTION_HELP) == list(ACTIONS)
 
 
-@dataclass
-class Said:
-    """What a command printed, and its exit code."""
-
-    returncode: int
-    stdout: str
-    stderr: str
-
-
-def _review(
-    *args: str,
-    cwd: Path,
-    ledger: str,
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
-) -> Said:
-    """`simreport review ARGS --ledger LEDGER` in `cwd`, in this process."""
-    from simreport.cli import main
-
-    monkeypatch.chdir(cwd)
-    monkeypatch.delenv("SIMREPORT_LEDGER_URL", raising=False)
-    code = main(["review", *args, "--ledger", ledger])
-    out, err = capsys.readouterr()
-    return Said(code, out, err)
-
-
 def test_review_commands_end_to_end(
     ledger_url: str,
     scenario: Path,
@@ -664,12 +638,12 @@ def test_review_commands_end_to_end(
     io = {"capsys": capsys, "monkeypatch": monkeypatch}
 
     def ok(*args: str) -> str:
-        done = _review(*args, cwd=cwd, ledger=ledger_url, **io)
+        done = review_command(*args, cwd=cwd, ledger=ledger_url, **io)
         assert done.returncode == 0, done.stderr
         return done.stdout
 
     def refused(*args: str) -> str:
-        done = _review(*args, cwd=cwd, ledger=ledger_url, **io)
+        done = review_command(*args, cwd=cwd, ledger=ledger_url, **io)
         assert done.returncode == 2, (done.stdout, done.stderr)
         assert done.stdout == ""
         lines = done.stderr.splitlines()

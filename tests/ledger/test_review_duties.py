@@ -7,7 +7,6 @@ command line's `--policy`."""
 from __future__ import annotations
 
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ from simreport.kernel import load_scenario
 from simreport.ledger import tables as t
 from simreport.ledger.errors import ReviewRefused, SelfApproval
 from simreport.ledger.review import authors, history, import_scenario, transition
-from tests.support.review import publish
+from tests.support.review import Said, publish, review_command
 
 ROOT = Path(__file__).resolve().parents[2]
 REFUND_DESK = ROOT / "examples" / "refund_desk"
@@ -271,26 +270,8 @@ def test_every_step_of_a_published_high_risk_version_is_kept_with_its_signoff(
 # --------------------------------------------------------------------------- the command line
 
 
-@dataclass
-class Said:
-    """What a command printed, and its exit code."""
-
-    returncode: int
-    stdout: str
-    stderr: str
-
-
-def _review(
-    ledger: str, cwd: Path, *args: str, capsys: pytest.CaptureFixture[str], monkeypatch: Any
-) -> Said:
-    """`simreport review ARGS --ledger LEDGER` in `cwd`, in this process."""
-    from simreport.cli import main
-
-    monkeypatch.chdir(cwd)
-    monkeypatch.delenv("SIMREPORT_LEDGER_URL", raising=False)
-    code = main(["review", *args, "--ledger", ledger])
-    out, err = capsys.readouterr()
-    return Said(code, out, err)
+def _review(ledger: str, cwd: Path, *args: str, **io: Any) -> Said:
+    return review_command(*args, cwd=cwd, ledger=ledger, **io)
 
 
 def test_the_command_line_refuses_self_approval_unless_the_policy_file_allows_it(

@@ -4,6 +4,10 @@ online because a file's header says so."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
 from sqlalchemy.engine import Engine
 
 from simreport.ledger.review import history, transition
@@ -42,3 +46,29 @@ def publish_assets(engine: Engine, names: list[tuple[str, str]]) -> None:
     """Put these asset versions (`TYPE:NAME` or a name, and a version) online."""
     for name, version in names:
         publish(engine, "asset", name, version)
+
+
+@dataclass
+class Said:
+    """What a command printed, and its exit code."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def review_command(
+    *args: str,
+    cwd: Path,
+    ledger: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> Said:
+    """`simreport review ARGS --ledger LEDGER` in `cwd`, in this process."""
+    from simreport.cli import main
+
+    monkeypatch.chdir(cwd)
+    monkeypatch.delenv("SIMREPORT_LEDGER_URL", raising=False)
+    code = main(["review", *args, "--ledger", ledger])
+    out, err = capsys.readouterr()
+    return Said(code, out, err)
