@@ -397,7 +397,8 @@ def add_task_facts(
 ) -> None:
     """A run of several tasks (`user.tasks`) is read task by task, not by its last conversation:
     each task's outcome, each session's close, how many tasks were resolved, and the user's goal
-    reached only when every declared task was."""
+    reached only when every task the run started ended resolved (missing when one never ended;
+    a task the budget cut ends unresolved, so later ones it kept from starting change nothing)."""
     sessions = [r for r in records if r["type"] == "session.closed"]
     outcomes = {str(r["payload"]["taskKey"]): str(r["payload"]["outcome"]) for r in ended}
     obs.add("tasks.outcomes", outcomes, _ids(ended))
