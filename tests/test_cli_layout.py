@@ -1,11 +1,18 @@
 """The command line lives in simreport/cli/: no other module parses arguments or registers a
 command, and the two modules that still re-export its parts for the commands outside it hold
-nothing else and serve nothing else."""
+nothing else and serve nothing else; a command's parser registers its own group only."""
 
 from __future__ import annotations
 
+import argparse
 import ast
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
+
+from simreport.cli.main import COMMAND_GROUPS, build_parser, register_group
 
 PACKAGE = Path(__file__).resolve().parent.parent / "simreport"
 CLI = PACKAGE / "cli"
@@ -115,3 +122,49 @@ def test_only_the_commands_outside_cli_use_the_reexports() -> None:
         if module in old
     ]
     assert not users, "import these from simreport/cli/:\n" + "\n".join(users)
+
+
+def test_each_command_group_registers_the_commands_its_row_names() -> None:
+    """`simreport <command>` registers only the group its row names: a row that forgot a
+    command would leave that command unknown."""
+    every = []
+    for function, commands in COMMAND_GROUPS:
+        sub = argparse.ArgumentParser().add_subparsers()
+        register_group(function, sub)
+        assert list(sub.choices) == commands.split(), function
+        every += commands.split()
+    assert len(every) == len(set(every))
+
+
+@pytest.mark.parametrize(
+    ("argv", "registered"),
+    [
+        (["api", "--help"], ["api"]),
+        (["--debug", "ledger", "runs"], ["ledger"]),
+        (["cache", "stats"], ["doctor", "cache"]),
+        (["--help", "api"], None),
+        (["no-such-command"], None),
+        ([], None),
+    ],
+)
+def test_a_command_s_parser_holds_its_group_and_help_holds_every_group(
+    argv: list[str], registered: list[str] | None
+) -> None:
+    parser = build_parser(argv)
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    every = [name for _, commands in COMMAND_GROUPS for name in commands.split()]
+    assert list(sub.choices) == (registered or every)
+
+
+def test_a_command_imports_no_other_group() -> None:
+    """The service's processes start often: `simreport api` and `simreport worker` build their
+    parsers without importing the modules of the audit, ledger or review commands."""
+    code = (
+        "import sys\n"
+        "from simreport.cli.main import build_parser\n"
+        "build_parser(['worker', '--help'])\n"
+        "loaded = [m for m in ('simreport.cli.audit', 'simreport.cli.ledger',"
+        " 'simreport.cli.review', 'simreport.cli.new', 'simreport.harness') if m in sys.modules]\n"
+        "assert not loaded, loaded\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -10,6 +10,7 @@ did not record all of them (one line each says which); 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import select
 import sys
@@ -34,32 +35,63 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_INPUT)
 
 
-def build_parser() -> argparse.ArgumentParser:
+COMMAND_GROUPS: tuple[tuple[str, str], ...] = (
+    (
+        "audit:register_cli",
+        "validate schema run conditions power audit analyse evaluate report site diff serve",
+    ),
+    ("new:register_cli", "new"),
+    ("new:register_testbed_cli", "testbed"),
+    ("doctor:register_cli", "doctor cache"),
+    ("replay:register_cli", "replay"),
+    ("ledger:register_cli", "ledger"),
+    ("review:register_cli", "review"),
+    ("mcp:register_cli", "mcp"),
+    ("service:register_api", "api"),
+    ("service:register_worker", "worker"),
+    ("remote:register_cli", "remote"),
+    ("audit:register_worlds", "worlds"),
+)
+"""Each group of commands: its registering function (module:function in simreport.cli) and the
+commands it registers, in the order of `simreport --help`. A test holds each row to what its
+function registers."""
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The command line's parser. Given the arguments, and when they name a command, only that
+    command's group is registered: a command's start does not import the modules of all the
+    others (the service's `api` and `worker` start often). Otherwise every group is, so that
+    `--help` and an unknown command list them all."""
     parser = _Parser(prog="simreport", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--version", action="version", version=f"simreport {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks of internal errors")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-
-    # Imported here, not above: `import simreport.cli` stays cheap (the service and the remote
-    # client read their argument types through it), and the order below is the order of the
-    # commands in `simreport --help`.
-    from . import audit, doctor, ledger, mcp, new, replay, review
-    from .remote import register_cli as register_remote
-    from .service import register_api, register_worker
-
-    audit.register_cli(sub)
-    new.register_cli(sub)
-    new.register_testbed_cli(sub)
-    doctor.register_cli(sub)
-    replay.register_cli(sub)
-    ledger.register_cli(sub)
-    review.register_cli(sub)
-    mcp.register_cli(sub)
-    register_api(sub)
-    register_worker(sub)
-    register_remote(sub)
-    audit.register_worlds(sub)
+    command = _command_named(argv)
+    for function, commands in COMMAND_GROUPS:
+        if command is None or command in commands.split():
+            register_group(function, sub)
     return parser
+
+
+def _command_named(argv: Sequence[str] | None) -> str | None:
+    """The command `argv` names, if it names one a group registers (the first argument that is
+    not an option: the top-level options take no value); None when help is asked for before it."""
+    for arg in argv or ():
+        if arg in ("-h", "--help"):
+            return None
+        if not arg.startswith("-"):
+            known = any(arg in commands.split() for _, commands in COMMAND_GROUPS)
+            return arg if known else None
+    return None
+
+
+def register_group(function: str, sub: Any) -> None:
+    """Register the commands of the group whose registering function is `function` (a row of
+    `COMMAND_GROUPS`) on the subparsers `sub`."""
+    # Imported here, not above: `import simreport.cli` stays cheap (the service and the remote
+    # client read their argument types through it), and a command imports its own group only.
+    module, name = function.split(":")
+    getattr(importlib.import_module(f"{__package__}.{module}"), name)(sub)
 
 
 def _stop_on_signals() -> None:
@@ -71,8 +103,9 @@ def _stop_on_signals() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(arguments)
+    args = parser.parse_args(arguments)
     _stop_on_signals()
     try:
         code: int = args.func(args)
