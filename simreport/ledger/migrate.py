@@ -9,16 +9,11 @@ simreport is refused by both.
 
 from __future__ import annotations
 
-import functools
 import weakref
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
 
 import sqlalchemy as sa
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from alembic.util.exc import CommandError
 from sqlalchemy.engine import Connection, Engine
 
 from .db import describe, reading
@@ -28,23 +23,27 @@ from .tables import SCHEMA
 SCRIPT_LOCATION = "simreport.ledger:migrations"
 VERSION_TABLE = "alembic_version"
 _LOCK_KEY = 0x73_69_6D_6C_65_64_67_72  # b"simledgr": the advisory lock every migration takes
+HEAD_REVISION: Final = "0009"
+"""The newest revision in migrations/versions (a test holds it to Alembic's own head). Checking
+a ledger against it needs no Alembic: a process whose ledger is current never imports it."""
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 
 def alembic_config(connection: Connection | None = None) -> Config:
     """Alembic's configuration, built in memory: no alembic.ini is needed."""
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", SCRIPT_LOCATION)
     config.attributes["connection"] = connection
     return config
 
 
-@functools.cache
 def head_revision() -> str:
-    """The newest revision this simreport ships (read once: the files do not change while it
-    runs)."""
-    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
-    assert head is not None
-    return head
+    """The newest revision this simreport ships."""
+    return HEAD_REVISION
 
 
 def version_table_schema(conn: Connection | Engine) -> str | None:
@@ -54,12 +53,21 @@ def version_table_schema(conn: Connection | Engine) -> str | None:
 
 
 def current_revision(conn: Connection) -> str | None:
-    """The revision the ledger is at (None: an empty database)."""
-    context = MigrationContext.configure(
-        conn,
-        opts={"version_table": VERSION_TABLE, "version_table_schema": version_table_schema(conn)},
-    )
-    return context.get_current_revision()
+    """The revision the ledger is at (None: an empty database), read from Alembic's version
+    table as Alembic reads it (one row: the history has no branches)."""
+    schema = version_table_schema(conn)
+    if not sa.inspect(conn).has_table(VERSION_TABLE, schema=schema):
+        return None
+    version = sa.table(VERSION_TABLE, sa.column("version_num"), schema=schema)
+    rows = conn.execute(sa.select(version.c.version_num)).scalars().all()
+    if len(rows) > 1:
+        raise LedgerOutdated(
+            f"the ledger's {VERSION_TABLE} table holds several revisions ({', '.join(rows)}); "
+            "simreport's schema history has one line",
+            revision=None,
+            expected=f"one row in {VERSION_TABLE}",
+        )
+    return str(rows[0]) if rows else None
 
 
 @dataclass(frozen=True)
@@ -75,8 +83,11 @@ class Upgrade:
 
 
 def _known(revision: str | None, url: str) -> None:
-    if revision is None:
+    if revision is None or revision == HEAD_REVISION:
         return
+    from alembic.script import ScriptDirectory
+    from alembic.util.exc import CommandError
+
     try:
         ScriptDirectory.from_config(alembic_config()).get_revision(revision)
     except CommandError:
@@ -99,6 +110,8 @@ def upgrade(engine: Engine, revision: str = "head") -> Upgrade:
             _known(before, url)
             target = head_revision() if revision == "head" else revision
             if before != target:
+                from alembic import command
+
                 command.upgrade(alembic_config(conn), revision)
             after = current_revision(conn)
     except sa.exc.DBAPIError as exc:
@@ -119,6 +132,8 @@ def downgrade(engine: Engine, revision: str) -> None:
     with engine.begin() as conn:
         if conn.dialect.name == "postgresql":
             conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _LOCK_KEY})
+        from alembic import command
+
         command.downgrade(alembic_config(conn), revision)
 
 

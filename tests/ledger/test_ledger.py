@@ -169,6 +169,31 @@ def _table_names(engine: sa.Engine) -> set[str]:
 # --------------------------------------------------------------------------- migrations
 
 
+def test_the_head_revision_is_alembic_s_head() -> None:
+    from alembic.script import ScriptDirectory
+
+    from simreport.ledger.migrate import HEAD_REVISION, alembic_config
+
+    assert ScriptDirectory.from_config(alembic_config()).get_current_head() == HEAD_REVISION
+
+
+def test_a_current_ledger_is_written_and_read_without_alembic(tmp_path: Path) -> None:
+    """Alembic (and its templates' libraries) loads only to change a ledger's schema: the
+    service's processes and each build check a current ledger without it."""
+    url = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+    upgrade(connect(url))
+    code = (
+        "import sys\n"
+        "from simreport.ledger import connect\n"
+        "from simreport.ledger.migrate import check_for_reading, prepare_for_writing\n"
+        f"engine = connect({url!r})\n"
+        "prepare_for_writing(engine)\n"
+        "check_for_reading(engine)\n"
+        "assert 'alembic' not in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 def test_migration_takes_an_empty_database_to_head_and_back(ledger_url: str) -> None:
     engine = connect(ledger_url)
     try:
