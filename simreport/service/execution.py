@@ -73,6 +73,7 @@ class Execution:
             self.claim.checks.model_copy(update={"trace_id": self.claim.trace_id}).to_doc(),
             self.worker.policy,
             self.worker.hidden,
+            self.worker.keys(),
         )
         self.process.conn.send(job)
         self.process.runs += 1

@@ -93,9 +93,10 @@ def _fresh_processes() -> ForkServerContext | SpawnContext:
 
 def _run_process(conn: Connection) -> None:
     """A run process: executes the runs it is sent — (scenario document, run directory, asset
-    root, checks document) — one after another until its worker sends None or goes. For each
-    it answers ("started", None), its events in batches ("events", [...]) and ("done", None);
-    an error outside the run is answered ("error", why) and ends the process."""
+    root, checks document, policy, hidden variables, key values) — one after another until its
+    worker sends None or goes. For each it answers ("started", None), its events in batches
+    ("events", [...]) and ("done", None); an error outside the run is answered ("error", why)
+    and ends the process."""
     from ..kernel import interrupt
 
     # SIGINT and SIGTERM become the run's stop request. The process exits when orphaned: when
@@ -114,9 +115,10 @@ def _run_process(conn: Connection) -> None:
             return
         if job is None:
             return
-        scenario_doc, run_dir, asset_root, checks_doc, policy_doc, hidden = job
+        scenario_doc, run_dir, asset_root, checks_doc, policy_doc, hidden, keys = job
         for name in hidden:  # what runs never need: the service's own credentials
             os.environ.pop(name, None)
+        os.environ.update(keys)  # the policy's keys as the worker has them now
         # A stop request that came after the last run had ended was that run's, not this one's.
         interrupt.reset()
         loaded = set(sys.modules)

@@ -15,6 +15,7 @@ import yaml
 
 from simreport.ledger import connect
 from simreport.ledger import tables as t
+from simreport.service.run_process import RunProcess
 from tests.service.in_process import in_process_api
 from tests.support.payments_sandbox import TOKEN, Sandbox
 from tests.support.service_helpers import Worker
@@ -67,7 +68,10 @@ def test_a_worker_runs_a_hybrid_run_against_the_operator_s_sandbox(
     ledger_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The whole path: submitted and started over HTTP, executed by a worker under the same
-    policy, the payment sent to the sandbox with the operator's key, which no run data holds."""
+    policy, the payment sent to the sandbox with the operator's key, which no run data holds.
+    The fork server that run processes come from is started before the key is set: the worker
+    sends its key with each run, as its environment has it then."""
+    RunProcess("before-the-key").close()
     monkeypatch.setenv("PAYMENTS_SANDBOX_KEY", TOKEN)
     sandbox = Sandbox()
     try:
