@@ -118,7 +118,11 @@ def _run_process(conn: Connection) -> None:
         scenario_doc, run_dir, asset_root, checks_doc, policy_doc, hidden, keys = job
         for name in hidden:  # what runs never need: the service's own credentials
             os.environ.pop(name, None)
-        os.environ.update(keys)  # the policy's keys as the worker has them now
+        for name, value in keys.items():  # the policy's keys as the worker has them now
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
         # A stop request that came after the last run had ended was that run's, not this one's.
         interrupt.reset()
         loaded = set(sys.modules)

@@ -214,16 +214,14 @@ class Worker:
         self.cancels = CancelWatch(engine, self.keeper.held, say)
         """Hears of the cancellation of a run it executes within a second (cancellation.py)."""
 
-    def keys(self) -> dict[str, str]:
-        """The values of the policy's key variables in this worker's environment, sent with each
-        run: a run process starts from a fork server that may have read the environment
-        before, so this worker's environment, as it is now, decides."""
-        import os
-
+    def keys(self) -> dict[str, str | None]:
+        """The values of the policy's key variables in this worker's environment (None: unset),
+        sent with each run: a run process starts from a fork server that may have read the
+        environment earlier, so this worker's environment, as it is now, decides."""
         from ..core.execution_policy import ExecutionPolicy
 
         names = ExecutionPolicy.model_validate(self.policy).key_variables()
-        return {name: os.environ[name] for name in names if name in os.environ}
+        return {name: os.environ.get(name) for name in names}
 
     def why(self, exc: BaseException) -> str:
         """What the ledger said, on one line, without the credentials of its URL."""
