@@ -10,7 +10,7 @@ import gc
 import os
 import socket
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
@@ -103,6 +103,7 @@ def run_worker(
         secrets=url_secrets(url),
         on_run=on_run,
         policy=execution_policy.to_doc(),
+        key_variables=execution_policy.key_variables(),
         hidden=hidden_variables(tokens_env),
     )
     keeper = worker.keeper
@@ -189,11 +190,14 @@ class Worker:
         secrets: tuple[str, ...],
         on_run: Callable[[str, str], None] | None,
         policy: dict[str, Any] | None = None,
+        key_variables: Sequence[str] = (),
         hidden: tuple[str, ...] = (),
     ) -> None:
         self.engine = engine
         self.policy = policy if policy is not None else {}
         """The execution policy's document, sent with every run to its run process."""
+        self.key_variables = key_variables
+        """The variables the policy's endpoints and sandboxes read keys from."""
         self.hidden = hidden
         """The environment variables run processes go without."""
         self.worker_id = worker_id
@@ -218,10 +222,7 @@ class Worker:
         """The values of the policy's key variables in this worker's environment (None: unset),
         sent with each run: a run process starts from a fork server that may have read the
         environment earlier, so this worker's environment, as it is now, decides."""
-        from ..core.execution_policy import ExecutionPolicy
-
-        names = ExecutionPolicy.model_validate(self.policy).key_variables()
-        return {name: os.environ.get(name) for name in names}
+        return {name: os.environ.get(name) for name in self.key_variables}
 
     def why(self, exc: BaseException) -> str:
         """What the ledger said, on one line, without the credentials of its URL."""
