@@ -19,13 +19,11 @@ import os
 import resource
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
-import yaml
-
 ROOT = Path(__file__).resolve().parent.parent
-COPY = ("Snakefile", "rules", "config", "profiles", "envs", "examples", "report")
 TESTS = ("tests/analysis/test_audit.py", "tests/harness/test_same_hash_same_runs.py")
 PLANS = ("examples/prisoners_dilemma/audit.yaml", "examples/echo_chamber/audit.yaml")
 
@@ -50,17 +48,11 @@ def environment(python: str, scratch: Path, name: str) -> Path:
 
 def workflow_copy(scratch: Path) -> Path:
     """The workflow and its examples, building the two example plans with no ledger."""
-    dest = scratch / "workflow"
-    dest.mkdir()
-    for name in COPY:
-        source = ROOT / name
-        if source.is_dir():
-            shutil.copytree(source, dest / name, symlinks=True)
-        else:
-            shutil.copy2(source, dest / name)
+    sys.path.insert(0, str(ROOT))
+    from tests.support.workflow_copy import copy_workflow
+
     config = {"plans": list(PLANS), "replications": 3, "ledger": None}
-    (dest / "config" / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    return dest
+    return copy_workflow(scratch / "workflow", config, examples=True)
 
 
 def cpu_seconds(command: list[str], cwd: Path) -> float:
