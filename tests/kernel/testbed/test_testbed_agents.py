@@ -21,18 +21,16 @@ from simreport.core.overrides import set_path
 from simreport.kernel import load_scenario, run_scenario, validate_scenario
 from simreport.kernel.replay_runner import replay_run
 from simreport.kernel.testbed.agents import (
-    CHECK,
-    CREATE_AGAIN,
     AgentError,
     HttpAgent,
     PythonAgent,
-    ReferenceAgent,
     Session,
     parse_assistant,
     resolve_entry,
 )
 from simreport.kernel.testbed.assets import PromptAsset, ToolContractAsset
 from simreport.kernel.testbed.records import read_records
+from simreport.kernel.testbed.reference_agent import CHECK, CREATE_AGAIN, ReferenceAgent
 from simreport.kernel.world import Decision, DecisionRequest
 from simreport.ledger import connect, ingest_run
 from simreport.ledger import tables as t

@@ -18,12 +18,12 @@ from ..agents import (
     AgentAdapter,
     HttpAgent,
     PythonAgent,
-    ReferenceAgent,
     ReplayAgent,
     Session,
 )
 from ..assets import PromptAsset
 from ..environment import InProcessFaultBackend, RecordedFaultBackend
+from ..reference_agent import ReferenceAgent
 from .state import AGENT, USER, RunState
 
 # The run's counter of each kind of lost provider decision (as RunContext counts them).
