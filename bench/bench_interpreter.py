@@ -15,7 +15,6 @@ ratio (second interpreter over first), not the seconds.
 from __future__ import annotations
 
 import argparse
-import os
 import resource
 import shutil
 import subprocess
@@ -58,7 +57,7 @@ def workflow_copy(scratch: Path) -> Path:
 def cpu_seconds(command: list[str], cwd: Path) -> float:
     """The CPU time (user + system) that `command` and its children used."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run(command, cwd=cwd, check=True, capture_output=True, env=dict(os.environ))
+    subprocess.run(command, cwd=cwd, check=True, capture_output=True)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
