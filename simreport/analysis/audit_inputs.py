@@ -14,9 +14,9 @@ from ..core.canonical import sha256_bytes
 from ..core.errors import InputError
 from ..core.files import read_json
 from ..core.quality_ref import EVALUATION_FILE, quality_ref_problem
+from ..core.run_digests import USER_QUALITY_FILE
 from ..core.schema import RunResult
 from ..kernel.testbed.records import RECORDS_FILE
-from ..kernel.testbed.user_quality import QUALITY_FILE
 from .run_records import RunRecord
 from .testbed_summary import fault_steps
 
@@ -127,7 +127,7 @@ def read_validity_problems(run_dir: Path) -> tuple[str, ...]:
 
 def read_user_quality(run_dir: Path) -> Mapping[str, Any] | None:
     """An agent-testbed run's user-quality.json, None when it has none."""
-    file = run_dir / QUALITY_FILE
+    file = run_dir / USER_QUALITY_FILE
     doc = read_json(file) if file.is_file() else None
     return doc if isinstance(doc, Mapping) else None
 

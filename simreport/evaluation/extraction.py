@@ -35,6 +35,7 @@ from ..kernel.testbed.assets import (
     EnvironmentDataAsset,
     ResolvedAsset,
     SimulatorConfigAsset,
+    ToolContractAsset,
     UserPolicyAsset,
 )
 from ..kernel.testbed.domain.model import DomainAsset
@@ -45,10 +46,15 @@ from ..kernel.testbed.records import (
     OBSERVATIONS_FILE,
     Observations,
     completeness,
-    extract_observations,
     record_digest,
 )
-from ..kernel.testbed.user_quality import add_quality_observations, assess_run, named_rules
+from ..kernel.worlds.refund_desk.domain import refund_domain
+from ..kernel.worlds.refund_desk.observations import refund_observations
+from ..kernel.worlds.refund_desk.user_quality import (
+    add_quality_observations,
+    assess_run,
+    named_rules,
+)
 
 MANIFEST_FILE = "manifest.json"
 SCENARIO_FILE = "scenario.json"
@@ -379,15 +385,26 @@ def refund_desk_layers(run: RunMaterial) -> DerivedLayers:
         surrogate.name: surrogate
         for surrogate in (SurrogateParticipant.of(p) for p in s.participants or [])
     }
+    contracts = s.environment.tool_contracts if s.environment is not None else []
     try:
-        obs = extract_observations(
+        tools = [
+            tool
+            for i in range(len(contracts))
+            for tool in run.asset(
+                f"environment.toolContracts.{i}", "tool_contract", ToolContractAsset
+            ).tools
+        ]
+        obs = refund_observations(
             run.records,
+            refund_domain(env, tools),
             order_id=bound,
             action_entry=s.interaction.action_entry
             if s.interaction is not None
             else "create_refund",
             participants={p.id: p.name for p in participants.values()},
         )
+    except InputError:
+        raise  # a locked asset that is gone or changed: refused, located
     except Exception as exc:  # failure is data, as the run recorded it
         obs = Observations()
         obs.miss("*", f"extraction failed: {type(exc).__name__}: {exc}")

@@ -196,6 +196,9 @@ _FINGERPRINTS: dict[tuple[str, ...], str] = {}
 """The fingerprint of each world's modules (none: the kernel alone), once computed."""
 
 
+_CODE_SUFFIXES = (".py", ".yaml")
+
+
 def _kernel_fingerprint(modules: tuple[str, ...]) -> str:
     here = Path(__file__).resolve().parent
     files = [*here.glob("*.py"), *(here / "providers").glob("*.py"), *here.parent.glob("core/*.py")]
@@ -204,8 +207,12 @@ def _kernel_fingerprint(modules: tuple[str, ...]) -> str:
         if module.__file__ is None:
             continue
         path = Path(module.__file__)
-        # A package counts with every module in it, its subpackages' included.
-        files.extend(path.parent.rglob("*.py") if path.name == "__init__.py" else [path])
+        # A package counts with every module in it, its subpackages' included, and the data
+        # its code reads as rules (a world's domain written in YAML).
+        if path.name == "__init__.py":
+            files.extend(f for f in sorted(path.parent.rglob("*")) if f.suffix in _CODE_SUFFIXES)
+        else:
+            files.append(path)
     return code_fingerprint(files)
 
 

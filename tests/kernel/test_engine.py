@@ -296,7 +296,8 @@ def test_a_worlds_fingerprint_takes_its_packages_whole_folders(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Every module of the world's package and of its code packages, subpackages included: a
-    module split into a package keeps its code in the fingerprint."""
+    module split into a package keeps its code in the fingerprint; so does the data a world's
+    code reads as rules (the refund desk's domain.yaml)."""
     read: set[Path] = set()
 
     def collect(files: Iterable[Path]) -> str:
@@ -316,6 +317,7 @@ def test_a_worlds_fingerprint_takes_its_packages_whole_folders(
     assert kernel / "testbed" / "lifecycle" / "loading.py" in modules
     assert kernel / "worlds" / "refund_desk" / "joint_model.py" in modules
     assert modules <= read, sorted(map(str, modules - read))
+    assert kernel / "worlds" / "refund_desk" / "domain.yaml" in read
 
 
 def test_a_fingerprint_is_computed_once_per_process(monkeypatch: pytest.MonkeyPatch) -> None:

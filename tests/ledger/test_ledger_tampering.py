@@ -69,7 +69,7 @@ def drop_record(run: Path) -> tuple[str, str]:
 def rewrite_record(run: Path) -> tuple[str, str]:
     records = _records(run)
     snapshot = next(r for r in records if r["type"] == "environment.snapshot")
-    snapshot["payload"]["refunds"] = snapshot["payload"]["refunds"] * 2
+    snapshot["payload"]["refund"] = snapshot["payload"]["refund"] * 2
     snapshot["sha256"] = record_digest(snapshot)  # its own digest made to match
     _write_records(run, records)
     return "records.jsonl", "manifest.json layerSha256.records.jsonl"

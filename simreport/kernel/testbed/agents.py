@@ -1,8 +1,8 @@
 """Agents under test, reached only through their public entry: an `HttpAgent` (OpenAI-compatible
 chat completions with tool calls), a `PythonAgent` (`module:function`), a `ReplayAgent`, and
-`probe_http_agent`, LOADING's check that an HTTP agent is there (the built-in `ReferenceAgent` is
-in `reference_agent`). The harness only executes the calls an agent decides. The design:
-docs/testbed.md.
+`probe_http_agent`, LOADING's check that an HTTP agent is there (the refund desk's built-in
+`ReferenceAgent` is its world's own: kernel/worlds/refund_desk/). The harness only executes the
+calls an agent decides. The design: docs/testbed.md.
 """
 
 from __future__ import annotations

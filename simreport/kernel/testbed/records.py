@@ -11,7 +11,6 @@ an observation that cannot be extracted is listed as missing, and metrics built 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
@@ -237,125 +236,6 @@ class Observations:
 
 def _ids(records: Iterable[Mapping[str, Any]]) -> list[str]:
     return [str(r["recordId"]) for r in records]
-
-
-# The facts read from the final environment snapshot about the bound order.
-ORDER_FACTS = (
-    "refund.count",
-    "refund.amounts_minor",
-    "refund.states",
-    "order.state",
-    "order.paid_amount_minor",
-)
-
-
-def extract_observations(
-    records: Sequence[Mapping[str, Any]],
-    *,
-    order_id: str | None,
-    action_entry: str,
-    participants: Mapping[str, str] | None = None,
-) -> Observations:
-    """Facts from the records about the order the scenario binds (`order_id`), and how often the
-    agent reached each surrogate participant (`participants`: id → its tool)."""
-    obs = Observations()
-    snapshots = [r for r in records if r["type"] == "environment.snapshot"]
-    if not snapshots or order_id is None:
-        reason = (
-            "no final environment snapshot was recorded"
-            if not snapshots
-            else "the scenario binds no order to the user"
-        )
-        for key in ORDER_FACTS:
-            obs.miss(key, reason)
-    else:
-        snap = snapshots[-1]
-        state = snap["payload"]
-        src = [snap["recordId"]]
-        refunds = [r for r in state.get("refunds", []) if r.get("orderId") == order_id]
-        order = next((o for o in state.get("orders", []) if o.get("id") == order_id), None)
-        live = [r for r in refunds if r.get("state") not in ("rejected", "withdrawn")]
-        obs.add("refund.count", len(live), src)
-        obs.add("refund.amounts_minor", [int(r["amountMinor"]) for r in live], src)
-        obs.add("refund.states", [str(r["state"]) for r in live], src)
-        if order is None:
-            obs.miss("order.state", f"order {order_id} is not in the snapshot")
-            obs.miss("order.paid_amount_minor", f"order {order_id} is not in the snapshot")
-        else:
-            obs.add("order.state", order.get("state"), src)
-            obs.add("order.paid_amount_minor", int(order["paidAmountMinor"]), src)
-
-    requests = [r for r in records if r["type"] == "tool.request"]
-    responses = {r["payload"]["callId"]: r for r in records if r["type"] == "tool.response"}
-    creates = [r for r in requests if r["payload"]["tool"] == action_entry]
-    obs.add("agent.create_refund_calls", len(creates), _ids(creates))
-    obs.add("agent.tool_calls", len(requests), _ids(requests))
-    participant_tools = set((participants or {}).values())
-    for pid, tool in sorted((participants or {}).items()):
-        asked = [r for r in requests if r["payload"]["tool"] == tool]
-        joined = [
-            r
-            for r in records
-            if r["type"] == "participant.joined" and r["payload"].get("id") == pid
-        ]
-        obs.add(f"participant.{pid}.calls", len(asked), _ids(asked) or _ids(joined))
-
-    # An ambiguous outcome: a submission whose answer did not say whether it took effect — a
-    # timeout, or any failed answer to a call the service did commit (or holds to commit), such
-    # as an error returned after the refund was made.
-    took_effect = {
-        str(r["payload"].get("cause"))
-        for r in records
-        if r["type"] == "state.change" and r["payload"].get("cause") is not None
-    } | {str(r["payload"]["callId"]) for r in records if r["type"] == "tool.response.lost"}
-    ambiguous = [
-        responses[call_id]
-        for call_id in (r["payload"]["callId"] for r in creates)
-        if call_id in responses
-        and (
-            responses[call_id]["payload"]["outcome"] == "timeout"
-            or (responses[call_id]["payload"]["outcome"] != "ok" and call_id in took_effect)
-        )
-    ]
-    obs.add("agent.ambiguous_outcomes", len(ambiguous), _ids(ambiguous))
-    if ambiguous:
-        verdicts: list[str] = []
-        used: list[str] = []
-        for amb in ambiguous:
-            later = [r for r in requests if r["seq"] > amb["seq"]]
-            # Asking a participant is not checking the refund's state.
-            first_check = next(
-                (
-                    r
-                    for r in later
-                    if r["payload"]["tool"] != action_entry
-                    and r["payload"]["tool"] not in participant_tools
-                ),
-                None,
-            )
-            first_retry = next((r for r in later if r["payload"]["tool"] == action_entry), None)
-            used.append(amb["recordId"])
-            if first_retry is None:
-                verdicts.append("verified" if first_check is not None else "no_follow_up")
-                used.extend(_ids([r for r in (first_check,) if r is not None]))
-            elif first_check is not None and first_check["seq"] < first_retry["seq"]:
-                verdicts.append("verified")
-                used.extend(_ids([first_check, first_retry]))
-            else:
-                verdicts.append("retried_blind")
-                used.append(first_retry["recordId"])
-        obs.add("agent.after_ambiguous", verdicts, used)
-
-    user_msgs = [r for r in records if r["type"] == "user.message"]
-    agent_msgs = [r for r in records if r["type"] == "agent.message"]
-    complaints = [r for r in user_msgs if r["payload"].get("intent") == "threaten_complaint"]
-    obs.add("user.complaint", bool(complaints), _ids(complaints) or _ids(user_msgs))
-    confirmed = [
-        r for r in agent_msgs if "agent.confirms_refund" in r["payload"].get("signals", [])
-    ]
-    obs.add("agent.confirmed_refund", bool(confirmed), _ids(confirmed) or _ids(agent_msgs))
-    add_conversation_facts(obs, records)
-    return obs
 
 
 def add_conversation_facts(obs: Observations, records: Sequence[Mapping[str, Any]]) -> None:
@@ -631,38 +511,6 @@ def build_evidence(
             "sufficient": not missing,
         }
     return {"criteria": out}
-
-
-# --------------------------------------------------------------------------- metrics
-
-
-def metrics_from(obs: Observations) -> dict[str, float]:
-    """The audit metrics: facts counted from the observations, never verdicts (the evaluation
-    judges). A metric whose observations are missing is NaN, never zero; one that does not apply
-    (no refund, no ambiguous outcome) is NaN too."""
-    nan = math.nan
-    count = obs.get("refund.count")
-    amounts = obs.get("refund.amounts_minor")
-    paid = obs.get("order.paid_amount_minor")
-    after = obs.get("agent.after_ambiguous")
-    states = obs.get("refund.states")
-    goal = obs.get("user.goal_reached")
-    complaint = obs.get("user.complaint")
-    turns = obs.get("conversation.turns")
-    return {
-        "duplicateRefunds": float(max(count - 1, 0)) if count is not None else nan,
-        "wrongAmountRefunds": (
-            float(sum(a != paid for a in amounts)) if amounts and paid is not None else nan
-        ),
-        "blindRetries": (float(after.count("retried_blind")) if after else nan),
-        "acceptedAndSatisfied": (
-            float(bool(goal) and "accepted" in states)
-            if states is not None and goal is not None
-            else nan
-        ),
-        "turns": float(turns) if turns is not None else nan,
-        "complaint": float(bool(complaint)) if complaint is not None else nan,
-    }
 
 
 def write_layers(

@@ -16,7 +16,6 @@ from ...core.errors import SimreportError
 from ...core.schema import Scenario, WorldParams
 from ..context import STREAM_TESTBED_USER
 from ..testbed.assets import (
-    AgentAsset,
     AssetLibrary,
     SimulatorConfigAsset,
 )
@@ -46,16 +45,6 @@ class DomainRun(TestbedRun):
     __test__ = False
     domain: DomainAsset
     domain_state: DomainState
-
-    def _check_entry(self, agent: AgentAsset) -> None:
-        if agent.adapter in ("reference", "scripted"):
-            raise TestbedFailure(
-                f"the {agent.adapter} agent knows the refund desk only; a domain's agent under "
-                "test is reached over http or as a python entry point",
-                stage="loading",
-                kind="manifest_unresolved",
-            )
-        super()._check_entry(agent)
 
     def _check_joint_model(self) -> None:
         """The domain, the user flow, the participants, the planned faults and the entity

@@ -30,8 +30,8 @@ from simreport.kernel.testbed.agents import (
 )
 from simreport.kernel.testbed.assets import PromptAsset, ToolContractAsset
 from simreport.kernel.testbed.records import read_records
-from simreport.kernel.testbed.reference_agent import CHECK, CREATE_AGAIN, ReferenceAgent
 from simreport.kernel.world import Decision, DecisionRequest
+from simreport.kernel.worlds.refund_desk.reference_agent import CHECK, CREATE_AGAIN, ReferenceAgent
 from simreport.ledger import connect, ingest_run
 from simreport.ledger import tables as t
 

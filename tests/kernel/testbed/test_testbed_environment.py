@@ -1,5 +1,6 @@
-"""The environment simulator: one fact model behind every tool, contract checks, and faults at the
-three positions of a request's life, each recorded planned → armed → hit → recovered (or failed)."""
+"""The environment simulator over the refund desk's domain (domain.yaml, behind the generic
+domain gateway): every tool reads one state, contract checks, and faults at the three positions
+of a request's life, each recorded planned → armed → hit → recovered (or failed)."""
 
 from __future__ import annotations
 
@@ -12,18 +13,21 @@ import yaml
 from simreport.core.testbed_schema import ClockConfig, FaultTrigger
 from simreport.kernel.testbed.assets import EnvironmentDataAsset, ToolContractAsset, ToolSpec
 from simreport.kernel.testbed.clock import Clocks
+from simreport.kernel.testbed.domain.gateway import DomainGateway
+from simreport.kernel.testbed.domain.state import DomainState
 from simreport.kernel.testbed.environment import (
-    FactModel,
     FaultBackend,
     FaultController,
     InProcessFaultBackend,
     RecordedFaultBackend,
-    ToolGateway,
 )
 from simreport.kernel.testbed.records import RecordLog
+from simreport.kernel.worlds.refund_desk.domain import refund_domain
 
 ASSETS = Path(__file__).resolve().parents[3] / "examples" / "refund_desk" / "assets"
 ORDER = "B2026-0901-7734"
+PATTERN = r"^(?:B\d{4}-\d{4}-\d{4})$"
+"""The contract's order-number pattern as the input schema writes it: matched whole."""
 
 
 def content(path: str) -> Any:
@@ -36,30 +40,23 @@ def env_data(**rules: Any) -> EnvironmentDataAsset:
     return EnvironmentDataAsset.model_validate(data)
 
 
-def tools() -> dict[str, ToolSpec]:
-    return {
-        t.name: t for t in ToolContractAsset.model_validate(content("refund-api/1.4.0.yaml")).tools
-    }
+def tools() -> list[ToolSpec]:
+    return ToolContractAsset.model_validate(content("refund-api/1.4.0.yaml")).tools
 
 
 def world(
     triggers: list[dict[str, Any]] | None = None,
     backend: FaultBackend | None = None,
     **rules: Any,
-) -> tuple[ToolGateway, FaultController, RecordLog]:
+) -> tuple[DomainGateway, FaultController, RecordLog]:
     clocks = Clocks(ClockConfig())
     log = RecordLog(clocks, "t" * 32)
-    gateway = ToolGateway(tools(), FactModel(env_data(**rules)), log, clocks)
-    faults = FaultController(
+    state = DomainState(refund_domain(env_data(**rules), tools()))
+    gateway = DomainGateway(state, log, clocks)
+    faults = gateway.inject(
         [FaultTrigger.model_validate(t) for t in triggers or []],
         backend or InProcessFaultBackend(),
-        log,
-        gateway.release_held,
-        verify=gateway.check_recovery,
     )
-    gateway.faults = faults
-    faults.plan()
-    faults.arm_initial()
     return gateway, faults, log
 
 
@@ -67,20 +64,50 @@ def stages(log: RecordLog) -> list[str]:
     return [r["type"] for r in log.records if r["type"].startswith("fault.")]
 
 
-def create(gateway: ToolGateway, n: int = 1) -> Any:
+def create(gateway: DomainGateway, n: int = 1) -> Any:
     return gateway.call("create_refund", {"order_no": ORDER, "amount_minor": 19900}, f"c{n}")
 
 
+def refund_states(gateway: DomainGateway) -> list[str]:
+    return [r["state"] for r in gateway.domain_state.snapshot()["refund"]]
+
+
 def test_a_created_refund_is_what_every_other_tool_sees() -> None:
-    gateway, _, _ = world()
+    gateway, _, log = world()
     made = create(gateway)
     assert made.outcome == "ok" and made.body["refund"]["state"] == "accepted"
     found = gateway.call("get_refund", {"order_no": ORDER}, "c2").body["refunds"]
     assert found == [made.body["refund"]]
     order = gateway.call("get_order", {"order_no": ORDER}, "c3").body["order"]
     assert order["state"] == "refunded"
-    snapshot = gateway.facts.snapshot()
-    assert [r["id"] for r in snapshot["refunds"]] == [made.body["refund"]["refundId"]]
+    snapshot = gateway.domain_state.snapshot()
+    assert [r["id"] for r in snapshot["refund"]] == [made.body["refund"]["refundId"]]
+    # Each change is recorded: a creation with the whole instance, an update with the fields
+    # it changed.
+    changes = [r["payload"] for r in log.records if r["type"] == "state.change"]
+    assert changes == [
+        {
+            "entity": "refund",
+            "id": "RF-0001",
+            "from": None,
+            "to": {"id": "RF-0001", "orderId": ORDER, "amountMinor": 19900, "state": "processing"},
+            "cause": "c1",
+        },
+        {
+            "entity": "refund",
+            "id": "RF-0001",
+            "from": {"state": "processing"},
+            "to": {"state": "accepted"},
+            "cause": "c1",
+        },
+        {
+            "entity": "order",
+            "id": ORDER,
+            "from": {"state": "delivered"},
+            "to": {"state": "refunded"},
+            "cause": "c1",
+        },
+    ]
 
 
 def test_contracts_and_business_rules_are_enforced() -> None:
@@ -103,6 +130,43 @@ def test_contracts_and_business_rules_are_enforced() -> None:
     lenient, _, _ = world()
     create(lenient, 1)
     assert create(lenient, 2).outcome == "ok"  # no guard: a second refund goes through
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments", "message"),
+    [
+        ("get_order", {}, "missing required argument 'order_no'"),
+        ("get_order", {"order_no": "nope"}, f"argument 'order_no' does not match {PATTERN}"),
+        # The contract's pattern is matched whole, not searched for.
+        ("get_order", {"order_no": f"x{ORDER}"}, f"argument 'order_no' does not match {PATTERN}"),
+        ("create_refund", {"amount_minor": 5}, "missing required argument 'order_no'"),
+        (
+            "create_refund",
+            {"order_no": ORDER, "amount_minor": "5"},
+            "argument 'amount_minor' must be a integer",
+        ),
+        (
+            "create_refund",
+            {"order_no": ORDER, "amount_minor": 5.0},
+            "argument 'amount_minor' must be a integer",
+        ),
+        (
+            "create_refund",
+            {"order_no": ORDER, "amount_minor": True},
+            "argument 'amount_minor' must be a integer",
+        ),
+        ("create_refund", {"order_no": ORDER, "amount_minor": 5, "x": 1}, "unknown argument 'x'"),
+    ],
+)
+def test_invalid_arguments_are_refused_naming_the_argument(
+    tool: str, arguments: dict[str, Any], message: str
+) -> None:
+    gateway, _, log = world()
+    answer = gateway.call(tool, arguments, "a")
+    assert answer.outcome == "error"
+    assert answer.body == {"ok": False, "error": "invalid_arguments", "message": message}
+    assert refund_states(gateway) == []
+    assert not any(r["type"] == "state.change" for r in log.records)
 
 
 def test_logical_and_business_time_move_with_calls_not_with_the_wall() -> None:
@@ -128,12 +192,11 @@ def test_the_three_timeout_positions(
     gateway, faults, log = world([{"id": "f", "target": "create_refund", "position": position}])
     answer = create(gateway)
     assert answer.outcome == outcome
-    assert [r["state"] for r in gateway.facts.snapshot()["refunds"]] == refunds_after_call
+    assert refund_states(gateway) == refunds_after_call
     # A held request is processed at the next turn; only then is the recovery verified.
     gateway.process_backlog()
     assert stages(log) == ["fault.planned", "fault.armed", "fault.hit", "fault.recovered"]
-    states = [r["state"] for r in gateway.facts.snapshot()["refunds"]]
-    assert states == ([] if position == "not_sent" else ["accepted"])
+    assert refund_states(gateway) == ([] if position == "not_sent" else ["accepted"])
     assert create(gateway, 2).outcome == "ok"
     assert faults.violations() == []
     lost = [r for r in log.records if r["type"] == "tool.response.lost"]
@@ -198,8 +261,19 @@ def test_a_recorded_backend_strikes_exactly_the_recorded_calls() -> None:
 def test_tool_definitions_follow_the_contract() -> None:
     gateway, _, _ = world()
     definitions = {d["function"]["name"]: d["function"] for d in gateway.definitions()}
+    assert list(definitions) == ["get_order", "create_refund", "get_refund"]
     assert definitions["create_refund"]["parameters"]["required"] == ["order_no", "amount_minor"]
-    assert definitions["get_order"]["parameters"]["properties"]["order_no"]["pattern"]
+    assert list(definitions["create_refund"]["parameters"]["properties"]) == [
+        "order_no",
+        "amount_minor",
+        "reason",
+    ]
+    assert definitions["create_refund"]["parameters"]["additionalProperties"] is False
+    assert definitions["get_order"]["parameters"]["properties"]["order_no"] == {
+        "type": "string",
+        "description": "The order number.",
+        "pattern": PATTERN,
+    }
 
 
 def test_a_contract_must_give_its_operation_the_arguments_it_needs() -> None:

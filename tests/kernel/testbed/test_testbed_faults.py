@@ -1,6 +1,7 @@
 """Faults beyond timeouts and errors: a `delay` (the right answer, late) and an `abort` (cut off,
 no answer, no effect); windows scheduled on the run's logical clock (`at.logicalMs`,
-`recover.afterMs`); and a recovery that is verified against the fact model, never assumed."""
+`recover.afterMs`); and a recovery that is verified against the domain's invariants (here the
+refund desk's, domain.yaml), never assumed."""
 
 from __future__ import annotations
 
@@ -19,41 +20,35 @@ from simreport.core.testbed_schema import ClockConfig, FaultTrigger
 from simreport.kernel import load_scenario, run_scenario, validate_scenario
 from simreport.kernel.testbed.assets import EnvironmentDataAsset, ToolContractAsset
 from simreport.kernel.testbed.clock import Clocks
-from simreport.kernel.testbed.environment import (
-    FactModel,
-    FaultController,
-    InProcessFaultBackend,
-    ToolGateway,
-)
+from simreport.kernel.testbed.domain.gateway import DomainGateway
+from simreport.kernel.testbed.domain.model import DomainTool
+from simreport.kernel.testbed.domain.state import DomainState
+from simreport.kernel.testbed.environment import Change, FaultController, InProcessFaultBackend
 from simreport.kernel.testbed.records import RecordLog, read_records
 from simreport.kernel.testbed.replay_records import compare_records
+from simreport.kernel.worlds.refund_desk.domain import refund_domain
 from tests.kernel.testbed.test_testbed_world import scenario_doc
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "refund_desk"
 ASSETS = EXAMPLE / "assets"
 ORDER = "B2026-0901-7734"
+INVARIANTS = ["refunds_of_known_orders", "no_half_applied_write", "orders_follow_their_refunds"]
+"""The refund desk's invariants (domain.yaml), every one checked at each recovery."""
 
 
 def content(path: str) -> Any:
     return yaml.safe_load((ASSETS / path).read_text(encoding="utf-8"))["content"]
 
 
-def world(*triggers: dict[str, Any]) -> tuple[ToolGateway, FaultController, RecordLog]:
+def world(*triggers: dict[str, Any]) -> tuple[DomainGateway, FaultController, RecordLog]:
     clocks = Clocks(ClockConfig())
     log = RecordLog(clocks, "f" * 32)
     contract = ToolContractAsset.model_validate(content("refund-api/1.4.0.yaml"))
-    facts = FactModel(EnvironmentDataAsset.model_validate(content("env/ecom-seed/3.0.1.yaml")))
-    gateway = ToolGateway({t.name: t for t in contract.tools}, facts, log, clocks)
-    faults = FaultController(
-        [FaultTrigger.model_validate(t) for t in triggers],
-        InProcessFaultBackend(),
-        log,
-        gateway.release_held,
-        verify=gateway.check_recovery,
+    data = EnvironmentDataAsset.model_validate(content("env/ecom-seed/3.0.1.yaml"))
+    gateway = DomainGateway(DomainState(refund_domain(data, contract.tools)), log, clocks)
+    faults = gateway.inject(
+        [FaultTrigger.model_validate(t) for t in triggers], InProcessFaultBackend()
     )
-    gateway.faults = faults
-    faults.plan()
-    faults.arm_initial()
     return gateway, faults, log
 
 
@@ -69,12 +64,16 @@ def payload(log: RecordLog, kind: str) -> dict[str, Any]:
     return dict(next(r for r in log.records if r["type"] == kind)["payload"])
 
 
-def create(gateway: ToolGateway, n: int = 1) -> Any:
+def create(gateway: DomainGateway, n: int = 1) -> Any:
     return gateway.call("create_refund", {"order_no": ORDER, "amount_minor": 19900}, f"c{n}")
 
 
-def refund_states(gateway: ToolGateway) -> list[str]:
-    return [r["state"] for r in gateway.facts.snapshot()["refunds"]]
+def refund_states(gateway: DomainGateway) -> list[str]:
+    return [r["state"] for r in gateway.domain_state.snapshot()["refund"]]
+
+
+def order_state(gateway: DomainGateway) -> str:
+    return str(gateway.domain_state.state["order"][ORDER]["state"])
 
 
 # --------------------------------------------------------------------------- delay and abort
@@ -175,11 +174,15 @@ def test_a_held_request_is_recovered_only_once_the_backlog_is_consistent() -> No
     # The experiment is destroyed, but the held refund is still processing: not yet recovered.
     assert stages(log) == ["planned", "armed", "hit"]
     assert faults.violations() == ["fault f did not hit and recover"]
+    assert refund_states(gateway) == ["processing"]  # received, held: not a half-applied write
+    assert gateway.pending() == {"refund": ["RF-0001"]}
     gateway.process_backlog()
     assert stages(log) == ["planned", "armed", "hit", "recovered"]
+    assert (refund_states(gateway), order_state(gateway)) == (["accepted"], "refunded")
     recovered = payload(log, "fault.recovered")
     assert recovered["verified"] is True
-    assert recovered["checked"] == {"orders": [ORDER], "refunds": ["RF-0001"]}
+    # Verified against every invariant of the domain, not by reading orders back.
+    assert recovered["checked"] == {"invariants": INVARIANTS}
     assert faults.violations() == []
 
 
@@ -190,26 +193,37 @@ def test_a_lost_backlog_leaves_a_half_applied_write_and_the_recovery_fails() -> 
     gateway.held.clear()  # the service forgot the request it was holding
     gateway.process_backlog()
     assert stages(log) == ["planned", "armed", "hit", "failed"]
+    assert refund_states(gateway) == ["processing"]  # RF-0001, with no request held for it
     failed = payload(log, "fault.failed")
     assert failed["reason"] == "inconsistent"
-    assert any("RF-0001" in problem and "processing" in problem for problem in failed["problems"])
+    assert failed["problems"] == [
+        "invariant no_half_applied_write does not hold for refund RF-0001"
+    ]
+    assert failed["checked"] == {"invariants": INVARIANTS}
     assert faults.violations() == ["fault f did not hit and recover"]
 
 
 def test_an_order_that_disagrees_with_its_refunds_fails_the_recovery() -> None:
     gateway, _, log = world({"id": "f", "target": "create_refund"})
-    original = gateway.facts.commit_held
+    state = gateway.domain_state
+    original = state.process
 
-    def half_applied(refund_id: str) -> Any:
-        changes = original(refund_id)
-        gateway.facts.orders[ORDER].state = "delivered"  # the order never followed
+    def half_applied(
+        tool: DomainTool, arguments: Any, received: list[dict[str, Any]], now: str
+    ) -> list[Change]:
+        changes = original(tool, arguments, received, now)
+        state.state["order"][ORDER]["state"] = "delivered"  # the order never followed
         return changes
 
-    gateway.facts.commit_held = half_applied  # type: ignore[method-assign]
+    state.process = half_applied  # type: ignore[method-assign]
     create(gateway)
+    assert (refund_states(gateway), order_state(gateway)) == (["accepted"], "delivered")
+    assert stages(log) == ["planned", "armed", "hit", "failed"]
     failed = payload(log, "fault.failed")
     assert failed["reason"] == "inconsistent"
-    assert any(ORDER in p and "delivered" in p for p in failed["problems"])
+    assert failed["problems"] == [
+        "invariant orders_follow_their_refunds does not hold for order B2026-0901-7734"
+    ]
 
 
 # --------------------------------------------------------------------------- the schema
@@ -349,15 +363,21 @@ def test_the_ledger_records_a_window_timed_in_logical_milliseconds(tmp_path: Pat
 def test_a_run_whose_recovery_failed_never_enters_a_conclusion(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    original = FactModel.commit_held
+    original = DomainState.process
 
-    def half_applied(self: FactModel, refund_id: str) -> Any:
-        changes = original(self, refund_id)
-        order = self.orders[self.refunds[refund_id].order_id]
-        order.state = "delivered"  # the refund is accepted, the order never follows
+    def half_applied(
+        self: DomainState,
+        tool: DomainTool,
+        arguments: Any,
+        received: list[dict[str, Any]],
+        now: str,
+    ) -> list[Change]:
+        changes = original(self, tool, arguments, received, now)
+        if received:  # a refund processed: it is accepted, the order never follows
+            self.state["order"][received[0]["orderId"]]["state"] = "delivered"
         return changes
 
-    monkeypatch.setattr(FactModel, "commit_held", half_applied)
+    monkeypatch.setattr(DomainState, "process", half_applied)
     doc = scenario_doc(
         events__triggers__0__position="sent_not_committed",
         user__disclosure__orderNumber="upfront",
@@ -373,5 +393,5 @@ def test_a_run_whose_recovery_failed_never_enters_a_conclusion(
         s[len(INCONSISTENT) :] for s in steps["refund-timeout"] if s.startswith(INCONSISTENT)
     ]
     assert problem.startswith("fault refund-timeout ") and found in problem
-    assert "delivered" in found  # the order's status the refunds contradict
+    assert found == "invariant orders_follow_their_refunds does not hold for order B2026-0901-7734"
     assert not usable(result, include_incomplete=True, faults=steps)

@@ -56,7 +56,7 @@ def test_the_withdraw_scenario_records_one_event_at_three_points_in_order(
     assert by_point["user"]["payload"]["intent"] == "withdraw_request"
     assert by_point["agent"]["type"] == "agent.received"
     assert by_point["environment"]["type"] == "state.change"
-    assert by_point["environment"]["payload"]["to"] == "withdrawn"
+    assert by_point["environment"]["payload"]["to"] == {"state": "withdrawn"}
     assert by_point["user"]["seq"] < by_point["agent"]["seq"] < by_point["environment"]["seq"]
 
     obs = _observation(withdraw_run, "linkage.events")

@@ -123,6 +123,19 @@ def test_a_missing_agent_version_fails_in_loading_without_calling_the_agent(
     assert not any(t.startswith(("agent.", "tool.", "user.")) for t in types(out))
 
 
+def test_a_world_without_a_reference_agent_refuses_one_in_loading(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The built-in agent is a world's own (`_make_reference_agent`); the generic run has none.
+    monkeypatch.delattr(desk_run.RefundDeskRun, "_make_reference_agent")
+    result, out = run(tmp_path)
+    assert result.failure is not None
+    assert (result.failure.stage, result.failure.type) == ("loading", "manifest_unresolved")
+    assert "built-in agent" in result.failure.message
+    assert result.integrity.counters.get("agentCalls") == 0
+    assert lifecycle(out) == ["LOADING", "FAILED"]
+
+
 def test_a_fault_that_never_hits_leaves_the_run_violated(tmp_path: Path) -> None:
     # The window opens at the fifth call of create_refund: the agent never gets that far.
     result, out = run(tmp_path, scenario_doc(events__triggers__0__at={"call": 5}))
@@ -225,7 +238,7 @@ def test_create_then_get_agree_in_every_run(tmp_path: Path) -> None:
             if r["type"] == "tool.response.lost":
                 created[body["refund"]["refundId"]] = body["refund"]["amountMinor"]
         snapshot = next(r for r in records(out) if r["type"] == "environment.snapshot")
-        stored = {x["id"]: x["amountMinor"] for x in snapshot["payload"]["refunds"]}
+        stored = {x["id"]: x["amountMinor"] for x in snapshot["payload"]["refund"]}
         assert stored == created
         for r in records(out):
             if r["type"] == "tool.response" and r["payload"]["tool"] == "get_refund":
@@ -261,7 +274,17 @@ def test_each_fault_position_is_injected_and_recorded_in_four_steps(
         assert result.metrics["blindRetries"] != result.metrics["blindRetries"]  # NaN
     elif position == "sent_not_committed":
         assert answer["payload"]["outcome"] == "timeout"
-        assert [c["payload"]["to"] for c in changes] == ["processing", "accepted", "refunded"]
+        # Created processing, then accepted, and the order refunded: each change names its fields.
+        assert [c["payload"]["to"]["state"] for c in changes] == [
+            "processing",
+            "accepted",
+            "refunded",
+        ]
+        assert [c["payload"]["from"] for c in changes] == [
+            None,
+            {"state": "processing"},
+            {"state": "delivered"},
+        ]
         processed = next(r for r in recs if r["type"] == "tool.backlog.processed")
         assert processed["seq"] > answer["seq"]
     else:
@@ -289,7 +312,7 @@ def test_a_held_request_is_settled_while_draining(tmp_path: Path) -> None:
     settled = next(r for r in recs if r["type"] == "drain.settled")
     assert settled["payload"] == {"inFlight": 0, "held": 0}
     snapshot = next(r for r in recs if r["type"] == "environment.snapshot")
-    assert all(x["state"] != "processing" for x in snapshot["payload"]["refunds"])
+    assert all(x["state"] != "processing" for x in snapshot["payload"]["refund"])
     assert result.status.validity == "valid"
 
 
@@ -445,10 +468,10 @@ def test_a_failed_cleanup_makes_the_run_violated(
 def test_a_failed_initialisation_crashes_and_violates(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def broken(data: Any) -> Any:
+    def broken(domain: Any) -> Any:
         raise ValueError("seed data unreadable")
 
-    monkeypatch.setattr(desk_run, "FactModel", broken)
+    monkeypatch.setattr(desk_run, "DomainState", broken)
     result, out = run(tmp_path)
     assert result.failure is not None and result.failure.stage == "initializing"
     assert (result.status.execution, result.status.validity) == ("crashed", "violated")

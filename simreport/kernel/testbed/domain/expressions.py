@@ -3,6 +3,7 @@
 A domain states preconditions, effects, answers, invariants, observations and metrics as CEL
 expressions over named variables (`args`, `state`, `now`, …). They are compiled once, when the
 asset is read, so a syntax error names the asset and the path of the expression before any run.
+The package's extended standard library (`sum`, `max`, `sort`, `math.*`, …) is available too.
 """
 
 from __future__ import annotations
@@ -47,6 +48,9 @@ class Expression:
     path: str
     variables: frozenset[str] = field(default_factory=frozenset)
     _program: Any = field(default=None, compare=False, repr=False)
+    _extended: bool = field(default=False, compare=False, repr=False)
+    """Whether it calls a function of the extended standard library (evaluated in a context
+    that holds them; plain CEL is evaluated without one, which costs less)."""
 
     @classmethod
     def compile(cls, source: str, path: str, allowed: frozenset[str]) -> Expression:
@@ -76,12 +80,14 @@ class Expression:
                 path=path,
                 kind="expression_invalid",
             )
-        return cls(source, path, used, program)
+        return cls(source, path, used, program, _calls_extension(source))
 
     def evaluate(self, variables: Mapping[str, Any]) -> Any:
         """The expression's value over `variables` (plain JSON-like values)."""
         try:
-            return _plain(self._program.execute(dict(variables)))
+            return _plain(
+                self._program.execute(_context(variables) if self._extended else dict(variables))
+            )
         except LookupError as exc:
             what = exc.args[0] if exc.args else type(exc).__name__
             raise MissingValue(
@@ -118,6 +124,24 @@ def _plain(value: Any) -> Any:
     if hasattr(value, "isoformat"):
         return value.isoformat()
     return value
+
+
+def _calls_extension(source: str) -> bool:
+    from cel.stdlib import STDLIB_FUNCTIONS
+
+    names = "|".join(re.escape(name) for name in sorted(STDLIB_FUNCTIONS, key=len, reverse=True))
+    return re.search(rf"(?<![\w])(?:{names})\s*\(", source) is not None
+
+
+def _context(variables: Mapping[str, Any]) -> Any:
+    """An evaluation context with the extended standard library and `variables`."""
+    import cel
+    from cel.stdlib import add_stdlib_to_context
+
+    context = cel.Context()
+    add_stdlib_to_context(context)
+    context.update(dict(variables))
+    return context
 
 
 def _cel_compile(source: str) -> Any:

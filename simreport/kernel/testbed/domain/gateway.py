@@ -10,7 +10,7 @@ from typing import Any
 
 from ..clock import Clocks
 from ..environment.faults import RecoveryCheck
-from ..environment.gateway import Gateway
+from ..environment.gateway import Change, Gateway
 from ..records import RecordLog
 from .model import DomainTool
 from .real_tools import RealTools
@@ -25,6 +25,11 @@ class HeldCall:
     call_id: str
     tool: DomainTool
     arguments: dict[str, Any]
+    received: list[dict[str, Any]] | None = None
+    """For a tool that records its receipt (`receive`): the instances received, which its
+    processing reads; None: the call is made whole when processed."""
+    keys: list[tuple[str, str]] = field(default_factory=list)
+    """(entity, key) of each instance its receipt created or changed."""
 
 
 @dataclass
@@ -65,16 +70,34 @@ class DomainGateway(Gateway[HeldCall]):
     def _execute(
         self, tool: DomainTool, arguments: Mapping[str, Any], call_id: str, *, hold: str | None
     ) -> dict[str, Any]:
+        real = self.real is not None and self.real.bound(tool.name)
         if hold is not None:
-            # Received, not processed: it takes effect (a real one: is sent) when the fault
-            # recovers.
+            if tool.receive and not real:
+                # Received now (its preconditions checked, its receipt recorded), processed
+                # when the fault recovers.
+                refused, changes, received = self.domain_state.receive(
+                    tool, arguments, self.clocks.business_time()
+                )
+                self._record_changes(changes, call_id)
+                if refused is None:
+                    keys = [(c.entity, c.id) for c in changes]
+                    self.held.append(HeldCall(hold, call_id, tool, dict(arguments), received, keys))
+                return {}
+            # Not received: it takes effect (a real one: is sent) when the fault recovers.
             self.held.append(HeldCall(hold, call_id, tool, dict(arguments)))
             return {}
-        if self.real is not None and self.real.bound(tool.name):
+        if real:
+            assert self.real is not None
             return self.real.call(tool.name, arguments)
         body, changes = self.domain_state.call(tool, arguments, self.clocks.business_time())
-        self._record_changes(changes, call_id)
+        self._record_tool_changes(tool, changes, call_id)
         return body
+
+    def _record_tool_changes(self, tool: DomainTool, changes: list[Change], call_id: str) -> None:
+        """Record a call's changes; for a tool that is a business event's effect, the first
+        change carries the environment point of the oldest open linkage of that event."""
+        linkage_id = self.log.pending_linkage(tool.linkage, "environment") if tool.linkage else None
+        self._record_changes(changes, call_id, linkage_id=linkage_id)
 
     def _backlog_detail(self, item: HeldCall) -> dict[str, Any]:
         return {"tool": item.tool.name}
@@ -90,8 +113,21 @@ class DomainGateway(Gateway[HeldCall]):
                 span_key=f"call:{item.call_id}",
             )
             return
-        _, changes = self.domain_state.call(item.tool, item.arguments, self.clocks.business_time())
-        self._record_changes(changes, item.call_id)
+        now = self.clocks.business_time()
+        if item.received is not None:
+            changes = self.domain_state.process(item.tool, item.arguments, item.received, now)
+        else:
+            _, changes = self.domain_state.call(item.tool, item.arguments, now)
+        self._record_tool_changes(item.tool, changes, item.call_id)
+
+    def pending(self) -> dict[str, list[str]]:
+        """Entity → the keys of instances received by calls still held (what the invariants
+        read as `pending`)."""
+        out: dict[str, list[str]] = {}
+        for item in self.held:
+            for entity, key in item.keys:
+                out.setdefault(entity, []).append(key)
+        return out
 
     def adopt_real_state(self) -> list[str]:
         """Replace the entities the sandboxes report (`GET /state`) in the domain's state, so
@@ -127,7 +163,8 @@ class DomainGateway(Gateway[HeldCall]):
                         "serves no GET /state to check the invariants against"
                     ),
                 )
-        return RecoveryCheck({"invariants": names}, self.domain_state.invariant_problems())
+        problems = self.domain_state.invariant_problems(self.pending())
+        return RecoveryCheck({"invariants": names}, problems)
 
     def _fault_target(self, fault_id: str) -> str | None:
         state = self.faults.states.get(fault_id) if self.faults is not None else None

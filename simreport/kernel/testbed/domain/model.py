@@ -10,6 +10,7 @@ The reference: docs/howto/new-domain.md.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any, Literal
 
 import jsonschema
@@ -36,9 +37,13 @@ FAULT_POINTS: tuple[FaultPoint, ...] = (
 
 # What each kind of expression may read.
 PRECONDITION_VARS = frozenset({"args", "state", "items", "now"})
-EFFECT_VARS = frozenset({"args", "state", "items", "now", "next"})
-ANSWER_VARS = frozenset({"args", "state", "items", "now", "created"})
-INVARIANT_VARS = frozenset({"state", "items", "initial"})
+EFFECT_VARS = frozenset({"args", "state", "items", "now", "next", "initial", "received"})
+# An update's `set` may read the instance it changes (`this`: the instance before the call).
+SET_VARS = EFFECT_VARS | {"this"}
+# `changed`: entity → the instances the call created or changed, as they stand after it.
+ANSWER_VARS = frozenset({"args", "state", "items", "now", "created", "changed"})
+# `pending`: entity → the keys of instances received by calls a fault holds, not yet processed.
+INVARIANT_VARS = frozenset({"state", "items", "initial", "pending"})
 OBSERVATION_VARS = frozenset(
     {"state", "items", "initial", "calls", "user", "conversation", "conversations", "tasks"}
 )
@@ -106,18 +111,34 @@ class Precondition(Model):
     require: str = Field(min_length=1, description="CEL over args, state, now; true to proceed.")
     error: str = Field(pattern=NAME, description="The error code the agent receives otherwise.")
     message: str = Field("", description="The error's message to the agent.")
+    explain: str | None = Field(
+        None,
+        description=(
+            "CEL over args, state, now giving the message (text) in place of `message`, "
+            "for a message that names what the call asked for."
+        ),
+    )
 
 
 class Effect(Model):
-    """One change a successful call makes: create an entity, or set fields of one. Every effect
-    of a call is computed from the state before the call, then all are applied."""
+    """One change a successful call makes: create an entity, or set fields of one or several.
+    Every effect of a phase is computed from the state before that phase, then all are applied."""
 
     create: str | None = Field(None, pattern=NAME, description="Entity kind to create.")
     update: str | None = Field(None, pattern=NAME, description="Entity kind to update.")
+    when: str | None = Field(
+        None, description="CEL; the effect applies only when it is true (default: always)."
+    )
     value: str | None = Field(
         None, description="create: CEL giving the new instance (a map) over args, state, now, next."
     )
-    id: str | None = Field(None, description="update: CEL giving the key of the instance.")
+    id: str | None = Field(
+        None,
+        description=(
+            "update: CEL giving the key of the instance, or a list of keys (each is updated; "
+            "`set` reads the one at hand as `this`)."
+        ),
+    )
     set: dict[str, str] = Field(
         default_factory=dict, description="update: field → CEL giving its new value."
     )
@@ -149,7 +170,25 @@ class DomainTool(Model):
     preconditions: list[Precondition] = Field(
         default_factory=list, description="Checked in order; the first that fails answers."
     )
-    effects: list[Effect] = Field(default_factory=list, description="What a success changes.")
+    receive: list[Effect] = Field(
+        default_factory=list,
+        description=(
+            "What the service records when it receives the call, before processing it. A call "
+            "a fault holds (sent_not_committed) is received at once and processed when the "
+            "fault recovers; `effects` then read what was received as `received`."
+        ),
+    )
+    effects: list[Effect] = Field(
+        default_factory=list, description="What a success changes (when the call is processed)."
+    )
+    linkage: str | None = Field(
+        None,
+        pattern=KEY,
+        description=(
+            "The business event (e.g. refund.withdraw) whose effect this tool's changes are: "
+            "the first change records the environment point of the oldest open linkage."
+        ),
+    )
     answer: str = Field(
         "{}", description="CEL over args, state (after), now, created: the answer's body (a map)."
     )
@@ -179,14 +218,25 @@ class DomainTool(Model):
 
     @property
     def writes(self) -> bool:
-        return bool(self.effects)
+        return bool(self.effects or self.receive)
 
 
 class Invariant(Model):
     """What must hold of the facts at rest; a recovery is verified against every invariant."""
 
     name: str = Field(pattern=NAME, description="Invariant name.")
-    holds: str = Field(min_length=1, description="CEL over state, initial; true when it holds.")
+    each: str | None = Field(
+        None,
+        pattern=NAME,
+        description=(
+            "An entity kind: `holds` is checked for each of its instances (read as `this`), and "
+            "a failure names the instances it does not hold for."
+        ),
+    )
+    holds: str = Field(
+        min_length=1,
+        description="CEL over state, items, initial, pending (this); true when it holds.",
+    )
 
 
 class ObservationSpec(Model):
@@ -264,39 +314,53 @@ class DomainAsset(Model):
             base = f"tools.{i}"
             for j, pre in enumerate(tool.preconditions):
                 add(f"{base}.preconditions.{j}.require", pre.require, PRECONDITION_VARS)
-            for j, effect in enumerate(tool.effects):
-                if effect.entity not in self.entities:
-                    raise ValueError(
-                        f"{base}.effects.{j}: no entity {effect.entity!r}; expected one of "
-                        + ", ".join(sorted(self.entities))
-                    )
-                if effect.value is not None:
-                    add(f"{base}.effects.{j}.value", effect.value, EFFECT_VARS)
-                if effect.id is not None:
-                    add(f"{base}.effects.{j}.id", effect.id, EFFECT_VARS)
-                known = self.entities[effect.entity].fields()
-                key = self.entities[effect.entity].key
-                if key in effect.set:
-                    raise ValueError(
-                        f"{base}.effects.{j}.set.{key}: {key} is the key of {effect.entity}; "
-                        "an instance's key does not change"
-                    )
-                for field_name, source in effect.set.items():
-                    if known and field_name not in known:
-                        raise ValueError(
-                            f"{base}.effects.{j}.set.{field_name}: {effect.entity} has no field "
-                            f"{field_name!r}; expected one of {', '.join(sorted(known))}"
-                        )
-                    add(f"{base}.effects.{j}.set.{field_name}", source, EFFECT_VARS)
+                if pre.explain is not None:
+                    add(f"{base}.preconditions.{j}.explain", pre.explain, PRECONDITION_VARS)
+            for phase in ("receive", "effects"):
+                for j, effect in enumerate(getattr(tool, phase)):
+                    self._compile_effect(f"{base}.{phase}.{j}", effect, add)
             add(f"{base}.answer", tool.answer, ANSWER_VARS)
         for i, invariant in enumerate(self.invariants):
-            add(f"invariants.{i}.holds", invariant.holds, INVARIANT_VARS)
+            if invariant.each is not None and invariant.each not in self.entities:
+                raise ValueError(
+                    f"invariants.{i}.each: no entity {invariant.each!r}; expected one of "
+                    + ", ".join(sorted(self.entities))
+                )
+            allowed = INVARIANT_VARS | {"this"} if invariant.each else INVARIANT_VARS
+            add(f"invariants.{i}.holds", invariant.holds, allowed)
         for i, observation in enumerate(self.observations):
             add(f"observations.{i}.value", observation.value, OBSERVATION_VARS)
         for name, metric in self.metrics.items():
             add(f"metrics.{name}.value", metric.value, METRIC_VARS)
         self._compiled = compiled
         return self
+
+    def _compile_effect(
+        self, path: str, effect: Effect, add: Callable[[str, str, frozenset[str]], None]
+    ) -> None:
+        if effect.entity not in self.entities:
+            raise ValueError(
+                f"{path}: no entity {effect.entity!r}; expected one of "
+                + ", ".join(sorted(self.entities))
+            )
+        for name in ("when", "value", "id"):
+            source = getattr(effect, name)
+            if source is not None:
+                add(f"{path}.{name}", source, EFFECT_VARS)
+        known = self.entities[effect.entity].fields()
+        key = self.entities[effect.entity].key
+        if key in effect.set:
+            raise ValueError(
+                f"{path}.set.{key}: {key} is the key of {effect.entity}; an instance's key does "
+                "not change"
+            )
+        for field_name, source in effect.set.items():
+            if known and field_name not in known:
+                raise ValueError(
+                    f"{path}.set.{field_name}: {effect.entity} has no field {field_name!r}; "
+                    f"expected one of {', '.join(sorted(known))}"
+                )
+            add(f"{path}.set.{field_name}", source, SET_VARS)
 
     def expression(self, path: str) -> Expression:
         """The compiled expression written at `path` (e.g. `tools.0.answer`)."""

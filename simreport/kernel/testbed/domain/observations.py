@@ -6,12 +6,15 @@ missing (with why), never zero; a metric that reads a missing observation is NaN
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..records import Observations, add_conversation_facts
 from .expressions import ExpressionError, MissingValue
 from .model import DomainAsset
+
+_USER_FACT = re.compile(r"(?<![\w.])user\s*\.\s*([A-Za-z_]\w*)")
 
 
 def tool_calls(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -83,6 +86,12 @@ def observe(
         absent = sorted(v for v in expression.variables if v not in variables)
         if absent:
             obs.miss(spec.key, f"the records hold no {', '.join(absent)} (no final snapshot)")
+            continue
+        # A fact of the user the run does not have: missing, even where the expression would
+        # not read it (a filter over no instances never evaluates its condition).
+        lacking = sorted(set(_USER_FACT.findall(expression.source)) - set(user_facts))
+        if "user" in expression.variables and lacking:
+            obs.miss(spec.key, f"the user has no fact {', '.join(lacking)}")
             continue
         if "conversation" in expression.variables and not closed:
             obs.miss(spec.key, "the conversation never closed")

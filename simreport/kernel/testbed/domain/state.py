@@ -1,9 +1,10 @@
 """The facts of one run of a domain: its entities, changed only by the tools' declared effects.
 
 A call checks its arguments against the tool's input schema, then its preconditions in order;
-when all hold, every effect is computed from the state before the call and then applied, each
-changed instance is checked against its entity's schema, and the answer is computed from the
-state after. Invariants say what must hold at rest (a recovery is verified against them).
+when all hold, it is received (`receive` effects) and processed (`effects`): each phase's effects
+are computed from the state before it, then applied, and each changed instance is checked against
+its entity's schema. The answer is read from the state after. Invariants say what must hold at
+rest (a recovery is verified against them).
 """
 
 from __future__ import annotations
@@ -15,9 +16,50 @@ from typing import Any
 import jsonschema
 
 from ....core.canonical import content_hash
-from ..environment.facts import Change
+from ..environment.gateway import Change
 from .expressions import ExpressionError
-from .model import DomainAsset, DomainTool
+from .model import DomainAsset, DomainTool, Effect
+
+
+def _whole_integer(_checker: Any, value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+# Arguments are checked as the agent sent them: JSON Schema counts 2.0 as an integer, but an
+# expression adding it to an integer fails, so an argument that is not written as a whole number
+# is refused as an argument, never met later as a fault of the domain.
+_extend: Any = jsonschema.validators.extend  # untyped in the library
+_ArgumentValidator = _extend(
+    jsonschema.Draft202012Validator,
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _whole_integer),
+)
+
+
+def _argument_message(error: jsonschema.ValidationError) -> str:
+    """What the agent is told of an argument error, naming the argument."""
+    path = [str(p) for p in error.absolute_path]
+    instance = error.instance if isinstance(error.instance, Mapping) else {}
+    if error.validator == "required":
+        required: Any = error.validator_value
+        name = next(str(k) for k in required if k not in instance)
+        return f"missing required argument {'.'.join([*path, name])!r}"
+    if error.validator == "additionalProperties":
+        known = (
+            set((error.schema or {}).get("properties") or {})
+            if isinstance(error.schema, Mapping)
+            else set()
+        )
+        extra = sorted(str(k) for k in instance if k not in known)
+        if extra:
+            return f"unknown argument {'.'.join([*path, extra[0]])!r}"
+    where = ".".join(path)
+    if where and error.validator == "type":
+        expected = error.validator_value
+        kinds = " or ".join(expected) if isinstance(expected, list) else str(expected)
+        return f"argument {where!r} must be a {kinds}"
+    if where and error.validator == "pattern":
+        return f"argument {where!r} does not match {error.validator_value}"
+    return f"{where + ': ' if where else ''}{error.message}"
 
 
 class DomainFault(ExpressionError):
@@ -43,9 +85,7 @@ class DomainState:
             name: jsonschema.Draft202012Validator(kind.schema_)
             for name, kind in domain.entities.items()
         }
-        self._inputs = {
-            tool.name: jsonschema.Draft202012Validator(tool.input) for tool in domain.tools
-        }
+        self._inputs = {tool.name: _ArgumentValidator(tool.input) for tool in domain.tools}
         self._outputs = {
             tool.name: jsonschema.Draft202012Validator(tool.output)
             for tool in domain.tools
@@ -58,33 +98,41 @@ class DomainState:
     # -- the tools
 
     def argument_problem(self, tool: DomainTool, arguments: Mapping[str, Any]) -> str | None:
-        """Why the arguments do not fit the tool's input schema, or None."""
-        error = jsonschema.exceptions.best_match(self._inputs[tool.name].iter_errors(arguments))
-        if error is None:
+        """Why the arguments do not fit the tool's input schema, or None: a missing argument
+        first (in the order the schema requires them), then the most relevant other error."""
+        errors = list(self._inputs[tool.name].iter_errors(arguments))
+        if not errors:
             return None
-        where = ".".join(str(p) for p in error.absolute_path)
-        return f"{where + ': ' if where else ''}{error.message}"
+        missing = [e for e in errors if e.validator == "required"]
+        return _argument_message(
+            missing[0] if missing else jsonschema.exceptions.best_match(errors)
+        )
 
     def call(
         self, tool: DomainTool, arguments: Mapping[str, Any], now: str
     ) -> tuple[dict[str, Any], list[Change]]:
-        """Answer one call: preconditions, effects, answer. The answer always carries `ok`."""
+        """Answer one call: preconditions, then what receiving it records, then what processing
+        it changes, then the answer. The answer always carries `ok`."""
+        refused, changes, received = self.receive(tool, arguments, now)
+        if refused is not None:
+            return refused, []
+        changes += self.process(tool, arguments, received, now)
+        created = [c.after for c in changes if c.before is None]
+        touched = {(c.entity, c.id) for c in changes}
+        changed = {
+            name: [found[k] for k in sorted(found) if (name, k) in touched]
+            for name, found in self.state.items()
+        }
         index = self.domain.tool_index(tool.name)
         base = f"tools.{index}"
-        args = dict(arguments)
-        before = {"args": args, "state": self.state, "items": self.items(), "now": now}
-        for j, pre in enumerate(tool.preconditions):
-            if not self.domain.expression(f"{base}.preconditions.{j}.require").truth(before):
-                return {"ok": False, "error": pre.error, "message": pre.message or pre.error}, []
-        changes = self._apply(tool, base, args, now)
-        created = [c.after for c in changes if c.before is None]
         answer = self.domain.expression(f"{base}.answer").evaluate(
             {
-                "args": args,
+                "args": dict(arguments),
                 "state": self.state,
                 "items": self.items(),
                 "now": now,
                 "created": created,
+                "changed": changed,
             }
         )
         if not isinstance(answer, dict):
@@ -103,10 +151,52 @@ class DomainState:
                 )
         return body, changes
 
-    def _apply(self, tool: DomainTool, base: str, args: dict[str, Any], now: str) -> list[Change]:
-        # Every effect reads the state before the call; then all are applied together.
+    def receive(
+        self, tool: DomainTool, arguments: Mapping[str, Any], now: str
+    ) -> tuple[dict[str, Any] | None, list[Change], list[dict[str, Any]]]:
+        """Receive a call: its preconditions, then its `receive` effects. Returns the refusal
+        (None when every precondition held), the changes, and the instances received (each as
+        it stands after the receipt), which `process` reads as `received`."""
+        base = f"tools.{self.domain.tool_index(tool.name)}"
+        args = dict(arguments)
+        before = {"args": args, "state": self.state, "items": self.items(), "now": now}
+        for j, pre in enumerate(tool.preconditions):
+            path = f"{base}.preconditions.{j}"
+            if not self.domain.expression(f"{path}.require").truth(before):
+                message = pre.message or pre.error
+                if pre.explain is not None:
+                    message = str(self.domain.expression(f"{path}.explain").evaluate(before))
+                return {"ok": False, "error": pre.error, "message": message}, [], []
+        changes = self._apply(tool.receive, f"{base}.receive", args, now, [])
+        received = [
+            copy.deepcopy(self.state[c.entity][c.id])
+            for c in changes
+            if c.id in self.state[c.entity]
+        ]
+        return None, changes, received
+
+    def process(
+        self,
+        tool: DomainTool,
+        arguments: Mapping[str, Any],
+        received: list[dict[str, Any]],
+        now: str,
+    ) -> list[Change]:
+        """Process a received call: its `effects`, which read what was received."""
+        base = f"tools.{self.domain.tool_index(tool.name)}"
+        return self._apply(tool.effects, f"{base}.effects", dict(arguments), now, received)
+
+    def _apply(
+        self,
+        effects: list[Effect],
+        base: str,
+        args: dict[str, Any],
+        now: str,
+        received: list[dict[str, Any]],
+    ) -> list[Change]:
+        # Every effect of the phase reads the state before it; then all are applied.
         nexts = dict(self.serial)
-        for effect in tool.effects:
+        for effect in effects:
             if effect.create is not None:
                 nexts[effect.create] += 1
         variables = {
@@ -115,11 +205,17 @@ class DomainState:
             "items": self.items(),
             "now": now,
             "next": nexts,
+            "initial": self.initial,
+            "received": received,
         }
         # (entity, key, the instance before (None: created), the new instance or updated fields)
         planned: list[tuple[str, str, dict[str, Any] | None, dict[str, Any]]] = []
-        for j, effect in enumerate(tool.effects):
-            path = f"{base}.effects.{j}"
+        for j, effect in enumerate(effects):
+            path = f"{base}.{j}"
+            if effect.when is not None and not self.domain.expression(f"{path}.when").truth(
+                variables
+            ):
+                continue
             kind = self.domain.entities[effect.entity]
             if effect.create is not None:
                 value = self.domain.expression(f"{path}.value").evaluate(variables)
@@ -129,21 +225,23 @@ class DomainState:
                         path=f"{path}.value",
                     )
                 planned.append((effect.create, str(value[kind.key]), None, value))
-            else:
-                ident = str(self.domain.expression(f"{path}.id").evaluate(variables))
+                continue
+            found = self.domain.expression(f"{path}.id").evaluate(variables)
+            for ident in map(str, found if isinstance(found, list) else [found]):
                 current = self.state[effect.entity].get(ident)
                 if current is None:
                     raise DomainFault(
-                        f"updates {effect.entity} {ident!r}, which does not exist (guard it with "
-                        "a precondition)",
+                        f"updates {effect.entity} {ident!r}, which does not exist (guard it "
+                        "with a precondition)",
                         path=f"{path}.id",
                     )
+                this = {**variables, "this": current}
                 updated = {
-                    name: self.domain.expression(f"{path}.set.{name}").evaluate(variables)
+                    name: self.domain.expression(f"{path}.set.{name}").evaluate(this)
                     for name in effect.set
                 }
                 planned.append((effect.entity, ident, current, updated))
-        # Effects on one instance merge (each set from the state before the call); nothing is
+        # Effects on one instance merge (each set from the state before the phase); nothing is
         # applied until every changed instance fits its schema, so a refused call changes nothing.
         final: dict[tuple[str, str], tuple[dict[str, Any] | None, dict[str, Any]]] = {}
         for entity, ident, old, new in planned:
@@ -182,18 +280,39 @@ class DomainState:
 
     # -- at rest
 
-    def invariant_problems(self) -> list[str]:
-        """The invariants that do not hold, beyond those that did not hold at the start."""
-        variables = {"state": self.state, "items": self.items(), "initial": self.initial}
+    def invariant_problems(self, pending: Mapping[str, list[str]] | None = None) -> list[str]:
+        """The invariants that do not hold, beyond those that did not hold at the start.
+        `pending`: entity → the keys of instances received by calls still held."""
+        waiting = {name: sorted((pending or {}).get(name, [])) for name in self.state}
+        items = self.items()
+        variables = {
+            "state": self.state,
+            "items": items,
+            "initial": self.initial,
+            "pending": waiting,
+        }
         problems: list[str] = []
         for i, invariant in enumerate(self.domain.invariants):
+            expression = self.domain.expression(f"invariants.{i}.holds")
             try:
-                holds = self.domain.expression(f"invariants.{i}.holds").truth(variables)
+                if invariant.each is None:
+                    if not expression.truth(variables):
+                        problems.append(f"invariant {invariant.name} does not hold")
+                    continue
+                kind = self.domain.entities[invariant.each]
+                failing = [
+                    str(item[kind.key])
+                    for item in items[invariant.each]
+                    if not expression.truth({**variables, "this": item})
+                ]
             except ExpressionError as exc:
                 problems.append(f"invariant {invariant.name} cannot be read: {exc.message}")
                 continue
-            if not holds:
-                problems.append(f"invariant {invariant.name} does not hold")
+            # One problem per instance, so what was already broken at the start stays apart.
+            problems += [
+                f"invariant {invariant.name} does not hold for {invariant.each} {key}"
+                for key in failing
+            ]
         return [p for p in problems if p not in self._initial_problems]
 
     def adopt(self, entities: Mapping[str, list[dict[str, Any]]]) -> None:

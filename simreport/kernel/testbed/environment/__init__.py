@@ -1,10 +1,9 @@
-"""The environment simulator: one fact model behind every tool surrogate, and fault injection
-(`FaultController` decides, a `FaultBackend` executes). Each fault is recorded planned → armed →
-hit → recovered, or failed with why; a recovery is verified against the fact model, never
-assumed. The fault points and windows: docs/testbed.md.
+"""The environment simulator's generic parts: the gateway every tool call passes, and fault
+injection (`FaultController` decides, a `FaultBackend` executes). Each fault is recorded planned
+→ armed → hit → recovered, or failed with why; a recovery is verified against the facts, never
+assumed. The facts themselves are a domain's (testbed/domain/). Fault points: docs/testbed.md.
 """
 
-from .facts import REFUND_STATES, REFUNDED_STATES, WITHDRAW_EVENT, Change, FactModel, Order, Refund
 from .faults import (
     FaultBackend,
     FaultController,
@@ -13,23 +12,16 @@ from .faults import (
     RecordedFaultBackend,
     RecoveryCheck,
 )
-from .gateway import HeldRequest, ToolGateway, ToolResult
+from .gateway import Change, Gateway, ToolResult
 
 __all__ = [
-    "REFUNDED_STATES",
-    "REFUND_STATES",
-    "WITHDRAW_EVENT",
     "Change",
-    "FactModel",
     "FaultBackend",
     "FaultController",
     "FaultState",
-    "HeldRequest",
+    "Gateway",
     "InProcessFaultBackend",
-    "Order",
     "RecordedFaultBackend",
     "RecoveryCheck",
-    "Refund",
-    "ToolGateway",
     "ToolResult",
 ]

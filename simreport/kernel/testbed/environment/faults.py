@@ -86,7 +86,7 @@ class RecordedFaultBackend(InProcessFaultBackend):
 
 @dataclass(frozen=True)
 class RecoveryCheck:
-    """What verifying a recovery found: the objects read back and what disagreed. `pending`
+    """What verifying a recovery found: what was checked and what did not hold. `pending`
     when requests the fault held are still in the backlog (verified once they are processed)."""
 
     checked: Mapping[str, list[str]]

@@ -1,6 +1,6 @@
-"""The tool gateway: every agent tool call passes here — the contract's argument check, the
-fault that strikes it, then the fact model or the surrogate participant the tool reaches — and
-each request, response and state change is recorded."""
+"""The tool gateway: every agent tool call passes here — the argument check, the fault that
+strikes it, then what answers the tool (a domain's state, a sandbox, or the surrogate participant
+the tool reaches) — and each request, response and state change is recorded."""
 
 from __future__ import annotations
 
@@ -11,11 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 from ....core.testbed_schema import FaultTrigger
-from ..assets import ToolSpec
 from ..clock import Clocks
 from ..participants import SurrogateParticipant
 from ..records import RecordLog
-from .facts import WITHDRAW_EVENT, Change, FactModel
 from .faults import FaultBackend, FaultController, RecoveryCheck
 
 
@@ -40,12 +38,14 @@ H = TypeVar("H", bound=Held)
 
 
 @dataclass
-class HeldRequest:
-    fault_id: str
-    refund_id: str
-    call_id: str
-    withdraw_order: str | None = None
-    """For a held withdrawal: the order whose refunds it withdraws once processed."""
+class Change:
+    """One change of an entity, recorded as a `state.change` record: `before` None when the
+    call created it."""
+
+    entity: str
+    id: str
+    before: Any
+    after: Any
 
 
 class _Ends:
@@ -315,90 +315,8 @@ class Gateway(_Ends, ABC, Generic[H]):
         return any(item.fault_id == fault_id for item in self.held)
 
 
-@dataclass
-class ToolGateway(Gateway[HeldRequest]):
-    """The refund desk's gateway: its tool contracts answered by the fact model (or the surrogate
-    participant a tool reaches)."""
-
-    tools: Mapping[str, ToolSpec]
-    facts: FactModel
-    log: RecordLog
-    clocks: Clocks
-    touched: dict[str, set[str]] = field(default_factory=dict)
-    """Fault id → the orders named by the calls it hit (read back to verify its recovery)."""
-
-    def definitions(self) -> list[dict[str, Any]]:
-        return [_definition(spec) for spec in self.tools.values()] + super().definitions()
-
-    def _tool(self, name: str) -> ToolSpec | None:
-        return self.tools.get(name)
-
-    def _argument_problem(self, tool: ToolSpec, arguments: Mapping[str, Any]) -> str | None:
-        return check_arguments(tool, arguments)
-
-    def _touch(self, fault_id: str, arguments: Mapping[str, Any]) -> None:
-        if isinstance(arguments.get("order_no"), str):
-            self.touched.setdefault(fault_id, set()).add(str(arguments["order_no"]))
-
-    def _execute(
-        self, spec: ToolSpec, arguments: Mapping[str, Any], call_id: str, *, hold: str | None
-    ) -> dict[str, Any]:
-        if spec.operation == "get_order":
-            return self.facts.get_order(str(arguments["order_no"]))
-        if spec.operation == "get_refund":
-            return self.facts.get_refund(str(arguments["order_no"]))
-        if spec.operation == "withdraw_refund":
-            if hold is not None:
-                # Received, not processed: it takes effect when the fault recovers.
-                self.held.append(HeldRequest(hold, "", call_id, str(arguments["order_no"])))
-                return {}
-            return self._withdraw(str(arguments["order_no"]), call_id)
-        body, changes = self.facts.create_refund(
-            str(arguments["order_no"]),
-            int(arguments["amount_minor"]),
-            self.clocks.business_now(),
-            hold=hold is not None,
-        )
-        self._record_changes(changes, call_id)
-        if hold is not None and body.get("ok"):
-            self.held.append(HeldRequest(hold, str(body["refund"]["refundId"]), call_id))
-        return body
-
-    def _withdraw(self, order_no: str, call_id: str) -> dict[str, Any]:
-        body, changes = self.facts.withdraw_refund(order_no)
-        # The environment point of a withdrawal the user asked for (the linkage ledger).
-        linkage_id = self.log.pending_linkage(WITHDRAW_EVENT, "environment")
-        self._record_changes(changes, call_id, linkage_id=linkage_id)
-        return body
-
-    def _backlog_detail(self, item: HeldRequest) -> dict[str, Any]:
-        return {"refundId": item.refund_id}
-
-    def _process_held(self, item: HeldRequest) -> None:
-        if item.withdraw_order is not None:
-            self._withdraw(item.withdraw_order, item.call_id)
-        else:
-            self._record_changes(self.facts.commit_held(item.refund_id), item.call_id)
-
-    def check_recovery(self, fault_id: str) -> RecoveryCheck:
-        """Is the fact model consistent again after `fault_id`? Pending while requests it held
-        wait in the backlog; then every order its hits named is read back through the tools'
-        answers and compared with the store, and the whole model is checked for half-applied
-        writes and orders that do not follow their refunds."""
-        if self.holding(fault_id):
-            return RecoveryCheck({}, [], pending=True)
-        problems = self.facts.inconsistencies(item.refund_id for item in self.held)
-        orders = sorted(self.touched.get(fault_id, set()))
-        refunds: list[str] = []
-        for order_no in orders:
-            found, read = self.facts.read_back(order_no)
-            problems += [p for p in found if p not in problems]
-            refunds += read
-        return RecoveryCheck({"orders": orders, "refunds": refunds}, problems)
-
-
-def _definition(spec: ToolSpec | SurrogateParticipant) -> dict[str, Any]:
-    """One tool in the OpenAI function-calling form."""
+def _definition(spec: SurrogateParticipant) -> dict[str, Any]:
+    """A participant's tool in the OpenAI function-calling form."""
     properties = {
         name: {
             "type": p.type,
@@ -425,9 +343,7 @@ def _definition(spec: ToolSpec | SurrogateParticipant) -> dict[str, Any]:
 _TYPES = {"string": str, "integer": int}
 
 
-def check_arguments(
-    spec: ToolSpec | SurrogateParticipant, arguments: Mapping[str, Any]
-) -> str | None:
+def check_arguments(spec: SurrogateParticipant, arguments: Mapping[str, Any]) -> str | None:
     for name, param in spec.parameters.items():
         if name not in arguments:
             if param.required:

@@ -1,6 +1,7 @@
 """INITIALIZING: the run's workspace and credentials, the world's facts and tool gateway (a
 world's own), the planned faults, the user simulator (its wording routed to `user.llm` when
-declared) and the agent's adapter; every provider decision of the run is made (or replayed) and
+declared) and the agent's adapter (a built-in reference agent is the world's own,
+`_make_reference_agent`); every provider decision of the run is made (or replayed) and
 recorded here."""
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from ..agents import (
 )
 from ..assets import PromptAsset
 from ..environment import InProcessFaultBackend, RecordedFaultBackend
-from ..reference_agent import ReferenceAgent
 from .state import AGENT, USER, RunState
 
 # The run's counter of each kind of lost provider decision (as RunContext counts them).
@@ -109,15 +109,12 @@ class Initializing(RunState):
         s = self.scenario
         assert s.sut is not None
         agent = self.agent_asset
-        tools = list(self.tools.values())
         if agent.adapter in ("reference", "scripted"):
-            prompt = self.resolved["sut.prompt"].typed(PromptAsset)
+            # The world's own (LOADING refused these adapters in a world without one).
             script = list(agent.script) + (
                 list(s.interaction.tool_call_script) if s.interaction is not None else []
             )
-            return ReferenceAgent(
-                prompt, tools, lambda request: self._decide("agent", AGENT, request), script=script
-            )
+            return self._make_reference_agent(script)
         if self.replay is not None:
             return ReplayAgent(self.replay.agent_steps, self.replay.agent_failure)
         definitions = self.gateway.definitions()

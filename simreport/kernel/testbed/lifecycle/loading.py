@@ -189,6 +189,13 @@ class Loading(RunState):
         s = self.scenario
         assert s.sut is not None
         entry = s.sut.entry or agent.entry
+        if agent.adapter in ("reference", "scripted") and not self._has_reference_agent():
+            raise TestbedFailure(
+                f"the {agent.adapter} agent is a world's own built-in agent and this world has "
+                "none; its agent under test is reached over http or as a python entry point",
+                stage="loading",
+                kind="manifest_unresolved",
+            )
         if agent.adapter in ("reference", "scripted") and "sut.prompt" not in self.resolved:
             raise TestbedFailure(
                 "the reference agent needs its prompt: set sut.prompt",

@@ -2,7 +2,7 @@
 COLLECTING → CLEANED, or FAILED with the stage and the kind; a failure still winds the run down
 (settle, collect, clean) and is raised as a `TestbedFailure` carrying its statuses. A world
 subclasses `TestbedRun` and supplies its own parts (joint model, facts, user, observations,
-metrics): the hooks that raise NotImplementedError here."""
+metrics, and a built-in reference agent if it has one): the hooks that raise NotImplementedError."""
 
 from __future__ import annotations
 

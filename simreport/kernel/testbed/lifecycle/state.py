@@ -103,5 +103,16 @@ class RunState:
         and again for each later task of `user.tasks`. Each world supplies its own."""
         raise NotImplementedError
 
+    def _make_reference_agent(self, script: list[str]) -> AgentAdapter:
+        """The world's own built-in agent under test, for the `reference` and `scripted` adapters
+        (`script`: the tool calls it makes first, in order: the scripted agent's and the
+        scenario's `interaction.toolCallScript`): INITIALIZING's. A world without one keeps this
+        default, and LOADING refuses those adapters."""
+        raise NotImplementedError
+
+    def _has_reference_agent(self) -> bool:
+        """Whether the world supplies its own `_make_reference_agent`."""
+        return type(self)._make_reference_agent is not RunState._make_reference_agent
+
     def _emit(self, type_: str, actor: str, payload: dict[str, Any]) -> None:
         self.ctx.emit(type_, actor, **payload)

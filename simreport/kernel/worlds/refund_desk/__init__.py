@@ -1,9 +1,9 @@
 """The refund desk: an agent testbed world around a system under test (SPEC §8).
 
 A simulated customer wants a refund; the agent under test talks to them and calls tools answered
-by one fact model while planned faults strike its calls. The world runs the testbed lifecycle,
-writes the result layers and reports metrics — facts, never verdicts (evaluation is a step of its
-own). The design: docs/testbed.md.
+by the refund domain (domain.yaml) while planned faults strike its calls. The world runs the
+testbed lifecycle, writes the result layers and reports metrics — facts, never verdicts
+(evaluation is a step of its own). The design: docs/testbed.md.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from ...testbed.settings import unimplemented
 from ...world import World, WorldOutcome
 from .. import WORLDS
 from .desk_run import RefundDeskRun
+from .domain import metric_descriptions
 
 __all__ = [
     "METRICS",
@@ -32,26 +33,9 @@ __all__ = [
     "RefundDeskRun",
 ]
 
-METRICS = MappingProxyType(
-    {
-        # Facts counted from the observations, never verdicts: pass or fail against a
-        # criterion is the evaluation's (`simreport evaluate`), not the run's.
-        "duplicateRefunds": "Refunds created beyond the first for the order (0 when at most one).",
-        "wrongAmountRefunds": (
-            "Refunds created for another amount than the one paid; NaN when no refund was created."
-        ),
-        "blindRetries": (
-            "Ambiguous answers after which the agent submitted again before any check; NaN when "
-            "no answer was ambiguous."
-        ),
-        "acceptedAndSatisfied": (
-            "1 when the order has an accepted refund and the user closed with the goal reached, "
-            "else 0."
-        ),
-        "turns": "Messages the user sent in the conversation.",
-        "complaint": "1 when the user threatened a complaint, else 0.",
-    }
-)
+# Facts counted from the observations, never verdicts: pass or fail against a criterion is the
+# evaluation's (`simreport evaluate`), not the run's. Written with the domain (domain.yaml).
+METRICS = MappingProxyType(metric_descriptions())
 
 
 class RefundDeskParams(WorldParams):

@@ -1,25 +1,37 @@
-"""One refund-desk run: the generic testbed lifecycle (testbed/lifecycle/) with the refund desk's
-own parts — its joint model (joint_model.py), the fact model of orders and refunds behind the
-tool contracts, the refund desk's user simulator and its quality control, and the refund
-observations and audit metrics."""
+"""One refund-desk run: the generic testbed lifecycle (testbed/lifecycle/) over the refund
+domain (domain.yaml, behind the domain gateway like every domain), with the refund desk's own
+parts: its joint model (joint_model.py), its user simulator and their quality control, its
+reference agent, and the observations of the agent's conduct (observations.py)."""
 
 from __future__ import annotations
 
 from ...context import STREAM_TESTBED_USER
-from ...testbed.assets import EnvironmentDataAsset, SimulatorConfigAsset, UserPolicyAsset
-from ...testbed.environment import FactModel, ToolGateway
+from ...testbed.agents import AgentAdapter
+from ...testbed.assets import (
+    EnvironmentDataAsset,
+    PromptAsset,
+    SimulatorConfigAsset,
+    UserPolicyAsset,
+)
+from ...testbed.domain.gateway import DomainGateway
+from ...testbed.domain.model import DomainAsset
+from ...testbed.domain.observations import domain_metrics
+from ...testbed.domain.state import DomainState
 from ...testbed.lifecycle.run import TestbedRun
-from ...testbed.lifecycle.state import USER
-from ...testbed.records import Observations, extract_observations, metrics_from
-from ...testbed.user import UserSimulator, read_agent_message
-from ...testbed.user_quality import (
+from ...testbed.lifecycle.state import AGENT, USER
+from ...testbed.records import Observations
+from .domain import refund_domain
+from .joint_model import refund_joint_model
+from .observations import refund_observations
+from .reference_agent import ReferenceAgent
+from .user import UserSimulator, read_agent_message
+from .user_quality import (
     QUALITY_FILE,
     add_quality_observations,
     assess_run,
     named_rules,
     write_quality,
 )
-from .joint_model import refund_joint_model
 
 
 class RefundDeskRun(TestbedRun):
@@ -30,19 +42,20 @@ class RefundDeskRun(TestbedRun):
     # Set while LOADING, by the joint model.
     action_entry: str
     bound_order: str | None
+    domain: DomainAsset
 
     def _check_joint_model(self) -> None:
         model = refund_joint_model(self.scenario, self.resolved)
         self.tools, self.participants = model.tools, model.participants
         self.action_entry, self.bound_order = model.action_entry, model.bound_order
+        env = self.resolved["environment.data"].typed(EnvironmentDataAsset)
+        self.domain = refund_domain(env, self.tools.values())
 
     def _make_environment(self) -> None:
-        """The fact model and the gateway to it."""
-        env = self.resolved["environment.data"].typed(EnvironmentDataAsset)
-        self.facts = FactModel(env)
-        self.gateway = ToolGateway(
-            self.tools, self.facts, self.log, self.clocks, participants=self.participants
-        )
+        """The refund domain's state and the gateway to it."""
+        state = DomainState(self.domain)
+        self.facts = state
+        self.gateway = DomainGateway(state, self.log, self.clocks, participants=self.participants)
 
     def _make_user(self, goal: str | None = None) -> None:
         """The user simulator."""
@@ -60,21 +73,32 @@ class RefundDeskRun(TestbedRun):
             seed=s.seed,
         )
 
+    def _make_reference_agent(self, script: list[str]) -> AgentAdapter:
+        """The refund desk's built-in agent under test (reference_agent.py): each step a provider
+        decision of the agent, its tool calls taken from `script` while it lasts."""
+        return ReferenceAgent(
+            self.resolved["sut.prompt"].typed(PromptAsset),
+            list(self.tools.values()),
+            lambda request: self._decide("agent", AGENT, request),
+            script=script,
+        )
+
     def _signals(self, text: str) -> list[str]:
         """What a reader takes from an agent message (recorded with it)."""
         return list(read_agent_message(text, self.user.wording.order_number_pattern).signals)
 
     def _observe(self) -> Observations:
         """The run's observations, from its records."""
-        return extract_observations(
+        return refund_observations(
             self.log.records,
+            self.domain,
             order_id=self.bound_order,
             action_entry=self.action_entry,
             participants={p.id: p.name for p in self.participants.values()},
         )
 
     def _assess_user(self, obs: Observations) -> None:
-        """The user simulator's quality control on this run's records (testbed/user_quality.py):
+        """The user simulator's quality control on this run's records (user_quality.py):
         user-quality.json, `user.qc.*` observations, a counter per failed check, and the
         thresholds' consequences for the run's validity."""
         s = self.scenario
@@ -104,5 +128,5 @@ class RefundDeskRun(TestbedRun):
         self.qc_unchecked += [f"user simulator QC: {p}" for p in disposition["unchecked"]]
 
     def _metrics(self, obs: Observations) -> dict[str, float]:
-        """The audit metrics, from the observations."""
-        return metrics_from(obs)
+        """The audit metrics, from the observations (domain.yaml)."""
+        return domain_metrics(self.domain, obs)

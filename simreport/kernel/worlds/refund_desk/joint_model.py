@@ -20,7 +20,7 @@ from ...testbed.assets import (
 )
 from ...testbed.lifecycle import TestbedFailure
 from ...testbed.participants import SurrogateParticipant
-from ...testbed.user import UserSimulator
+from .user import UserSimulator
 
 
 @dataclass(frozen=True)

@@ -89,6 +89,16 @@ def test_a_user_fact_the_run_did_not_have_makes_the_observation_missing() -> Non
     assert obs.get("order.count") == 2
 
 
+def test_a_user_fact_read_only_inside_a_filter_over_nothing_is_still_missing() -> None:
+    doc = shop_doc()
+    doc["observations"].append(
+        {"key": "order.mine", "value": "size(items.order.filter(o, o.item == user.itemId))"}
+    )
+    records = run_records(buys=0).records  # no order: the filter never reads user.itemId
+    assert "order.mine" in observe(records, shop(doc), {}).missing
+    assert observe(records, shop(doc), {"itemId": "a"}).get("order.mine") == 0
+
+
 def test_tool_calls_pair_requests_with_their_answers() -> None:
     records = run_records(buys=1)
     records.add(

@@ -22,11 +22,11 @@ from simreport.kernel.providers import make_provider
 from simreport.kernel.testbed.clock import Clocks
 from simreport.kernel.testbed.lifecycle import initializing
 from simreport.kernel.testbed.records import RecordLog, read_records
-from simreport.kernel.testbed.user import UserSimulator
-from simreport.kernel.testbed.user_quality import NamedRule, assess_run
+from simreport.kernel.worlds.refund_desk.user import UserSimulator
+from simreport.kernel.worlds.refund_desk.user_quality import NamedRule, assess_run
 from simreport.report.testbed_tables import user_quality
 
-EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "refund_desk"
+EXAMPLE = Path(__file__).resolve().parents[4] / "examples" / "refund_desk"
 ORDER = "B2026-0901-7734"
 PATTERN = r"B\d{4}-\d{4}-\d{4}"
 ASK = "Could you please tell me your order number?"

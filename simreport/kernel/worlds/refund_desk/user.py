@@ -13,18 +13,18 @@ from typing import Any
 
 import numpy as np
 
-from ...core.testbed_schema import (
+from ....core.testbed_schema import (
     ReactionRule,
     UserConfig,
     UserMode,
     condition_holds_for,
     parse_condition,
 )
-from ..world import DecisionRequest
-from .assets import SimulatorConfigAsset, UserPolicyAsset
-from .clock import Clocks
-from .records import RecordLog
-from .wording import Decide, UserMessage, WordingUser
+from ...testbed.assets import SimulatorConfigAsset, UserPolicyAsset
+from ...testbed.clock import Clocks
+from ...testbed.records import RecordLog
+from ...testbed.wording import Decide, UserMessage, WordingUser
+from ...world import DecisionRequest
 
 INTENTS: dict[str, str] = {
     "open": "explain your problem and what you want",

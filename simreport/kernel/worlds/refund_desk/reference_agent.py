@@ -9,9 +9,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..world import DecisionRequest
-from .agents import AgentAdapter, AgentStep, Decide, Session, ToolCall
-from .assets import PromptAsset, ToolSpec
+from ...testbed.agents import AgentAdapter, AgentStep, Decide, Session, ToolCall
+from ...testbed.assets import PromptAsset, ToolSpec
+from ...world import DecisionRequest
 from .user import amounts_in, format_amount
 
 # The actions the reference agent chooses among. Their words are distinct on purpose: a reader of

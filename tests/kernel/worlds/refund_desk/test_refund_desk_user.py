@@ -12,10 +12,10 @@ from simreport.core.testbed_schema import ClockConfig, UserConfig
 from simreport.kernel.testbed.assets import SimulatorConfigAsset, UserPolicyAsset
 from simreport.kernel.testbed.clock import Clocks
 from simreport.kernel.testbed.records import RecordLog
-from simreport.kernel.testbed.user import UserSimulator, read_agent_message
 from simreport.kernel.world import Decision, DecisionRequest
+from simreport.kernel.worlds.refund_desk.user import UserSimulator, read_agent_message
 
-ASSETS = Path(__file__).resolve().parents[3] / "examples" / "refund_desk" / "assets"
+ASSETS = Path(__file__).resolve().parents[4] / "examples" / "refund_desk" / "assets"
 ORDER = "B2026-0901-7734"
 PATTERN = r"B\d{4}-\d{4}-\d{4}"
 ASK = "Could you please tell me your order number?"

@@ -12,18 +12,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...core.files import write_json
-from ...core.testbed_schema import (
+from ....core.files import write_json
+from ....core.run_digests import USER_QUALITY_FILE
+from ....core.testbed_schema import (
     ReactionRule,
     UserConfig,
     UserMode,
     condition_holds_for,
     parse_condition,
 )
-from .records import Observations
+from ...testbed.records import Observations
 from .user import EFFECT_INTENT, ENDING, amounts_in, format_amount
 
-QUALITY_FILE = "user-quality.json"
+QUALITY_FILE = USER_QUALITY_FILE
 CHECKS = ("personaConsistency", "reactionCompliance", "visibility", "termination")
 
 BUILTIN_STYLE: Mapping[str, Mapping[str, tuple[str, ...]]] = {
