@@ -51,7 +51,6 @@ class DomainRun(TestbedRun):
         bindings must fit together before the agent is called (testbed/domain/joint_model.py)."""
         model = domain_joint_model(self.scenario, self.resolved, resources=self.ctx.resources)
         self.domain, self.participants = model.domain, model.participants
-        self.tools = {}
         environment = self.scenario.environment
         if environment is not None and environment.real_tools and self.ctx.resources is not None:
             # Without its key a sandbox refuses every call: the run would test the credentials,

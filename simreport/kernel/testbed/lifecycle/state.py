@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from ...context import RunContext
     from ...providers import Provider
     from ..agents import AgentAdapter, Session
-    from ..assets import AgentAsset, ResolvedAsset, ToolSpec
+    from ..assets import AgentAsset, ResolvedAsset
     from ..environment import FaultController
     from ..environment.gateway import Gateway
     from ..participants import SurrogateParticipant
@@ -50,7 +50,6 @@ class RunState:
     resolved: dict[str, ResolvedAsset]
     agent_asset: AgentAsset
     entry_function: Callable[..., Any] | None
-    tools: dict[str, ToolSpec]
     participants: dict[str, SurrogateParticipant]
     # Set while INITIALIZING; absent when the run failed before.
     facts: WorldFacts

@@ -11,6 +11,7 @@ from ...testbed.assets import (
     EnvironmentDataAsset,
     PromptAsset,
     SimulatorConfigAsset,
+    ToolSpec,
     UserPolicyAsset,
 )
 from ...testbed.domain.gateway import DomainGateway
@@ -40,6 +41,8 @@ class RefundDeskRun(TestbedRun):
     __test__ = False
 
     # Set while LOADING, by the joint model.
+    tools: dict[str, ToolSpec]
+    """The contracts' tools by name (what the reference agent may call)."""
     action_entry: str
     bound_order: str | None
     domain: DomainAsset
