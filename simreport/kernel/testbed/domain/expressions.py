@@ -84,10 +84,10 @@ class Expression:
 
     def evaluate(self, variables: Mapping[str, Any]) -> Any:
         """The expression's value over `variables` (plain JSON-like values)."""
+        # Only what it reads is handed over: each value is converted to CEL at every call.
+        given = {name: variables[name] for name in self.variables if name in variables}
         try:
-            return _plain(
-                self._program.execute(_context(variables) if self._extended else dict(variables))
-            )
+            return _plain(self._program.execute(_context(given) if self._extended else given))
         except LookupError as exc:
             what = exc.args[0] if exc.args else type(exc).__name__
             raise MissingValue(

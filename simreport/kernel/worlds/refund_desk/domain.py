@@ -6,6 +6,7 @@ the domain's operations answers each."""
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Iterable
 from functools import cache
 from importlib import resources
@@ -35,7 +36,24 @@ def metric_descriptions() -> dict[str, str]:
 
 def refund_domain(data: EnvironmentDataAsset, tools: Iterable[ToolSpec]) -> DomainAsset:
     """The domain of one refund-desk run: the desk's rules over `data`'s facts, with one tool
-    per contract tool, answered by the operation the contract names."""
+    per contract tool, answered by the operation the contract names. Built once per process
+    for the same facts and contracts (checking its schemas and compiling its expressions costs
+    more than a run); a run never changes it (its state is a copy)."""
+    tools = list(tools)
+    # Keys in their written order: a contract's parameters keep theirs in the tool definitions.
+    key = json.dumps({"data": data.to_doc(), "tools": [t.to_doc() for t in tools]})
+    found = _BUILT.get(key)
+    if found is None:
+        if len(_BUILT) >= 32:
+            _BUILT.clear()
+        found = _BUILT[key] = _build(data, tools)
+    return found
+
+
+_BUILT: dict[str, DomainAsset] = {}
+
+
+def _build(data: EnvironmentDataAsset, tools: list[ToolSpec]) -> DomainAsset:
     doc = copy.deepcopy(_rules())
     entities = doc["entities"]
     entities["account"]["initial"] = [{"id": a.id, "name": a.name} for a in data.accounts]
