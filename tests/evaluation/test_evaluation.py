@@ -19,7 +19,14 @@ from simreport.cli import main
 from simreport.core.canonical import sha256_bytes
 from simreport.core.errors import EXIT_INPUT, EXIT_OK, InputError, SimreportError
 from simreport.core.quality_ref import QUALITY_REF_PREFIX, quality_ref, quality_ref_problem
-from simreport.evaluation import DEFAULT_EVALUATOR, EVALUATORS, NotEvaluable, RunLayers, judge
+from simreport.evaluation import (
+    DEFAULT_EVALUATOR,
+    EVALUATORS,
+    NotEvaluable,
+    RunLayers,
+    evaluate_run,
+    judge,
+)
 from simreport.kernel.testbed.assets import AssetLibrary, EvaluationSpecAsset
 from simreport.ledger import connect
 from simreport.ledger import tables as t
@@ -459,3 +466,24 @@ def test_the_workflow_evaluates_each_condition_in_one_job_and_matches_the_cli(
     )
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "cli" / "audit.json").read_bytes() == (audit_dir / "audit.json").read_bytes()
+
+
+# --------------------------------------------------------------------------- runs of the fact model
+
+FACT_MODEL_RUN = Path(__file__).resolve().parents[1] / "fixtures" / "refund_desk_fact_model_run"
+"""A refund-desk run recorded while the desk had a hand-written fact model (its snapshot holds
+`orders` and `refunds`), its refund held and then refunded twice, with the evaluation.json of
+its time (`fact-model-evaluation.json`)."""
+
+
+def test_a_run_of_the_fact_model_is_evaluated_as_it_was_then(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(FACT_MODEL_RUN, run)
+    manifest = load(run / "manifest.json")
+    manifest["assetRoot"] = str(EXAMPLE)
+    (run / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    then = load(run / "fact-model-evaluation.json")["criteria"]
+    now = evaluate_run(run)["criteria"]  # its observations recomputed from its records
+    assert {k: v["verdict"] for k, v in now.items()} == {k: v["verdict"] for k, v in then.items()}
+    assert now["no_duplicate_refund"]["verdict"] == "fail"
+    assert now["verified_before_retry"]["verdict"] == "fail"
