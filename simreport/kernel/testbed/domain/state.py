@@ -117,24 +117,22 @@ class DomainState:
         if refused is not None:
             return refused, []
         changes += self.process(tool, arguments, received, now)
-        created = [c.after for c in changes if c.before is None]
-        touched = {(c.entity, c.id) for c in changes}
-        changed = {
-            name: [found[k] for k in sorted(found) if (name, k) in touched]
-            for name, found in self.state.items()
+        base = f"tools.{self.domain.tool_index(tool.name)}"
+        expression = self.domain.expression(f"{base}.answer")
+        variables: dict[str, Any] = {
+            "args": dict(arguments),
+            "state": self.state,
+            "items": self.items(),
+            "now": now,
+            "created": [c.after for c in changes if c.before is None],
         }
-        index = self.domain.tool_index(tool.name)
-        base = f"tools.{index}"
-        answer = self.domain.expression(f"{base}.answer").evaluate(
-            {
-                "args": dict(arguments),
-                "state": self.state,
-                "items": self.items(),
-                "now": now,
-                "created": created,
-                "changed": changed,
+        if "changed" in expression.variables:
+            touched = {(c.entity, c.id) for c in changes}
+            variables["changed"] = {
+                name: [found[k] for k in sorted(found) if (name, k) in touched]
+                for name, found in self.state.items()
             }
-        )
+        answer = expression.evaluate(variables)
         if not isinstance(answer, dict):
             raise DomainFault(
                 f"the answer of {tool.name} is {type(answer).__name__}, expected a map",
@@ -194,6 +192,8 @@ class DomainState:
         now: str,
         received: list[dict[str, Any]],
     ) -> list[Change]:
+        if not effects:
+            return []
         # Every effect of the phase reads the state before it; then all are applied.
         nexts = dict(self.serial)
         for effect in effects:
