@@ -4,14 +4,12 @@ of a request's life, each recorded planned → armed → hit → recovered (or f
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from simreport.core.testbed_schema import ClockConfig, FaultTrigger
-from simreport.kernel.testbed.assets import EnvironmentDataAsset, ToolContractAsset, ToolSpec
+from simreport.kernel.testbed.assets import ToolSpec
 from simreport.kernel.testbed.clock import Clocks
 from simreport.kernel.testbed.domain.gateway import DomainGateway
 from simreport.kernel.testbed.domain.state import DomainState
@@ -23,25 +21,11 @@ from simreport.kernel.testbed.environment import (
 )
 from simreport.kernel.testbed.records import RecordLog
 from simreport.kernel.worlds.refund_desk.domain import refund_domain
+from tests.support.refund_desk import contract_tools, env_data
 
-ASSETS = Path(__file__).resolve().parents[3] / "examples" / "refund_desk" / "assets"
 ORDER = "B2026-0901-7734"
 PATTERN = r"^(?:B\d{4}-\d{4}-\d{4})$"
 """The contract's order-number pattern as the input schema writes it: matched whole."""
-
-
-def content(path: str) -> Any:
-    return yaml.safe_load((ASSETS / path).read_text(encoding="utf-8"))["content"]
-
-
-def env_data(**rules: Any) -> EnvironmentDataAsset:
-    data = content("env/ecom-seed/3.0.1.yaml")
-    data["rules"].update(rules)
-    return EnvironmentDataAsset.model_validate(data)
-
-
-def tools() -> list[ToolSpec]:
-    return ToolContractAsset.model_validate(content("refund-api/1.4.0.yaml")).tools
 
 
 def world(
@@ -51,7 +35,7 @@ def world(
 ) -> tuple[DomainGateway, FaultController, RecordLog]:
     clocks = Clocks(ClockConfig())
     log = RecordLog(clocks, "t" * 32)
-    state = DomainState(refund_domain(env_data(**rules), tools()))
+    state = DomainState(refund_domain(env_data(**rules), contract_tools("1.4.0")))
     gateway = DomainGateway(state, log, clocks)
     faults = gateway.inject(
         [FaultTrigger.model_validate(t) for t in triggers or []],

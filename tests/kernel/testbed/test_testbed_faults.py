@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from pydantic import ValidationError
 
 from simreport.analysis.audit import read_fault_steps, usable
@@ -18,7 +17,6 @@ from simreport.core.errors import InputError
 from simreport.core.overrides import set_path
 from simreport.core.testbed_schema import ClockConfig, FaultTrigger
 from simreport.kernel import load_scenario, run_scenario, validate_scenario
-from simreport.kernel.testbed.assets import EnvironmentDataAsset, ToolContractAsset
 from simreport.kernel.testbed.clock import Clocks
 from simreport.kernel.testbed.domain.gateway import DomainGateway
 from simreport.kernel.testbed.domain.model import DomainTool
@@ -28,24 +26,18 @@ from simreport.kernel.testbed.records import RecordLog, read_records
 from simreport.kernel.testbed.replay_records import compare_records
 from simreport.kernel.worlds.refund_desk.domain import refund_domain
 from tests.kernel.testbed.test_testbed_world import scenario_doc
+from tests.support.refund_desk import EXAMPLE, contract_tools, env_data
 
-EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "refund_desk"
-ASSETS = EXAMPLE / "assets"
 ORDER = "B2026-0901-7734"
 INVARIANTS = ["refunds_of_known_orders", "no_half_applied_write", "orders_follow_their_refunds"]
 """The refund desk's invariants (domain.yaml), every one checked at each recovery."""
 
 
-def content(path: str) -> Any:
-    return yaml.safe_load((ASSETS / path).read_text(encoding="utf-8"))["content"]
-
-
 def world(*triggers: dict[str, Any]) -> tuple[DomainGateway, FaultController, RecordLog]:
     clocks = Clocks(ClockConfig())
     log = RecordLog(clocks, "f" * 32)
-    contract = ToolContractAsset.model_validate(content("refund-api/1.4.0.yaml"))
-    data = EnvironmentDataAsset.model_validate(content("env/ecom-seed/3.0.1.yaml"))
-    gateway = DomainGateway(DomainState(refund_domain(data, contract.tools)), log, clocks)
+    domain = refund_domain(env_data(), contract_tools("1.4.0"))
+    gateway = DomainGateway(DomainState(domain), log, clocks)
     faults = gateway.inject(
         [FaultTrigger.model_validate(t) for t in triggers], InProcessFaultBackend()
     )

@@ -6,18 +6,14 @@ from __future__ import annotations
 
 import math
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from simreport.core.testbed_schema import ClockConfig
 from simreport.evaluation import RunLayers, judge
 from simreport.kernel.testbed.assets import (
-    EnvironmentDataAsset,
     EvaluationSpecAsset,
-    ToolContractAsset,
 )
 from simreport.kernel.testbed.clock import Clocks
 from simreport.kernel.testbed.domain.model import DomainAsset
@@ -31,8 +27,8 @@ from simreport.kernel.testbed.records import (
 )
 from simreport.kernel.worlds.refund_desk.domain import refund_domain
 from simreport.kernel.worlds.refund_desk.observations import refund_observations
+from tests.support.refund_desk import contract_tools, env_data
 
-ASSETS = Path(__file__).resolve().parents[4] / "examples" / "refund_desk" / "assets"
 ORDER = "B2026-0901-7734"
 ORDER_FACTS = (
     "refund.count",
@@ -59,15 +55,11 @@ SPEC = EvaluationSpecAsset.model_validate(
 CRITERIA = [(c.key, c.check) for c in SPEC.criteria]
 
 
-def content(path: str) -> Any:
-    return yaml.safe_load((ASSETS / path).read_text(encoding="utf-8"))["content"]
-
-
 @cache
 def domain() -> DomainAsset:
     """The refund domain of a run over the example's environment data and tool contract."""
-    env = EnvironmentDataAsset.model_validate(content("env/ecom-seed/3.0.1.yaml"))
-    tools = ToolContractAsset.model_validate(content("refund-api/1.5.0.yaml")).tools
+    env = env_data()
+    tools = contract_tools()
     return refund_domain(env, tools)
 
 

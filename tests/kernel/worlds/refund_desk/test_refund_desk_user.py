@@ -3,10 +3,7 @@ fact and disclosure checks run on every message before it is sent."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
-
-import yaml
 
 from simreport.core.testbed_schema import ClockConfig, UserConfig
 from simreport.kernel.testbed.assets import SimulatorConfigAsset, UserPolicyAsset
@@ -14,16 +11,12 @@ from simreport.kernel.testbed.clock import Clocks
 from simreport.kernel.testbed.records import RecordLog
 from simreport.kernel.world import Decision, DecisionRequest
 from simreport.kernel.worlds.refund_desk.user import UserSimulator, read_agent_message
+from tests.support.refund_desk import asset_content
 
-ASSETS = Path(__file__).resolve().parents[4] / "examples" / "refund_desk" / "assets"
 ORDER = "B2026-0901-7734"
 PATTERN = r"B\d{4}-\d{4}-\d{4}"
 ASK = "Could you please tell me your order number?"
 DONE = f"Your refund of 199.00 for order {ORDER} has been accepted."
-
-
-def content(path: str) -> Any:
-    return yaml.safe_load((ASSETS / path).read_text(encoding="utf-8"))["content"]
 
 
 class First:
@@ -58,13 +51,13 @@ def user(
             "behavior": {"reactionRules": rules or []},
         }
     )
-    wording = content("user-sim/1.0.0.yaml")
+    wording = asset_content("user-sim/1.0.0.yaml")
     if intents:
         wording["intents"].update(intents)
     decide = First()
     simulator = UserSimulator(
         config=config,
-        policy=UserPolicyAsset.model_validate(content("user-policy/1.2.0.yaml")),
+        policy=UserPolicyAsset.model_validate(asset_content("user-policy/1.2.0.yaml")),
         wording=SimulatorConfigAsset.model_validate(wording),
         log=log,
         clocks=clocks,
